@@ -1,0 +1,111 @@
+"""Canonical metric names and the aliases training frameworks write for them.
+
+Every reader maps a raw column, tag or key through :func:`canonical_name`, so the rest of lossguard
+only ever sees the constants below. Loss streams of a data mix keep their stream name:
+``loss/cm4`` stays ``loss/cm4`` (see :func:`stream_of`).
+"""
+from __future__ import annotations
+
+import re
+
+LOSS = "loss"
+"""Training loss (the language-model loss where the log has several)."""
+VAL_LOSS = "val_loss"
+"""Held-out / validation loss."""
+GRAD_NORM = "grad_norm"
+"""Global gradient norm before clipping."""
+LR = "lr"
+"""Learning rate."""
+LOSS_SCALE = "loss_scale"
+"""fp16 dynamic loss scale."""
+SKIPPED_ITERS = "skipped_iters"
+"""Iterations skipped in the logging interval (fp16 overflow, or the guard)."""
+NAN_ITERS = "nan_iters"
+"""Iterations whose loss or gradient was NaN in the logging interval."""
+ITER_TIME = "iter_time"
+"""Seconds per iteration."""
+TOKENS = "tokens"
+"""Tokens consumed so far."""
+EPOCH = "epoch"
+"""Epoch (fractional where the framework logs it so)."""
+
+STREAM_SEPARATOR = "/"
+
+# Raw names (lower-cased, with '-' and ' ' folded to '_') -> canonical name. Prefixes such as
+# 'train/', 'train_' or 'trainer/' are stripped before the lookup (see _normalise).
+_ALIASES: dict[str, str] = {
+    "loss": LOSS, "lm_loss": LOSS, "train_loss": LOSS, "training_loss": LOSS, "trl": LOSS,
+    "loss_step": LOSS, "train_loss_step": LOSS, "lm_loss_train": LOSS, "total_loss": LOSS,
+    "val_loss": VAL_LOSS, "eval_loss": VAL_LOSS, "validation_loss": VAL_LOSS, "valid_loss": VAL_LOSS,
+    "lm_loss_validation": VAL_LOSS, "tel": VAL_LOSS, "test_loss": VAL_LOSS,
+    "grad_norm": GRAD_NORM, "gradient_norm": GRAD_NORM, "grad_norm_total": GRAD_NORM,
+    "global_grad_norm": GRAD_NORM, "total_grad_norm": GRAD_NORM, "norm": GRAD_NORM,
+    "lr": LR, "learning_rate": LR, "lr_abs": LR,
+    "loss_scale": LOSS_SCALE, "scale": LOSS_SCALE, "loss_scaler": LOSS_SCALE,
+    "attempted_loss_scale": LOSS_SCALE, "grad_scale": LOSS_SCALE,
+    "skipped_iters": SKIPPED_ITERS, "number_of_skipped_iterations": SKIPPED_ITERS,
+    "skipped_iterations": SKIPPED_ITERS, "overflow_skips": SKIPPED_ITERS,
+    "nan_iters": NAN_ITERS, "number_of_nan_iterations": NAN_ITERS, "nan_iterations": NAN_ITERS,
+    "iter_time": ITER_TIME, "iteration_time_s": ITER_TIME, "elapsed_time_per_iteration": ITER_TIME,
+    "step_time": ITER_TIME, "iteration_time": ITER_TIME,
+    "tokens": TOKENS, "num_tokens": TOKENS, "consumed_tokens": TOKENS, "num_input_tokens_seen": TOKENS,
+    "epoch": EPOCH,
+}
+
+_PREFIXES = ("train/", "train_", "training/", "trainer/", "metrics/", "optim/", "optimizer/")
+_FOLD = re.compile(r"[\s\-]+")
+
+STEP_ALIASES = ("step", "steps", "iteration", "iter", "global_step", "trainer/global_step",
+                "_step", "train/global_step", "it", "s", "iterations", "consumed_steps")
+"""Column or key names that hold the optimizer step (first match wins, in this order)."""
+
+
+def _normalise(raw: str) -> str:
+    return _FOLD.sub("_", raw.strip().lower())
+
+
+def canonical_name(raw: str) -> str:
+    """Map a framework's metric name to lossguard's canonical one.
+
+    Unknown names come back normalised but otherwise unchanged, so no column is ever dropped.
+    Loss streams (``loss/<stream>`` or ``<stream>/loss``, e.g. ``train/loss/cm4``) become
+    ``loss/<stream>``.
+
+    >>> canonical_name("lm loss"), canonical_name("train/loss"), canonical_name("loss/cm4")
+    ('loss', 'loss', 'loss/cm4')
+    """
+    name = _normalise(raw)
+    if name in _ALIASES:
+        return _ALIASES[name]
+    stripped = name
+    for prefix in _PREFIXES:
+        if stripped.startswith(prefix) and len(stripped) > len(prefix):
+            stripped = stripped[len(prefix):]
+            break
+    if stripped in _ALIASES:
+        return _ALIASES[stripped]
+    parts = stripped.split(STREAM_SEPARATOR)
+    if len(parts) == 2 and parts[0] in ("loss", "lm_loss") and parts[1]:
+        return f"{LOSS}{STREAM_SEPARATOR}{parts[1]}"
+    if len(parts) == 2 and parts[1] in ("loss", "lm_loss") and parts[0] not in ("val", "eval", "valid", "validation", "test"):
+        return f"{LOSS}{STREAM_SEPARATOR}{parts[0]}"
+    if len(parts) == 2 and parts[0] in ("val", "eval", "valid", "validation", "test") and parts[1] == "loss":
+        return VAL_LOSS
+    return name
+
+
+def is_step_name(raw: str) -> bool:
+    """True when a column or key name holds the step index."""
+    return _normalise(raw) in STEP_ALIASES
+
+
+def stream_of(name: str) -> str | None:
+    """The stream of a loss metric (``"cm4"`` for ``loss/cm4``), or None for anything else."""
+    if name.startswith(LOSS + STREAM_SEPARATOR):
+        return name[len(LOSS) + 1:]
+    return None
+
+
+def is_loss(name: str) -> bool:
+    """True for the training loss and for every per-stream training loss."""
+    return name == LOSS or stream_of(name) is not None
