@@ -1,18 +1,28 @@
-"""Analysis: the result of reading a run and naming what happened to it.
+"""Analysis: the result of reading a run and naming what happened to it, and :func:`analyze`.
 
-(Contract only; ``analyze()`` that fills it lives beside it.)
+``analyze(log)`` stitches the run if needed, runs every detector (:mod:`lossguard.detect`), turns
+events into incidents (:mod:`lossguard.classify`) and suggests a recovery for each
+(:mod:`lossguard.plan`). :meth:`Analysis.to_dict` is the versioned JSON document that
+``lossguard analyze --json`` prints; its schema is documented in ``docs/analysis-json.md``.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
-from .classify.incident import Incident
-from .plan import RecoveryPlan
+from . import __version__
+from .classify.assemble import find_incidents
+from .classify.incident import Incident, IncidentKind
+from .classify.settings import AnalyzeConfig
+from .plan import PlanConfig, RecoveryPlan, make_plans
 from .runlog import RunLog
+from .stitch import stitch
 
 SCHEMA_VERSION = 1
 """Version of the JSON document written by ``lossguard analyze --json``; bumped on breaking change."""
+
+SEVERITY_ORDER = {"info": 0, "warning": 1, "critical": 2}
 
 
 @dataclass
@@ -25,6 +35,10 @@ class Analysis:
         plans: recovery suggestions; ``plan.incident`` indexes ``incidents``.
         guard_actions: the guard's own decisions read from the log (``RunLog.events``), if any.
         settings: the detector settings used (JSON-ready), so a result can be reproduced.
+        metric: the loss series the analysis is about.
+        log_interval: typical steps between logged points.
+        checkpoints: checkpoint steps the plans were made against (None if not given).
+        notes: remarks about the run as a whole (e.g. a loss centred at zero).
     """
 
     log: RunLog
@@ -32,3 +46,87 @@ class Analysis:
     plans: list[RecoveryPlan] = field(default_factory=list)
     guard_actions: list[dict[str, Any]] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
+    metric: str = "loss"
+    log_interval: int = 1
+    checkpoints: list[int] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def of_kind(self, *kinds: IncidentKind | str) -> list[Incident]:
+        """Incidents of the given kinds (members or their string values)."""
+        want = {IncidentKind(k) for k in kinds}
+        return [i for i in self.incidents if i.kind in want]
+
+    @property
+    def worst_severity(self) -> str | None:
+        """``"critical"``, ``"warning"``, ``"info"`` or None when nothing was found."""
+        if not self.incidents:
+            return None
+        return max((i.severity for i in self.incidents), key=SEVERITY_ORDER.__getitem__)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The versioned JSON document (see ``docs/analysis-json.md``)."""
+        counts: dict[str, int] = {}
+        for i in self.incidents:
+            counts[i.kind.value] = counts.get(i.kind.value, 0) + 1
+        return _clean({
+            "schema_version": SCHEMA_VERSION,
+            "lossguard_version": __version__,
+            "run": self.log.summary(),
+            "metric": self.metric,
+            "log_interval": self.log_interval,
+            "checkpoints": self.checkpoints,
+            "summary": {"incidents": len(self.incidents), "by_kind": counts, "worst_severity": self.worst_severity},
+            "incidents": [i.to_dict() for i in self.incidents],
+            "plans": [p.to_dict() for p in self.plans],
+            "guard_actions": self.guard_actions,
+            "notes": self.notes,
+            "settings": self.settings,
+        })
+
+
+def _clean(obj: Any) -> Any:
+    """Make a structure strict-JSON: non-finite floats become None, tuples lists, enums values."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, IncidentKind):
+        return obj.value
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):  # numpy scalars
+        return _clean(obj.item())
+    return obj
+
+
+def analyze(log: RunLog, *, checkpoints: Sequence[int] | None = None, settings: AnalyzeConfig | None = None,
+            plan: PlanConfig | None = None) -> Analysis:
+    """Find, classify and plan for every incident of a run.
+
+    Args:
+        log: the run (stitched or not; it is stitched here if needed).
+        checkpoints: steps of the checkpoints that exist; plans roll back to the newest one at least
+            ``plan.rollback_steps`` before an incident (without it, plans name the step to look for).
+        settings: detector and classifier thresholds (defaults are scale-free).
+        plan: the recovery recipe's numbers.
+
+    Returns:
+        The :class:`Analysis`.
+
+    Raises:
+        LossguardError: the log has no loss (or no metric named ``settings.metric``).
+    """
+    settings = settings or AnalyzeConfig()
+    plan = plan or PlanConfig()
+    log = stitch(log)
+    found = find_incidents(log, settings)
+    ck = sorted(int(c) for c in checkpoints) if checkpoints is not None else None
+    return Analysis(
+        log=log, incidents=found.incidents, plans=make_plans(found.incidents, checkpoints=ck, cfg=plan),
+        guard_actions=[dict(e) for e in log.events], settings={"analyze": settings.to_dict(), "plan": _plan_dict(plan)},
+        metric=found.metric, log_interval=found.interval, checkpoints=ck, notes=found.notes)
+
+
+def _plan_dict(plan: PlanConfig) -> dict[str, Any]:
+    from dataclasses import asdict
+    return asdict(plan)

@@ -1,11 +1,21 @@
 """Recovery plans: what the OPT, PaLM and WeLM teams did by hand, suggested for each incident.
 
-(Contract only; the planning logic is added beside this dataclass.)
+The recipe (PaLM, Chowdhery et al. 2022, sec. 5.1; OPT logbook; WeLM): restart from a checkpoint
+about 100 steps before the spike, skip roughly 200-500 batches around it, lower the LR when the run
+keeps spiking or diverges, and reset the fp16 loss scale after a collapse (only once the optimizer
+state is known to be finite). Plans are suggestions with reasons, never executed here; the guard
+(:mod:`lossguard.guard`) carries them out in a live run.
 """
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Sequence
+
+from .classify.incident import Incident, IncidentKind as K
+from .errors import LossguardError, raise_all
 
 
 @dataclass
@@ -39,3 +49,169 @@ class RecoveryPlan:
         d = asdict(self)
         d["skip_batches"] = list(self.skip_batches) if self.skip_batches else None
         return d
+
+
+@dataclass(kw_only=True)
+class PlanConfig:
+    """The recipe's numbers (in optimizer steps)."""
+
+    rollback_steps: int = 100
+    """Roll back to at least this many steps before the onset (PaLM: ~100)."""
+    min_skip: int = 200
+    """Skip at least this many batches (PaLM: 200-500)."""
+    max_skip: int = 2000
+    """...and at most this many."""
+    lr_factor: float = 0.5
+    """LR multiplier after a divergence or repeated spikes."""
+    repeat_window: int = 2000
+    """Spikes this close together (steps) count as repeated."""
+    repeat_count: int = 3
+    """...when there are at least this many."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.rollback_steps < 0:
+            problems.append(f"rollback_steps must be >= 0, got {self.rollback_steps}")
+        if not 0 < self.min_skip <= self.max_skip:
+            problems.append(f"min_skip must be in (0, max_skip={self.max_skip}], got {self.min_skip}")
+        if not 0 < self.lr_factor <= 1:
+            problems.append(f"lr_factor must be in (0, 1], got {self.lr_factor}")
+        if self.repeat_count < 2:
+            problems.append(f"repeat_count must be >= 2, got {self.repeat_count}")
+        raise_all(problems)
+
+
+_CKPT = re.compile(r"(?:checkpoint|iter|step|global_step|ckpt)[-_=]?0*(\d+)", re.IGNORECASE)
+
+
+def parse_checkpoints(spec: str | os.PathLike) -> list[int]:
+    """Checkpoint steps from a directory (``checkpoint-1200``, ``iter_0001200``, ``step_1200``...)
+    or a comma-separated list of steps.
+
+    Raises:
+        LossguardError: neither a directory with checkpoints nor a list of integers.
+    """
+    text = os.fspath(spec)
+    path = Path(text)
+    if path.is_dir():
+        steps = sorted({int(m.group(1)) for p in path.iterdir() if (m := _CKPT.search(p.name))})
+        if not steps:
+            raise LossguardError("no checkpoint sub-directories found (looked for names like checkpoint-1200, "
+                                 "iter_0001200, step_1200)", path=text,
+                                 fix="point --checkpoints at the directory that holds them, or list the steps: 1000,2000")
+        return steps
+    try:
+        return sorted({int(s) for s in text.split(",") if s.strip()})
+    except ValueError:
+        raise LossguardError(f"--checkpoints {text!r} is neither a directory nor a comma-separated list of steps",
+                             fix="pass a checkpoint directory or steps like 1000,2000,3000") from None
+
+
+def _rollback(onset: int, cfg: PlanConfig, checkpoints: Sequence[int] | None) -> tuple[int | None, bool, str]:
+    target = onset - cfg.rollback_steps
+    if checkpoints is None:
+        step = max(0, target)
+        return step, False, (f"restore the newest checkpoint at or before step {step} "
+                             f"(at least {cfg.rollback_steps} steps before the onset at {onset}).")
+    ok = [c for c in checkpoints if c <= target]
+    if ok:
+        return ok[-1], True, f"restore checkpoint {ok[-1]}, the newest at least {cfg.rollback_steps} steps before the onset at {onset}."
+    before = [c for c in checkpoints if c < onset]
+    if before:
+        return before[-1], True, (f"restore checkpoint {before[-1]}: no checkpoint is {cfg.rollback_steps} steps before "
+                                  f"the onset at {onset}, this is the newest before it (the spike may be baked in already).")
+    return None, False, f"no checkpoint before the onset at {onset}: the run has to restart from scratch."
+
+
+def _skip(inc: Incident, start: int, cfg: PlanConfig) -> tuple[int, int]:
+    last_bad = inc.end if inc.end is not None else inc.peak
+    span = max(last_bad - inc.onset, 1)
+    first = max(start + 1, inc.onset - min(span, 50))
+    length = min(max(cfg.min_skip, 2 * span), cfg.max_skip)
+    return first, max(first + length - 1, last_bad)
+
+
+def plan_for(index: int, inc: Incident, incidents: Sequence[Incident], cfg: PlanConfig,
+             checkpoints: Sequence[int] | None) -> RecoveryPlan:
+    """The suggested recovery for one incident."""
+    p = RecoveryPlan(incident=index, action="watch")
+    kind = inc.kind
+    spikes = [i for i in incidents if i.kind in (K.SPIKE_FAST, K.SPIKE_SLOW, K.SPIKE_NO_RECOVERY, K.STREAM_SPIKE)
+              and abs(i.onset - inc.onset) <= cfg.repeat_window]
+    repeated = kind in (K.SPIKE_FAST, K.SPIKE_SLOW, K.SPIKE_NO_RECOVERY) and len(spikes) >= cfg.repeat_count
+
+    def rollback(skip: bool, why: str) -> None:
+        step, exists, how = _rollback(inc.onset, cfg, checkpoints)
+        p.action = "rollback" if step is not None else "stop"
+        p.rollback_to_step, p.checkpoint_exists = step, exists
+        p.reasons.append(why)
+        p.reasons.append(how[0].upper() + how[1:])
+        if skip and step is not None:
+            p.skip_batches = _skip(inc, step, cfg)
+            p.reasons.append(f"Skip batches {p.skip_batches[0]}-{p.skip_batches[1]}: the data around the onset "
+                             f"plus a margin ({p.skip_batches[1] - p.skip_batches[0] + 1} batches; PaLM skipped 200-500).")
+
+    if kind == K.SPIKE_FAST and not repeated:
+        p.reasons.append("The loss came back by itself within the fast budget; no action needed. "
+                         "If it recurs, the guard's skip-step would have dropped this update.")
+    elif kind in (K.SPIKE_FAST, K.SPIKE_SLOW, K.SPIKE_NO_RECOVERY) and repeated:
+        rollback(True, f"{len(spikes)} spikes within {cfg.repeat_window} steps: the run is unstable at this LR.")
+        p.lr_factor = cfg.lr_factor
+        p.reasons.append(f"Lower the LR to {cfg.lr_factor:g}x for a while after restoring (repeated spikes).")
+    elif kind == K.SPIKE_SLOW:
+        rollback(True, "The spike took hundreds of steps to recover: those steps were wasted and the weights "
+                       "may carry the damage.")
+    elif kind == K.SPIKE_NO_RECOVERY:
+        rollback(True, "The loss never came back to its pre-spike level.")
+        if "divergence" in inc.evidence:
+            p.lr_factor = cfg.lr_factor
+            p.reasons.append(f"It is turning into divergence: lower the LR to {cfg.lr_factor:g}x after restoring.")
+    elif kind == K.DIVERGENCE:
+        rollback(False, "The loss trend turned upward and kept rising: the optimisation itself is unstable.")
+        p.lr_factor = cfg.lr_factor
+        p.reasons.append(f"Lower the LR to {cfg.lr_factor:g}x (or lengthen warm-up); skipping data will not help "
+                         "a divergence that has no spike.")
+    elif kind == K.LEVEL_SHIFT:
+        rollback(True, "The loss moved to a higher level and stayed: check what changed at that step "
+                       "(data shard or mix, LR schedule, a resumed optimizer state).")
+    elif kind == K.STREAM_SPIKE:
+        if inc.end is not None and inc.details.get("recovery") == K.SPIKE_FAST.value:
+            p.reasons.append(f"Only stream(s) {', '.join(inc.streams)} spiked and recovered: inspect that stream's "
+                             f"data around step {inc.onset}.")
+        else:
+            rollback(True, f"Only stream(s) {', '.join(inc.streams)} spiked: bad data in that stream is the "
+                           "likely cause.")
+    elif kind == K.RESUME_SPIKE:
+        p.reasons.append("A bump right after a resume that recovered: often optimizer state, RNG or data position "
+                         "not restored exactly. Run `lossguard verify-resume` before the next long run.")
+    elif kind == K.REPEATED_DATA:
+        step, exists, how = _rollback(inc.onset + cfg.rollback_steps, cfg, checkpoints)
+        p.action = "rollback" if step is not None else "stop"
+        p.rollback_to_step, p.checkpoint_exists = step, exists
+        p.reasons.append("The data loader restarted from an earlier position at the resume: the low loss is "
+                         "memorised data, and the model is being trained on it twice.")
+        p.reasons.append(how[0].upper() + how[1:] + " Resume with the data position saved in that checkpoint.")
+    elif kind == K.NON_FINITE:
+        rollback(True, "A NaN/Inf loss or gradient that reached the optimizer poisons the weights and both Adam "
+                       "moments; restore state from before it.")
+    elif kind == K.LOSS_SCALE_COLLAPSE:
+        rollback(True, "The fp16 loss scale collapsed: most updates are being skipped.")
+        p.reset_loss_scale = True
+        p.reasons.append("After restoring, check the optimizer state is finite (a NaN-poisoned state is why scale "
+                         "resets alone fail), then reset the loss scale and its growth tracker.")
+    elif kind == K.GRAD_NORM_SPIKE:
+        p.reasons.append("The grad norm spiked while the loss held: watch for a loss spike in the next steps; "
+                         "tighter clipping or a lower LR if it repeats.")
+    elif kind == K.SUDDEN_DROP:
+        p.action = "none"
+        p.reasons.append("A steep improvement after a slow stretch (grokking-like). Worth a check that it is not "
+                         "an evaluation or data bug (e.g. repeated or leaked data).")
+    return p
+
+
+def make_plans(incidents: Sequence[Incident], *, checkpoints: Sequence[int] | None = None,
+               cfg: PlanConfig | None = None) -> list[RecoveryPlan]:
+    """One plan per incident, in the same order."""
+    cfg = cfg or PlanConfig()
+    ck = sorted(checkpoints) if checkpoints is not None else None
+    return [plan_for(i, inc, incidents, cfg, ck) for i, inc in enumerate(incidents)]

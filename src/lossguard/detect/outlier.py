@@ -1,16 +1,24 @@
 """Robust outlier statistic shared by the analyser and the guard: median / MAD of a trailing window.
 
 The baseline of a point is the median of the last ``window`` finite values before it, and its noise
-is ``1.4826 * MAD`` of the same window (the consistent estimator of sigma for Gaussian noise),
+is ``1.4826 * median(|x[t] - x[t-1]|) / sqrt(2)`` over the same window: the MAD estimator of sigma
+applied to first differences, which a trend does not inflate (the MAD of the values themselves
+mistakes the fast early decline of a loss curve for noise and hides every spike in it). It is
 floored at ``rel_noise_floor * |median|`` so a perfectly flat curve does not make every wiggle
 infinite. A median has a 50% breakdown point, so a spike shorter than half the window cannot drag
-the baseline up with it; that is what keeps a spike out of its own baseline without the sequential
-"exclude what was flagged" loop that would make the whole-log path slow.
+the baseline up with it; episodes longer than that are handled by :mod:`.episode`, which freezes the
+pre-event baseline at onset.
 
-To make the online and vectorised paths agree exactly and keep the per-step cost flat, the baseline
-is refreshed every ``stride`` finite points, from the window that ends at the refresh point. A point
-is an outlier when it is non-finite, or when it is ``z_threshold`` noise units *and*
-``rel_threshold`` (relative to the baseline) away from the baseline on the watched side.
+Refresh schedule (identical in both paths, counted in finite points ``c`` seen so far): while the
+window fills (``min_points <= c < window``) the statistics are refreshed at every point, so short
+logs and the first steps of a run get a verdict; afterwards every ``stride`` points, which keeps the
+whole-log path at ~0.15 s per million points. A point is an outlier when it is non-finite, or when it
+is ``z_threshold`` noise units *and* ``rel_threshold`` (relative to the baseline; doubled while the
+window is still filling) away from the baseline on the watched side.
+
+Near-zero baselines: a relative threshold is meaningless for a quantity that sits at zero (an RL
+policy loss is noise around 0). When ``|median| < min_snr * noise`` the level cannot be told from
+the noise, so the test abstains instead of calling every heavy-tailed sample a spike.
 """
 from __future__ import annotations
 
@@ -22,6 +30,7 @@ import numpy as np
 from ..errors import raise_all
 
 MAD_TO_SIGMA = 1.4826  # 1 / Phi^-1(3/4): MAD -> standard deviation for Gaussian noise
+DIFF_TO_SIGMA = MAD_TO_SIGMA / np.sqrt(2.0)  # median |x[t] - x[t-1]| -> sigma (a difference has sqrt(2) sigma)
 
 
 @dataclass(kw_only=True)
@@ -30,16 +39,20 @@ class OutlierConfig:
 
     window: int = 128
     """Trailing finite points the baseline is computed from."""
-    stride: int = 8
-    """Refresh the baseline every this many finite points (1 = every point)."""
-    min_points: int = 16
-    """No verdict before this many finite points (warm-up)."""
+    stride: int = 32
+    """Once the window is full, refresh the baseline every this many finite points (1 = every point)."""
+    min_points: int = 5
+    """No verdict before this many finite points."""
     z_threshold: float = 6.0
     """Distance from the baseline, in noise units, that makes a point an outlier."""
     rel_threshold: float = 0.08
     """...and the relative distance (|x - median| / |median|) it must also exceed."""
+    warmup_rel_factor: float = 2.0
+    """``rel_threshold`` is multiplied by this while the window is still filling (few points, rough noise)."""
     rel_noise_floor: float = 1e-3
     """Noise is at least this fraction of |median|."""
+    min_snr: float = 1.0
+    """Abstain when ``|median| < min_snr * noise``: a level indistinguishable from zero has no scale."""
     side: str = "up"
     """Which excursions count: ``"up"`` (loss, grad norm spikes), ``"down"`` or ``"both"``."""
 
@@ -49,14 +62,18 @@ class OutlierConfig:
             problems.append(f"window must be >= 4, got {self.window}")
         if not 1 <= self.stride <= max(self.window, 1):
             problems.append(f"stride must be in [1, window={self.window}], got {self.stride}")
-        if not 2 <= self.min_points:
-            problems.append(f"min_points must be >= 2, got {self.min_points}")
+        if not 2 <= self.min_points <= self.window:
+            problems.append(f"min_points must be in [2, window={self.window}], got {self.min_points}")
         if not self.z_threshold > 0:
             problems.append(f"z_threshold must be > 0, got {self.z_threshold}")
         if not self.rel_threshold >= 0:
             problems.append(f"rel_threshold must be >= 0, got {self.rel_threshold}")
+        if not self.warmup_rel_factor >= 1:
+            problems.append(f"warmup_rel_factor must be >= 1, got {self.warmup_rel_factor}")
         if not self.rel_noise_floor >= 0:
             problems.append(f"rel_noise_floor must be >= 0, got {self.rel_noise_floor}")
+        if not self.min_snr >= 0:
+            problems.append(f"min_snr must be >= 0, got {self.min_snr}")
         if self.side not in ("up", "down", "both"):
             problems.append(f"side must be 'up', 'down' or 'both', got {self.side!r}")
         raise_all(problems)
@@ -67,8 +84,8 @@ class OutlierScores:
     """Per-point result of the vectorised test; arrays align with the input.
 
     Attributes:
-        baseline: median of the trailing window (NaN during warm-up and for non-finite points).
-        noise: robust sigma of the trailing window (NaN likewise).
+        baseline: median of the trailing window (NaN before ``min_points`` and for non-finite points).
+        noise: robust sigma of the trailing window, from its first differences (NaN likewise).
         z: signed distance from the baseline in noise units (NaN likewise).
         outlier: True where the point is an outlier (always True for non-finite values).
     """
@@ -79,17 +96,27 @@ class OutlierScores:
     outlier: np.ndarray
 
 
-def _verdict(cfg: OutlierConfig, x, median, noise):
+def _verdict(cfg: OutlierConfig, x, median, noise, warm):
     """Outlier test given baseline statistics; works on numpy scalars and arrays alike."""
     dev = x - median
-    rel = np.abs(dev) / np.maximum(np.abs(median), 1e-12)
+    scale = np.abs(median)
+    rel = np.abs(dev) / np.maximum(scale, 1e-12)
     if cfg.side == "up":
         far = dev > 0
     elif cfg.side == "down":
         far = dev < 0
     else:
         far = dev != 0
-    return far & (np.abs(dev) >= cfg.z_threshold * noise) & (rel >= cfg.rel_threshold)
+    rel_needed = np.where(warm, cfg.rel_threshold * cfg.warmup_rel_factor, cfg.rel_threshold)
+    return (far & (np.abs(dev) >= cfg.z_threshold * noise) & (rel >= rel_needed)
+            & (scale >= cfg.min_snr * noise))
+
+
+def refresh_counts(m: int, cfg: OutlierConfig) -> np.ndarray:
+    """Finite-point counts at which the statistics are refreshed, for a series of ``m`` finite points."""
+    warm = np.arange(cfg.min_points, min(cfg.window, m))
+    full = np.arange(cfg.window, m, cfg.stride)
+    return np.concatenate([warm, full]).astype(np.int64)
 
 
 def score(values: np.ndarray, cfg: OutlierConfig | None = None) -> OutlierScores:
@@ -101,49 +128,57 @@ def score(values: np.ndarray, cfg: OutlierConfig | None = None) -> OutlierScores
     values = np.asarray(values, dtype=np.float64)
     n = len(values)
     finite = np.isfinite(values)
-    x = values[finite]
+    x = values if finite.all() else values[finite]
     m = len(x)
     baseline = np.full(n, np.nan)
     noise = np.full(n, np.nan)
     z = np.full(n, np.nan)
     outlier = ~finite
     if m > cfg.min_points:
-        # Refresh points r (counted in finite points): multiples of stride with r >= min_points. Point i
-        # (finite index) uses the statistics of the last refresh r <= i, computed on x[max(0, r-W):r].
-        first = -(-cfg.min_points // cfg.stride) * cfg.stride
-        refresh = np.arange(first, m, cfg.stride)
+        refresh = refresh_counts(m, cfg)
         med, sig = _window_stats(x, refresh, cfg)
-        idx = np.arange(m)
-        which = (idx - first) // cfg.stride
-        ok = idx >= first
+        # Finite point i uses the last refresh r <= i.
+        which = np.searchsorted(refresh, np.arange(m), side="right") - 1
+        ok = which >= 0
         fmed = np.full(m, np.nan)
         fsig = np.full(m, np.nan)
         fmed[ok] = med[which[ok]]
         fsig[ok] = sig[which[ok]]
-        fz = (x - fmed) / fsig
+        with np.errstate(divide="ignore", invalid="ignore"):
+            fz = (x - fmed) / fsig
         fout = np.zeros(m, dtype=bool)
-        fout[ok] = _verdict(cfg, x[ok], fmed[ok], fsig[ok])
+        warm = np.arange(m)[ok] < cfg.window
+        fout[ok] = _verdict(cfg, x[ok], fmed[ok], fsig[ok], warm)
         baseline[finite], noise[finite], z[finite] = fmed, fsig, fz
         outlier = outlier.copy()
         outlier[finite] = fout
     return OutlierScores(baseline, noise, z, outlier)
 
 
+def _median_rows(a: np.ndarray) -> np.ndarray:
+    """Row medians via one partition (np.median does the same work plus NaN checks)."""
+    k = a.shape[1]
+    if k % 2:
+        return np.partition(a, k // 2, axis=1)[:, k // 2]
+    p = np.partition(a, [k // 2 - 1, k // 2], axis=1)
+    return 0.5 * (p[:, k // 2 - 1] + p[:, k // 2])
+
+
 def _window_stats(x: np.ndarray, refresh: np.ndarray, cfg: OutlierConfig) -> tuple[np.ndarray, np.ndarray]:
-    """Median and robust sigma of x[max(0, r - window):r] for every refresh point r."""
+    """Median and robust sigma of x[max(0, r - window):r] for every refresh count r."""
     W = cfg.window
     med = np.empty(len(refresh))
     sig = np.empty(len(refresh))
     full = refresh >= W
     if full.any():
-        windows = np.lib.stride_tricks.sliding_window_view(x, W)[refresh[full] - W]
-        mf = np.median(windows, axis=1)
-        med[full] = mf
-        sig[full] = MAD_TO_SIGMA * np.median(np.abs(windows - mf[:, None]), axis=1)
-    for k in np.flatnonzero(~full):  # the few partial windows of the warm-up
+        starts = refresh[full] - W
+        med[full] = _median_rows(np.lib.stride_tricks.sliding_window_view(x, W)[starts])
+        absd = np.abs(np.diff(x))
+        sig[full] = DIFF_TO_SIGMA * _median_rows(np.lib.stride_tricks.sliding_window_view(absd, W - 1)[starts])
+    for k in np.flatnonzero(~full):  # the partial windows while the window fills (< window of them)
         w = x[: refresh[k]]
         med[k] = np.median(w)
-        sig[k] = MAD_TO_SIGMA * np.median(np.abs(w - med[k]))
+        sig[k] = DIFF_TO_SIGMA * np.median(np.abs(np.diff(w)))
     sig = np.maximum(sig, cfg.rel_noise_floor * np.abs(med))
     return med, sig
 
@@ -158,6 +193,9 @@ class PointVerdict:
     z: float
 
 
+_NAN = float("nan")
+
+
 @dataclass
 class OnlineOutlier:
     """The same test, one point at a time, with checkpointable state.
@@ -168,28 +206,36 @@ class OnlineOutlier:
     config: OutlierConfig = field(default_factory=OutlierConfig)
     _window: deque = field(init=False, repr=False)
     _count: int = field(init=False, default=0)
-    _median: float = field(init=False, default=float("nan"))
-    _noise: float = field(init=False, default=float("nan"))
+    _median: float = field(init=False, default=_NAN)
+    _noise: float = field(init=False, default=_NAN)
 
     def __post_init__(self) -> None:
         self._window = deque(maxlen=self.config.window)
+
+    @property
+    def count(self) -> int:
+        """Finite points seen so far."""
+        return self._count
 
     def update(self, value: float) -> PointVerdict:
         """Judge ``value`` against the current baseline, then add it to the window."""
         cfg = self.config
         value = float(value)
         if not np.isfinite(value):
-            return PointVerdict(True, float("nan"), float("nan"), float("nan"))
-        if self._count >= cfg.min_points and self._count % cfg.stride == 0:
+            return PointVerdict(True, _NAN, _NAN, _NAN)
+        c = self._count
+        if cfg.min_points <= c < cfg.window or (c >= cfg.window and (c - cfg.window) % cfg.stride == 0):
             w = np.fromiter(self._window, dtype=np.float64, count=len(self._window))
             self._median = float(np.median(w))
-            mad = float(np.median(np.abs(w - self._median)))
-            self._noise = max(MAD_TO_SIGMA * mad, cfg.rel_noise_floor * abs(self._median))
-        if self._count < cfg.min_points or self._count < -(-cfg.min_points // cfg.stride) * cfg.stride:
-            verdict = PointVerdict(False, float("nan"), float("nan"), float("nan"))
+            mad = float(np.median(np.abs(np.diff(w))))
+            self._noise = max(DIFF_TO_SIGMA * mad, cfg.rel_noise_floor * abs(self._median))
+        if c < cfg.min_points:
+            verdict = PointVerdict(False, _NAN, _NAN, _NAN)
         else:
-            out = bool(_verdict(cfg, value, self._median, self._noise))
-            verdict = PointVerdict(out, self._median, self._noise, (value - self._median) / self._noise)
+            out = bool(_verdict(cfg, value, self._median, self._noise, c < cfg.window))
+            z = (value - self._median) / self._noise if self._noise > 0 else (
+                _NAN if value == self._median else np.copysign(np.inf, value - self._median))
+            verdict = PointVerdict(out, self._median, self._noise, float(z))
         self._window.append(value)
         self._count += 1
         return verdict

@@ -1,1 +1,146 @@
-"""io"""
+"""Readers for every common training-log format, and :func:`read_log`, which picks one by content.
+
+Each reader is a module ``lossguard.io.<name>`` with ``NAME``, ``sniff(path, head) -> bool`` (``head``
+is the file's first 64 KiB) and ``read(path, *, root=None) -> RunLog`` (unstitched). :func:`read_log`
+asks the readers in :data:`READERS` order, so specific formats win over the generic CSV/JSONL ones.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from types import ModuleType
+from typing import Iterable, Sequence, Union
+
+from ..errors import LogFormatError, LossguardError, UnknownFormatError
+from ..runlog import RunLog, merge
+from ..stitch import stitch
+
+READERS = ("tensorboard", "hf_trainer_state", "megatron", "wandb", "lightning", "jsonl", "csv")
+"""Reader modules in sniffing priority: the first whose ``sniff`` says yes reads the file."""
+
+HEAD_BYTES = 64 * 1024
+PathArg = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
+
+_loaded: dict[str, ModuleType | None] = {}
+
+
+def reader(name: str) -> ModuleType | None:
+    """The reader module called ``name``, or None when it is not part of this install."""
+    if name not in _loaded:
+        try:
+            _loaded[name] = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+            _loaded[name] = None
+    return _loaded[name]
+
+
+def available_formats() -> list[str]:
+    """Names of the readers present, in sniffing order."""
+    return [n for n in READERS if reader(n) is not None]
+
+
+def _head(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(HEAD_BYTES)
+    except OSError as exc:
+        raise LossguardError(f"cannot read the file: {exc.strerror or exc}", path=str(path),
+                             fix="check the path and its permissions") from None
+
+
+def detect_format(path: str | os.PathLike, head: bytes | None = None) -> str | None:
+    """The name of the first reader that recognises ``path`` by its content, or None."""
+    path = Path(path)
+    head = _head(path) if head is None else head
+    for name in available_formats():
+        try:
+            if reader(name).sniff(path, head):
+                return name
+        except Exception:  # noqa: BLE001 - a sniffer must never crash the read; treat as "not mine"
+            continue
+    return None
+
+
+def _expand(paths: PathArg) -> list[tuple[Path, Path | None]]:
+    """(file, root directory or None) for every path; directories are walked in sorted order."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    out: list[tuple[Path, Path | None]] = []
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            files = sorted(f for f in p.rglob("*") if f.is_file() and not any(
+                part.startswith(".") for part in f.relative_to(p).parts))
+            if not files:
+                raise LossguardError("the directory holds no files", path=str(p),
+                                     fix="point lossguard at a run directory that contains log files")
+            out.extend((f, p) for f in files)
+        elif p.exists():
+            out.append((p, None))
+        else:
+            raise LossguardError("no such file or directory", path=str(p),
+                                 fix="check the path (globs are expanded by your shell, not by lossguard)")
+    if not out:
+        raise LossguardError("no path given", fix="name at least one log file or run directory")
+    return out
+
+
+def read_log(paths: PathArg, *, format: str | None = None) -> RunLog:
+    """Read one run from one or more files or directories and return its stitched timeline.
+
+    Files given by name must be recognised; files found by walking a directory that no reader
+    recognises (checkpoints, configs) are skipped and listed in ``metadata["skipped"]``.
+
+    Args:
+        paths: a file, a directory, or several of them: all are read as segments of one run.
+        format: force a reader (one of :func:`available_formats`) instead of sniffing.
+
+    Returns:
+        The stitched :class:`~lossguard.runlog.RunLog`.
+
+    Raises:
+        LossguardError: unreadable path, unknown format, or a reader's :class:`LogFormatError`.
+    """
+    if format is not None and (format not in READERS or reader(format) is None):
+        raise UnknownFormatError(f"unknown format {format!r}",
+                                 fix=f"use one of: {', '.join(available_formats())}")
+    logs: list[RunLog] = []
+    skipped: list[str] = []
+    for path, root in _expand(paths):
+        head = _head(path)
+        name = format or detect_format(path, head)
+        if name is None:
+            if root is not None:
+                skipped.append(str(path))
+                continue
+            if not head.strip():
+                raise LogFormatError("the file is empty", path=str(path),
+                                     fix="point lossguard at a log that has at least one logged step")
+            raise UnknownFormatError(
+                "no reader recognises this file", path=str(path),
+                fix=f"pass --format with one of: {', '.join(available_formats())}; CSV needs a header "
+                    "naming a step column, JSONL one JSON object per line")
+        logs.append(reader(name).read(path, root=root))
+    if not logs:
+        raise UnknownFormatError(
+            f"none of the {len(skipped)} files is a training log lossguard can read "
+            f"(for example {Path(skipped[0]).name})", path=", ".join(sorted({str(r) for _, r in _expand(paths) if r})),
+            fix=f"formats read: {', '.join(available_formats())}")
+    hf = [g for g in logs if g.format == "hf_trainer_state"]
+    if len(hf) > 1:  # every HF checkpoint repeats the whole history: keep each point once
+        logs = [g for g in logs if g.format != "hf_trainer_state"] + reader("hf_trainer_state").collapse(hf)
+    log = stitch(merge(logs))
+    if skipped:
+        log.metadata["skipped"] = skipped
+    return log
+
+
+def read_each(paths: Iterable[str | os.PathLike]) -> list[RunLog]:
+    """Read several logs as separate runs (each stitched on its own)."""
+    return [read_log(p) for p in paths]
+
+
+__all__ = ["READERS", "available_formats", "detect_format", "read_log", "read_each", "reader"]

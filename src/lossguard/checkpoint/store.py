@@ -1,0 +1,353 @@
+"""CheckpointStore: atomic, self-validating checkpoints in one directory, pruned safely.
+
+Layout of the directory::
+
+    step-00000200/state.pt        the torch.save payload
+    step-00000200/manifest.json   {"format", "step", "created", "files": {"state.pt": {size, sha256}}}
+    .tmp-step-00000200-<pid>-<n>/ a checkpoint being written (never read; removed once its writer is dead)
+
+A checkpoint is written into a ``.tmp-*`` directory in the same directory, every file is fsynced,
+the directory is fsynced, then it is renamed to its final name (rename is atomic on POSIX) and the
+parent is fsynced. A process killed at any moment therefore leaves either the complete checkpoint
+under its final name or nothing under that name; the manifest's size and SHA-256 additionally catch
+a payload damaged after the fact (disk, copy, truncation). Only rank 0 should write under
+torch.distributed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import CheckpointError, ConfigError, raise_all
+
+_NAME = re.compile(r"^step-(\d{8,})$")
+_SIDE = re.compile(r"^\.(tmp|old|trash)-step-(\d{8,})-(\d+)-\d+$")
+PAYLOAD, MANIFEST, FORMAT = "state.pt", "manifest.json", 1
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What is on disk for one checkpoint.
+
+    Attributes:
+        step: the training step the checkpoint was taken after.
+        path: its directory.
+        valid: True when the manifest is readable and the payload has the recorded size (and, after
+            :meth:`CheckpointStore.validate`, the recorded SHA-256).
+        reason: why it is invalid, else ``""``.
+        size: payload size in bytes (0 when missing).
+        protected: True when :meth:`CheckpointStore.protect` keeps it from pruning.
+    """
+
+    step: int
+    path: Path
+    valid: bool
+    reason: str = ""
+    size: int = 0
+    protected: bool = False
+
+
+class _HashingFile:
+    """File-like object for ``torch.save`` that hashes the bytes on their way to disk."""
+
+    def __init__(self, raw) -> None:
+        self.raw, self.sha, self.size = raw, hashlib.sha256(), 0
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        self.sha.update(view)
+        self.size += len(view)
+        return self.raw.write(view)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
+
+
+class CheckpointStore:
+    """Atomic checkpoints of a training run, one directory per step, pruned without losing the
+    ones a rollback needs.
+
+    Args:
+        directory: where checkpoints live; created if missing.
+        keep_last: how many of the newest valid checkpoints pruning keeps (>= 1).
+        keep_every: also keep every checkpoint whose step is a multiple of this (None: none).
+        min_keep_steps_back: keep every checkpoint newer than ``newest - N`` plus the newest one at
+            or before ``newest - N``, so a rollback "at least N steps before a spike" that starts
+            after the newest checkpoint always finds its target. None: no such guarantee.
+    """
+
+    def __init__(self, directory: str | os.PathLike, *, keep_last: int = 3, keep_every: int | None = None,
+                 min_keep_steps_back: int | None = None) -> None:
+        problems = []
+        if not isinstance(keep_last, int) or keep_last < 1:
+            problems.append(f"keep_last must be an int >= 1, got {keep_last!r}")
+        if keep_every is not None and (not isinstance(keep_every, int) or keep_every < 1):
+            problems.append(f"keep_every must be None or an int >= 1, got {keep_every!r}")
+        if min_keep_steps_back is not None and (not isinstance(min_keep_steps_back, int) or min_keep_steps_back < 0):
+            problems.append(f"min_keep_steps_back must be None or an int >= 0, got {min_keep_steps_back!r}")
+        raise_all(problems, error=ConfigError, fix="fix the CheckpointStore arguments")
+        self.directory = Path(directory)
+        self.keep_last, self.keep_every, self.min_keep_steps_back = keep_last, keep_every, min_keep_steps_back
+        self._protected: set[int] = set()
+        self._counter = 0
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CheckpointError(f"cannot create the checkpoint directory ({exc.strerror})", path=self.directory,
+                                  fix="choose a writable directory") from exc
+        self._recover()
+
+    # ------------------------------------------------------------------ paths and listing
+    def path_of(self, step: int) -> Path:
+        """The directory a checkpoint of ``step`` has (whether or not it exists)."""
+        return self.directory / f"step-{int(step):08d}"
+
+    def _inspect(self, step: int, path: Path, *, checksum: bool) -> CheckpointInfo:
+        def bad(reason: str, size: int = 0) -> CheckpointInfo:
+            return CheckpointInfo(step, path, False, reason, size, step in self._protected)
+
+        payload = path / PAYLOAD
+        try:
+            manifest = json.loads((path / MANIFEST).read_text())
+            expected = manifest["files"][PAYLOAD]
+            if manifest.get("step") != step:
+                return bad(f"manifest says step {manifest.get('step')!r}, directory says {step}")
+        except FileNotFoundError:
+            return bad(f"{MANIFEST} is missing (an incomplete or foreign checkpoint)")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return bad(f"{MANIFEST} is unreadable ({exc})")
+        try:
+            size = payload.stat().st_size
+        except OSError:
+            return bad(f"{PAYLOAD} is missing")
+        if size != expected.get("size"):
+            return bad(f"{PAYLOAD} has {size} bytes, the manifest recorded {expected.get('size')}", size)
+        if checksum:
+            sha = hashlib.sha256()
+            with open(payload, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 22), b""):
+                    sha.update(block)
+            if sha.hexdigest() != expected.get("sha256"):
+                return bad(f"{PAYLOAD} does not match its SHA-256 in {MANIFEST} (corrupted)", size)
+        return CheckpointInfo(step, path, True, "", size, step in self._protected)
+
+    def list(self, *, checksum: bool = False) -> list[CheckpointInfo]:
+        """Every checkpoint directory, oldest first, with its validity.
+
+        Args:
+            checksum: also verify each payload's SHA-256 (reads every byte); without it only the
+                manifest and the payload size are checked.
+        """
+        found = []
+        for entry in self.directory.iterdir():
+            match = _NAME.match(entry.name)
+            if match and entry.is_dir():
+                found.append(self._inspect(int(match.group(1)), entry, checksum=checksum))
+        return sorted(found, key=lambda info: info.step)
+
+    def steps(self) -> list[int]:
+        """Steps of the valid checkpoints (manifest and size checked), oldest first."""
+        return [info.step for info in self.list() if info.valid]
+
+    def newest_at_or_before(self, step: int) -> int | None:
+        """The newest valid checkpoint step ``<= step``, or None when there is none."""
+        older = [s for s in self.steps() if s <= step]
+        return older[-1] if older else None
+
+    def validate(self) -> list[CheckpointInfo]:
+        """Check every checkpoint fully (manifest, size, SHA-256); returns the full listing."""
+        return self.list(checksum=True)
+
+    # ------------------------------------------------------------------ protection and pruning
+    def protect(self, step: int) -> None:
+        """Never prune the checkpoint of ``step`` (e.g. the rollback target of an open episode)."""
+        self._protected.add(int(step))
+
+    def unprotect(self, step: int) -> None:
+        """Let pruning consider ``step`` again."""
+        self._protected.discard(int(step))
+
+    def _keep(self, steps: list[int]) -> set[int]:
+        keep = set(steps[-self.keep_last:]) | (self._protected & set(steps))
+        if self.keep_every:
+            keep |= {s for s in steps if s % self.keep_every == 0}
+        if self.min_keep_steps_back is not None and steps:
+            horizon = steps[-1] - self.min_keep_steps_back
+            keep |= {s for s in steps if s > horizon}
+            older = [s for s in steps if s <= horizon]
+            if older:
+                keep.add(older[-1])
+        return keep
+
+    def prune(self) -> list[int]:
+        """Delete valid checkpoints the retention rules do not keep; returns the deleted steps.
+
+        The newest valid checkpoint is always kept; invalid ones are left for the user to inspect
+        (``validate()`` reports them).
+        """
+        steps = self.steps()
+        deleted = []
+        for step in sorted(set(steps) - self._keep(steps)):
+            self._discard(self.path_of(step), "trash")
+            deleted.append(step)
+        return deleted
+
+    def _discard(self, path: Path, kind: str) -> None:
+        # Rename first so a half-deleted directory never carries a checkpoint's name.
+        self._counter += 1
+        step = _NAME.match(path.name).group(1)
+        side = self.directory / f".{kind}-step-{step}-{os.getpid()}-{self._counter}"
+        os.rename(path, side)
+        if kind == "trash":
+            shutil.rmtree(side, ignore_errors=True)
+
+    def _recover(self) -> None:
+        """Finish what killed writers left: drop their temp dirs, put back an overwritten original."""
+        for entry in list(self.directory.iterdir()):
+            match = _SIDE.match(entry.name)
+            if not match:
+                continue
+            pid = int(match.group(3))
+            # Saves are synchronous, so our own side directories are leftovers too; another live
+            # process's are its work in progress.
+            if pid != os.getpid() and _pid_alive(pid):
+                continue
+            kind, step = match.group(1), int(match.group(2))
+            if kind == "old" and not self.path_of(step).exists():
+                os.rename(entry, self.path_of(step))  # killed between the two renames of an overwrite
+            else:
+                shutil.rmtree(entry, ignore_errors=True)
+
+    # ------------------------------------------------------------------ save and load
+    def _write_payload(self, path: Path, state: dict) -> tuple[int, str]:
+        """Write ``state`` to ``path`` with torch.save, fsync it; returns (size, sha256 hex).
+
+        A separate method so tests can slow it down and kill the process in the middle of a write.
+        """
+        import torch
+
+        with open(path, "wb") as raw:
+            hashing = _HashingFile(raw)
+            torch.save(state, hashing)
+            raw.flush()
+            os.fsync(raw.fileno())
+        return hashing.size, hashing.sha.hexdigest()
+
+    def save(self, step: int, state: dict[str, Any]) -> Path:
+        """Write ``state`` as the checkpoint of ``step`` atomically, then prune.
+
+        An existing checkpoint of the same step (a run that rolled back and came past it again) is
+        replaced atomically too.
+
+        Args:
+            step: the training step the state was taken after (>= 0).
+            state: anything ``torch.save`` accepts; usually ``TrainState.state_dict()``.
+
+        Returns:
+            The checkpoint's directory.
+        """
+        if not isinstance(step, int) or step < 0:
+            raise CheckpointError(f"checkpoint step must be an int >= 0, got {step!r}", path=self.directory,
+                                  fix="pass the number of optimizer steps taken so far")
+        self._recover()
+        self._counter += 1
+        tmp = self.directory / f".tmp-step-{step:08d}-{os.getpid()}-{self._counter}"
+        tmp.mkdir()
+        try:
+            size, sha = self._write_payload(tmp / PAYLOAD, state)
+            manifest = {"format": FORMAT, "step": step, "created": time.time(),
+                        "files": {PAYLOAD: {"size": size, "sha256": sha}}}
+            with open(tmp / MANIFEST, "w") as fh:
+                json.dump(manifest, fh, indent=1)
+                fh.flush()
+                os.fsync(fh.fileno())
+            _fsync_dir(tmp)
+            final = self.path_of(step)
+            if final.exists():
+                self._discard(final, "old")
+            os.rename(tmp, final)
+            _fsync_dir(self.directory)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self._recover()  # removes the ".old" copy of an overwritten checkpoint
+        self.prune()
+        return final
+
+    def load(self, step: int | None = None, *, map_location: Any = "cpu", weights_only: bool | None = None) -> dict:
+        """Load a checkpoint after verifying its size and SHA-256.
+
+        Args:
+            step: the step to load; None loads the newest checkpoint that verifies, passing over
+                damaged newer ones.
+            map_location: passed to ``torch.load``.
+            weights_only: True only unpickles tensors and plain containers (safe for untrusted
+                files); False unpickles anything; None (default) tries True and falls back to False
+                for payloads holding other objects (this store wrote them; the checksum matched).
+
+        Raises:
+            CheckpointError: no valid checkpoint, the requested one is missing or damaged, or it
+                cannot be unpickled.
+        """
+        if step is None:
+            infos = [i for i in self.list() if i.valid]
+            if not infos:
+                damaged = [f"{i.path.name}: {i.reason}" for i in self.list()]
+                raise CheckpointError("no valid checkpoint" + (f" (damaged: {'; '.join(damaged)})" if damaged else ""),
+                                      path=self.directory, fix="start from scratch or point to the right directory")
+            for info in reversed(infos):
+                full = self._inspect(info.step, info.path, checksum=True)
+                if full.valid:
+                    return self._torch_load(full.path / PAYLOAD, map_location, weights_only)
+            raise CheckpointError("every checkpoint failed its SHA-256 check", path=self.directory,
+                                  fix="restore the directory from a backup or start from scratch")
+        info = self._inspect(int(step), self.path_of(step), checksum=True)
+        if not info.path.exists():
+            raise CheckpointError(f"no checkpoint of step {step} (valid: {self.steps()})", path=self.directory,
+                                  fix="pick one of the valid steps, or load(None) for the newest")
+        if not info.valid:
+            raise CheckpointError(info.reason, path=info.path,
+                                  fix=f"delete {info.path} and load an older step (valid: {self.steps()})")
+        return self._torch_load(info.path / PAYLOAD, map_location, weights_only)
+
+    @staticmethod
+    def _torch_load(path: Path, map_location: Any, weights_only: bool | None) -> dict:
+        import pickle
+
+        import torch
+
+        try:
+            return torch.load(path, map_location=map_location, weights_only=weights_only is not False)
+        except pickle.UnpicklingError as exc:
+            if weights_only is True:
+                raise CheckpointError(f"the payload holds objects weights_only=True refuses ({exc})".splitlines()[0],
+                                      path=path, fix="load with weights_only=False if you trust the file") from exc
+        except (RuntimeError, EOFError, OSError) as exc:
+            raise CheckpointError(f"torch.load failed: {str(exc).splitlines()[0]}", path=path,
+                                  fix="the file is damaged; delete it and load an older step") from exc
+        return torch.load(path, map_location=map_location, weights_only=False)

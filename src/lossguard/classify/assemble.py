@@ -1,0 +1,288 @@
+"""Run every detector on a stitched log and assemble one list of incidents.
+
+Single-series detectors run on the loss, on each ``loss/<stream>`` and on the grad norm; the
+cross-series rules live here: grad-norm episodes that lead a loss event are folded into it, a spike
+on one stream of a mix is a stream spike, resume and repeated-data tests run at segment boundaries,
+non-finite runs and fp16 loss-scale collapses become incidents of their own.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from .. import metrics as M
+from ..detect.drop import is_drop
+from ..detect.loss_scale import find_collapses
+from ..detect.nonfinite import find_nonfinite
+from ..detect.resume import boundary_indices, dead_vs_live, repeated_after, repeated_ids, resume_spike
+from ..detect.series import SeriesEvents, detect_series
+from ..errors import LossguardError
+from ..runlog import RunLog
+from .classifier import divergence_incident, drop_incident, spike_incident
+from .incident import Incident, IncidentKind as K
+from .settings import AnalyzeConfig
+
+
+@dataclass
+class Found:
+    """Incidents plus what the report needs to explain them."""
+
+    incidents: list[Incident]
+    metric: str
+    interval: int
+    notes: list[str] = field(default_factory=list)
+
+
+def pick_metric(log: RunLog, metric: str | None) -> str:
+    """The loss to analyse; a clear error naming what the log has when there is none."""
+    if metric is not None:
+        name = metric if metric in log.series else M.canonical_name(metric)
+        if name not in log.series:
+            raise LossguardError(f"no metric {metric!r} in this log; it has {', '.join(log.metrics)}",
+                                 path=log.sources[0] if log.sources else None,
+                                 fix="pass --metric with one of the names listed")
+        return name
+    if M.LOSS in log.series:
+        return M.LOSS
+    streams = [m for m in log.metrics if M.is_loss(m)]
+    if streams:
+        return streams[0]
+    raise LossguardError(f"no training loss in this log; it has {', '.join(log.metrics)}",
+                         path=log.sources[0] if log.sources else None,
+                         fix="pass --metric NAME to analyse another column")
+
+
+def log_interval(steps: np.ndarray) -> int:
+    """Typical steps between logged points (median gap, at least 1)."""
+    return max(1, int(np.median(np.diff(steps)))) if len(steps) > 1 else 1
+
+
+def _overlap(a0: int, a1: int, b0: int, b1: int) -> bool:
+    return a0 <= b1 and b0 <= a1
+
+
+def _stream_names(log: RunLog, metric: str) -> list[str]:
+    return [M.stream_of(m) for m in log.metrics if M.stream_of(m) is not None and m != metric]
+
+
+def find_incidents(log: RunLog, cfg: AnalyzeConfig) -> Found:
+    """Every incident of a stitched run, in onset order."""
+    metric = pick_metric(log, cfg.metric)
+    steps, values = log.live(metric)
+    k = log_interval(steps)
+    dcfg = cfg.for_interval(k)
+    lag = dcfg.outlier.window // 2
+    streams = _stream_names(log, metric) if metric == M.LOSS else []
+    ev = detect_series(steps, values, dcfg)
+    found = Found([], metric, k)
+    if len(ev.values) and np.isfinite(ev.noise).any():
+        med, nz = np.nanmedian(ev.baseline), np.nanmedian(ev.noise)
+        if abs(med) < dcfg.outlier.min_snr * nz:
+            found.notes.append(f"The {metric} sits at zero within its noise (median {med:.3g}, noise {nz:.3g}), "
+                               "like an RL objective: spike tests abstain where no level can be told from noise.")
+    out = found.incidents
+    boundaries = boundary_indices(log, ev.steps)
+    near = {b: (seg, kind) for seg, b, kind in boundaries}
+
+    def at_boundary(i: int, width: int) -> int | None:
+        for b in range(i - width + 1, i + 1):
+            if b in near:
+                return b
+        return None
+
+    # Repeated data at boundaries.
+    claimed: set[int] = set()
+    explained: list[tuple[int, int]] = []
+    quiet: list[tuple[int, int]] = []  # stretches whose baseline rise is explained (no divergence)
+    for seg, b, kind in boundaries:
+        f = repeated_after(ev.values, b, seg, cfg.resume)
+        dl = dead_vs_live(log, metric, seg) if kind == "rollback" else None
+        # A consistent gap (median well above its spread), not one first-pass spike the rollback erased.
+        dl_hit = dl is not None and dl["median_diff"] > max(3 * dl["spread"] / np.sqrt(dl["matched"]),
+                                                            1.5 * dl["spread"], 0.01 * abs(dl["level"]))
+        if f is None and not dl_hit:
+            continue
+        st = ev.steps
+        evidence = []
+        if dl_hit:
+            evidence.append(f"after the rollback the live loss is {dl['median_diff']:.3g} below the first pass over the "
+                            f"same {dl['matched']} steps ({dl['first_step']}-{dl['last_step']})")
+        if f is not None:
+            evidence += f.evidence
+        end = f.end if f is not None else None
+        peak = f.peak if f is not None else b
+        level = f.level if f is not None else float(dl["level"])
+        excess = f.excess if f is not None else -float(dl["median_diff"])
+        noise = f.noise if f is not None else float(np.nanmedian(ev.noise[max(0, b - 64):b + 1]))
+        out.append(Incident(K.REPEATED_DATA, metric, int(st[b]), int(st[peak]), None if end is None else int(st[end]),
+                            level, float(ev.values[peak]), excess, excess / noise if noise > 0 else float("-inf"),
+                            None, streams, "warning",
+                            "The data stream seems to have restarted at the resume: " + "; ".join(evidence) + ".",
+                            {"segment": seg, "dead_vs_live": dl, **(f.details if f is not None else {})}))
+        claimed.add(b)
+        if end is not None:  # the step back up to fresh data is part of this incident, not a spike
+            h = cfg.resume.level_points
+            w = dcfg.outlier.window
+            explained.append((int(st[max(0, end - 2 * h)]), int(st[min(len(st) - 1, end + w)])))
+            quiet.append((int(st[b]), int(st[end]) + 2 * lag * k))
+    for name, first, count in repeated_ids(log):
+        out.append(Incident(K.REPEATED_DATA, name, first, first, None, float("nan"), float("nan"), float(count),
+                            float("nan"), None, [], "warning",
+                            f"{count} steps saw a {name} that an earlier step had already seen, first at step {first}.",
+                            {"repeats": count}))
+    # Loss spikes, shifts, resume spikes.
+    spans: list[tuple[int, int]] = []
+    resumed: set[int] = set()
+    for ep in ev.spikes:
+        if any(a <= int(ev.steps[ep.onset]) <= z for a, z in explained):
+            continue
+        inc = spike_incident(ev, ep, metric, cfg, k, streams)
+        b = at_boundary(ep.onset, cfg.resume.spike_points)
+        if b is not None and inc.end is not None:
+            inc.kind = K.RESUME_SPIKE
+            inc.severity = "info"
+            inc.evidence += f" It began {int(ev.steps[ep.onset] - ev.steps[b])} steps after a resume at step {int(ev.steps[b])}."
+            resumed.add(b)
+        spans.append((int(ev.steps[ep.onset]), int(ev.steps[ep.closed])))
+        out.append(inc)
+    for seg, b, kind in boundaries:
+        if b in resumed or any(_overlap(int(ev.steps[b]), int(ev.steps[b]), a, z) for a, z in spans):
+            continue
+        f = resume_spike(ev.values, b, seg, cfg.resume)
+        if f is not None:
+            st = ev.steps
+            out.append(Incident(K.RESUME_SPIKE, metric, int(st[f.onset]), int(st[f.peak]),
+                                None if f.end is None else int(st[f.end]), f.level, f.level + f.excess, f.excess,
+                                f.excess / f.noise, None if f.end is None else int(st[f.end] - st[f.peak]),
+                                streams, "info", f"The {metric} rose " + f.evidence[0] + ".", f.details))
+            spans.append((int(st[f.onset]), int(st[f.end if f.end is not None else f.peak])))
+    # Drops (dips at a resume are repeated data, not drops).
+    persist = dcfg.drop.persist_points
+    for ep in ev.dips:
+        b = at_boundary(ep.onset, cfg.resume.level_points)
+        if b is not None or not is_drop(ep, dcfg.drop):
+            continue
+        out.append(drop_incident(ev, ep, metric, persist, streams))
+    # Divergences not explained by an episode.
+    for d in ev.divergences:
+        a, z = int(ev.steps[d.minimum_at]), int(ev.steps[d.trigger])
+        if any(_overlap(a, z, s0, s1 + lag * k) for s0, s1 in spans + quiet):
+            continue
+        out.append(divergence_incident(ev, d, metric, lag, streams))
+    _streams(log, metric, ev, dcfg, cfg, k, out, explained)
+    _grad_norm(log, dcfg, cfg, k, out)
+    _nonfinite(log, metric, out)
+    _loss_scale(log, cfg, out)
+    out.sort(key=lambda i: (i.onset, i.kind.value))
+    return found
+
+
+def _streams(log, metric, ev, dcfg, cfg, k, out, explained) -> None:
+    """Spikes on one stream of a mix (and not on the others) are stream spikes."""
+    names = [m for m in log.metrics if M.stream_of(m) is not None and m != metric]
+    if len(names) < 2:
+        return
+    found = {}
+    for name in names:
+        s, v = log.live(name)
+        sev = detect_series(s, v, dcfg)
+        found[name] = [(int(sev.steps[e.onset]), int(sev.steps[e.closed]), e, sev) for e in sev.spikes]
+    tol = 2 * k
+    for name, eps in found.items():
+        for a, z, e, sev in eps:
+            if any(x0 <= a <= x1 for x0, x1 in explained):
+                continue
+            others = [o for o in names if o != name and any(_overlap(a - tol, z + tol, a2, z2) for a2, z2, _, _ in found[o])]
+            if len(others) + 1 == len(names):
+                continue  # every stream spiked: the loss incident covers it
+            if any(M.stream_of(o) < M.stream_of(name) for o in others):
+                continue  # reported once, under the first stream of the group
+            group = sorted([M.stream_of(name)] + [M.stream_of(o) for o in others])
+            inc = spike_incident(sev, e, name, cfg, k, group)
+            quiet = [M.stream_of(o) for o in names if M.stream_of(o) not in group]
+            inc.evidence += f" Only stream(s) {', '.join(group)} spiked; {', '.join(quiet)} did not."
+            inc.details["recovery"] = inc.kind.value
+            inc.kind = K.STREAM_SPIKE
+            # The mixed loss may show the same event: fold it in.
+            for other in list(out):
+                if other.metric == metric and other.kind in (K.SPIKE_FAST, K.SPIKE_SLOW, K.SPIKE_NO_RECOVERY) \
+                        and _overlap(inc.onset - tol, (inc.end or inc.peak) + tol, other.onset, other.end or other.peak):
+                    out.remove(other)
+            out.append(inc)
+
+
+def _grad_norm(log, dcfg, cfg, k, out) -> None:
+    if M.GRAD_NORM not in log.series:
+        return
+    s, v = log.live(M.GRAD_NORM)
+    gev = detect_series(s, v, replace(dcfg, outlier=replace(dcfg.outlier, rel_threshold=cfg.grad_norm_rel)))
+    lead = cfg.grad_lead_points * k
+    for e in gev.spikes:
+        a, z = int(gev.steps[e.onset]), int(gev.steps[e.closed])
+        owner = next((i for i in out if i.kind not in (K.GRAD_NORM_SPIKE, K.NON_FINITE)
+                      and _overlap(a, z, i.onset - lead, (i.end if i.end is not None else i.peak) + lead)), None)
+        excess = e.peak_value - e.base
+        if owner is not None:
+            owner.details.setdefault("grad_norm", {"onset": a, "peak": int(gev.steps[e.peak]), "ratio": e.peak_value / e.base})
+            if a < owner.onset:
+                owner.evidence += f" The grad norm rose first, at step {a} ({e.peak_value / e.base:.1f}x at step {int(gev.steps[e.peak])})."
+            continue
+        inc = spike_incident(gev, e, M.GRAD_NORM, cfg, k, [])
+        inc.kind = K.GRAD_NORM_SPIKE
+        inc.severity = "warning" if e.peak_value >= 10 * e.base else "info"
+        inc.evidence += " The loss did not move (yet): grad-norm spikes often build up before a loss spike."
+        inc.magnitude = excess
+        out.append(inc)
+
+
+def _nonfinite(log, metric, out) -> None:
+    for name in [metric, M.GRAD_NORM] + [m for m in log.metrics if M.stream_of(m) is not None and m != metric]:
+        if name not in log.series:
+            continue
+        steps, values = log.live(name)
+        for r in find_nonfinite(values):
+            a, z = int(steps[r.start]), int(steps[r.stop])
+            if any(i.kind == K.NON_FINITE and _overlap(a, z, i.onset, i.peak if i.end is None else i.end) for i in out):
+                continue
+            n = r.stop - r.start + 1
+            end = int(steps[r.stop + 1]) if r.recovered else None
+            what = "NaN" if r.nan == n else ("Inf" if r.nan == 0 else "NaN/Inf")
+            ev = (f"The {name} was {what} at {n} logged point(s) from step {a}" +
+                  (f"; finite again at step {end}." if end is not None else " to the end of the log."))
+            out.append(Incident(K.NON_FINITE, name, a, a, end, float("nan"), float("nan"), float("nan"),
+                                float("nan"), None, [], "critical", ev, {"points": n, "nan": r.nan}))
+    if M.NAN_ITERS in log.series:
+        steps, values = log.live(M.NAN_ITERS)
+        for i in np.flatnonzero(np.nan_to_num(values) > 0):
+            a = int(steps[i])
+            if not any(x.kind == K.NON_FINITE and abs(x.onset - a) <= 0 for x in out):
+                out.append(Incident(K.NON_FINITE, M.NAN_ITERS, a, a, None, float("nan"), float("nan"),
+                                    float(values[i]), float("nan"), None, [], "critical",
+                                    f"The log counts {int(values[i])} NaN iteration(s) at step {a}.", {}))
+
+
+def _loss_scale(log, cfg, out) -> None:
+    if M.LOSS_SCALE not in log.series:
+        return
+    steps, scale = log.live(M.LOSS_SCALE)
+    skipped = None
+    if M.SKIPPED_ITERS in log.series:
+        ss, sv = log.live(M.SKIPPED_ITERS)
+        skipped = (ss, np.nan_to_num(sv))
+    for c in find_collapses(scale, cfg.loss_scale):
+        onset = c.trigger
+        while onset > 0 and scale[onset - 1] > scale[onset] and onset > c.onset:
+            onset -= 1
+        a = int(steps[onset])
+        note = ""
+        if skipped is not None:
+            win = (skipped[0] >= a) & (skipped[0] <= int(steps[c.stop]))
+            note = f"; {int(skipped[1][win].sum())} iterations were skipped from step {a} on"
+        ev = (f"The fp16 loss scale fell from {scale[onset - 1] if onset else c.peak_scale:.4g} to {c.min_scale:.4g} "
+              f"(floor {cfg.loss_scale.floor:g}) at step {int(steps[c.trigger])}{note}: overflows on most steps, "
+              "updates are being skipped.")
+        out.append(Incident(K.LOSS_SCALE_COLLAPSE, M.LOSS_SCALE, a, int(steps[c.trigger]),
+                            int(steps[c.stop + 1]) if c.recovered else None, float(c.peak_scale), c.min_scale,
+                            c.min_scale - c.peak_scale, float("nan"), None, [], "critical", ev,
+                            {"floor": cfg.loss_scale.floor}))

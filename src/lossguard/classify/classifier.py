@@ -1,0 +1,155 @@
+"""Events -> incidents: one kind from the taxonomy per event, with the evidence that decided it.
+
+The detectors (:mod:`lossguard.detect`) say *where* something happened; this module decides *what*
+it was, by the rules below, and writes the reason in words.
+
+* An upward episode of the loss that came back within ``fast_steps`` of its peak is a fast spike,
+  later a slow spike. One that did not come back is a **level shift** when it kept at least
+  ``shift_ratio`` of its peak excess and its tail is flat, otherwise a **spike without recovery**
+  (with "turning into divergence" when the tail still rises).
+* An episode starting within a few points of a resume is a **resume spike** (if it recovered).
+* A divergence of the baseline not explained by an episode is a **divergence**, or a **level shift**
+  when one step up carries most of the rise.
+* A steep, persistent fall is a **sudden drop**; a dip right after a resume is **repeated data**.
+* Grad-norm episodes that lead or overlap a loss event become evidence on it; the others are
+  **grad-norm spikes** ("the loss has not moved").
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..detect.episode import Episode
+from ..detect.series import SeriesEvents
+from ..detect.trend import Divergence
+from .incident import Incident, IncidentKind as K
+from .settings import AnalyzeConfig
+
+
+def refine_onset(ev: SeriesEvents, ep: Episode, sign: float, lookback: int) -> int:
+    """Move an episode's onset back to where the departure began (> 2 frozen sigma from the baseline)."""
+    x = ev.values
+    lo = max(0, ep.onset - lookback)
+    prior = (x[lo:ep.onset] - ep.base) * sign > 2.0 * ep.noise
+    if not len(prior) or not prior[-1]:
+        return ep.onset
+    inside = np.flatnonzero(~prior)
+    return lo + (int(inside[-1]) + 1 if len(inside) else 0)
+
+
+def expected_level(ev: SeriesEvents, ep: Episode, step: int) -> float:
+    """The pre-event trend extrapolated to ``step``: linear in log(step), declining only.
+
+    The frozen baseline is the median of the window before onset, centred half a window earlier;
+    the window before that gives the slope. A loss curve is close to linear in log(step) over a
+    few windows (a power law flattens, so this errs towards expecting a little more decline).
+    """
+    w = 128
+    i = ep.onset
+    if i < 2 * w or not np.isfinite(ev.baseline[i - w]):
+        return ep.base
+    t1, t0 = float(ev.steps[i - w // 2]), float(ev.steps[i - w - w // 2])
+    if t0 <= 0 or t1 <= t0 or step <= t1:
+        return ep.base
+    slope = min(0.0, (ep.base - float(ev.baseline[i - w])) / np.log(t1 / t0))
+    return ep.base + slope * float(np.log(step / t1))
+
+
+def _magnitude(ep: Episode) -> tuple[float, float]:
+    excess = ep.peak_value - ep.base
+    return excess, excess / ep.noise if ep.noise > 0 else float("inf")
+
+
+def spike_incident(ev: SeriesEvents, ep: Episode, metric: str, cfg: AnalyzeConfig, interval: int,
+                   streams: list[str]) -> Incident:
+    """Classify one upward loss episode."""
+    st = ev.steps
+    onset = refine_onset(ev, ep, 1.0, 10)
+    excess, sigma = _magnitude(ep)
+    rel = excess / abs(ep.base) if ep.base else float("inf")
+    details = {"relative": rel, "ratio": ep.peak_value / ep.base if ep.base else None, "status": ep.status,
+               "detected_at": int(st[ep.onset]), "closed_at": int(st[ep.closed])}
+    what = f"rose {rel:.0%} ({sigma:.1f} sigma) above its pre-event level {ep.base:.4g} at step {int(st[ep.peak])}"
+    if ep.end is not None:
+        rec = int(st[ep.end] - st[ep.peak])
+        fast = rec <= cfg.fast_steps
+        kind = K.SPIKE_FAST if fast else K.SPIKE_SLOW
+        evidence = f"The {metric} {what} and was back on that level {rec} steps later ({'within' if fast else 'beyond'} the {cfg.fast_steps}-step fast budget)."
+        sev = "warning" if (not fast or rel >= 0.5) else "info"
+        return Incident(kind, metric, int(st[onset]), int(st[ep.peak]), int(st[ep.end]), ep.base, ep.peak_value,
+                        excess, sigma, rec, streams, sev, evidence, details)
+    x = ev.values
+    early = float(np.median(x[ep.onset:ep.onset + 5])) - ep.base
+    t_settled = st[max(ep.onset, ep.closed - cfg.detectors.spike.tail_points // 2)]
+    expected = expected_level(ev, ep, int(t_settled))
+    settled_excess = ep.settled - expected
+    kept = settled_excess / early if early > 0 else 0.0
+    rising = ep.tail_rise > max(3.0 * ep.noise, 0.02 * abs(ep.base))
+    details.update(settled=ep.settled, expected=expected, kept_fraction=kept, tail_rise=ep.tail_rise)
+    followed = int(st[ep.closed] - st[ep.onset])
+    if ep.status == "open" and ep.closed - ep.onset < cfg.for_interval(interval).spike.fast_points:
+        evidence = f"The {metric} {what}; the log ends {followed} steps later, before it came back."
+        return Incident(K.SPIKE_NO_RECOVERY, metric, int(st[onset]), int(st[ep.peak]), None, ep.base,
+                        ep.peak_value, excess, sigma, None, streams, "critical", evidence, details)
+    if kept >= cfg.shift_ratio and not rising:
+        kind = K.LEVEL_SHIFT
+        evidence = (f"The {metric} {what} and stayed there: {followed} steps later it still sits "
+                    f"{settled_excess:.3g} ({kept:.0%} of the jump) above its pre-event trend, which is flat.")
+        sev = "warning"
+    else:
+        kind = K.SPIKE_NO_RECOVERY
+        tail = "and is rising again (turning into divergence)" if rising else f"settling {settled_excess:.3g} higher"
+        evidence = (f"The {metric} {what}, came partly back, but {followed} steps later it is still not "
+                    f"on its pre-event trend, {tail}.")
+        sev = "critical"
+    return Incident(kind, metric, int(st[onset]), int(st[ep.peak]), None, ep.base, ep.peak_value, excess,
+                    sigma, None, streams, sev, evidence, details)
+
+
+def divergence_incident(ev: SeriesEvents, d: Divergence, metric: str, lag: int,
+                        streams: list[str]) -> Incident:
+    """A sustained climb: divergence, or a level shift when a single step carries the rise."""
+    x, st = ev.values, ev.steps
+    rise_total = float(ev.baseline[d.trigger] - d.minimum)
+    h = 16
+    lo, hi = max(0, d.minimum_at - lag), min(len(x), d.trigger + lag + h)
+    step_up, at = 0.0, None
+    if hi - lo > 2 * h:
+        med = np.median(np.lib.stride_tricks.sliding_window_view(x[lo:hi], h), axis=1)
+        jumps = med[h:] - med[:-h]
+        j = int(np.argmax(jumps))
+        step_up, at = float(jumps[j]), lo + j + h
+    peak = d.trigger + int(np.argmax(x[d.trigger:])) if d.end is None else d.trigger
+    sigma = rise_total / d.noise if d.noise > 0 else float("inf")
+    details = {"minimum": d.minimum, "minimum_step": int(st[d.minimum_at]), "declared_at": int(st[d.trigger]),
+               "threshold": d.threshold, "largest_step_up": step_up}
+    if at is not None and step_up >= 0.7 * rise_total:
+        onset = at
+        while onset > lo and x[onset - 1] - d.minimum > 0.5 * step_up:
+            onset -= 1
+        evidence = (f"The {metric} stepped up by {step_up:.3g} around step {int(st[at])} and stayed on the new "
+                    f"level: one step carries {step_up / rise_total:.0%} of the rise of its baseline.")
+        return Incident(K.LEVEL_SHIFT, metric, int(st[onset]), int(st[at]), None if d.end is None else int(st[d.end]),
+                        d.minimum, float(x[at]), rise_total, sigma, None, streams, "warning", evidence, details)
+    evidence = (f"The {metric}'s robust baseline turned upward after its minimum {d.minimum:.4g} "
+                f"(step {int(st[d.minimum_at])}) and rose {rise_total:.3g} ({sigma:.1f} sigma, "
+                f"{rise_total / abs(d.minimum):.0%}) without a spike"
+                + ("; it has not come back." if d.end is None else f"; it came back at step {int(st[d.end])}."))
+    return Incident(K.DIVERGENCE, metric, int(st[d.onset]), int(st[peak]), None if d.end is None else int(st[d.end]),
+                    d.minimum, float(x[peak]), rise_total, sigma, None, streams,
+                    "critical" if d.end is None else "warning", evidence, details)
+
+
+def drop_incident(ev: SeriesEvents, ep: Episode, metric: str, persist: int, streams: list[str]) -> Incident:
+    """A steep, persistent fall after a slow stretch."""
+    x, st = ev.values, ev.steps
+    onset = refine_onset(ev, ep, -1.0, 100)
+    a, b = ep.onset + persist // 2, min(len(x), ep.onset + persist)
+    fall = ep.base - float(np.median(x[a:b])) if b > a else ep.base - ep.peak_value
+    reach = np.flatnonzero(ep.base - x[ep.onset:b] >= 0.9 * fall)
+    peak = ep.onset + int(reach[0]) if len(reach) else ep.peak
+    sigma = fall / ep.noise if ep.noise > 0 else float("inf")
+    evidence = (f"The {metric} fell {fall:.3g} ({fall / abs(ep.base):.0%}, {sigma:.1f} sigma) below its level "
+                f"{ep.base:.4g} within {int(st[peak] - st[onset])} steps, after a slow stretch, and stayed down.")
+    return Incident(K.SUDDEN_DROP, metric, int(st[onset]), int(st[peak]), int(st[peak]), ep.base, float(x[peak]),
+                    -fall, -sigma, int(st[peak] - st[onset]), streams, "info", evidence,
+                    {"relative": -fall / abs(ep.base) if ep.base else None})

@@ -1,0 +1,63 @@
+"""AnalyzeConfig: every threshold of the analysis in one validated, JSON-ready object."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+from ..detect.episode import EpisodeConfig
+from ..detect.loss_scale import LossScaleConfig
+from ..detect.resume import ResumeConfig
+from ..detect.series import DetectorConfig
+from ..errors import raise_all
+
+
+@dataclass(kw_only=True)
+class AnalyzeConfig:
+    """Settings of :func:`lossguard.analysis.analyze`. Budgets in steps are converted to points with
+    the run's log interval (Megatron logs every 5th step), detection windows stay in points."""
+
+    metric: str | None = None
+    """The loss to analyse (default ``loss``, else the first ``loss/<stream>``)."""
+    detectors: DetectorConfig = field(default_factory=DetectorConfig)
+    """Per-series detectors; their episode budgets are overwritten from the step budgets below."""
+    fast_steps: int = 100
+    """A spike back on its pre-event level within this many optimizer steps of its peak recovered fast."""
+    budget_steps: int = 2000
+    """A spike not back within this many steps (at least 50 points) did not recover."""
+    shift_ratio: float = 0.75
+    """An unrecovered excursion that keeps this fraction of its peak excess is a level shift."""
+    grad_lead_points: int = 20
+    """A grad-norm spike up to this many points before a loss event belongs to that event."""
+    grad_norm_rel: float = 1.0
+    """A grad-norm spike must at least double it (relative threshold 1.0): the grad norm is far
+    noisier and heavier-tailed than the loss, and real grad-norm spikes are multiples (BLOOM: 4000x)."""
+    resume: ResumeConfig = field(default_factory=ResumeConfig)
+    """Boundary tests (resume spike, repeated data)."""
+    loss_scale: LossScaleConfig = field(default_factory=LossScaleConfig)
+    """fp16 loss-scale collapse."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.fast_steps < 1:
+            problems.append(f"fast_steps must be >= 1, got {self.fast_steps}")
+        if self.budget_steps <= self.fast_steps:
+            problems.append(f"budget_steps must be > fast_steps={self.fast_steps}, got {self.budget_steps}")
+        if not 0 < self.shift_ratio <= 1:
+            problems.append(f"shift_ratio must be in (0, 1], got {self.shift_ratio}")
+        if not self.grad_norm_rel >= 0:
+            problems.append(f"grad_norm_rel must be >= 0, got {self.grad_norm_rel}")
+        if self.grad_lead_points < 0:
+            problems.append(f"grad_lead_points must be >= 0, got {self.grad_lead_points}")
+        raise_all(problems)
+
+    def for_interval(self, interval: int) -> DetectorConfig:
+        """Detector settings for a run logged every ``interval`` steps."""
+        fast = max(2, -(-self.fast_steps // interval))
+        budget = max(fast + 1, 50, -(-self.budget_steps // interval))
+        d = self.detectors
+        spike = replace(d.spike, fast_points=fast, budget_points=budget)
+        dip: EpisodeConfig = replace(d.dip, fast_points=fast, budget_points=budget)
+        return replace(d, spike=spike, dip=dip)
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (recorded in the analysis so a result can be reproduced)."""
+        return asdict(self)

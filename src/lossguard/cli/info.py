@@ -1,0 +1,199 @@
+"""``lossguard info PATH...``: what was read from a run's logs, at a glance.
+
+Prints the format, the files, one line per metric (points, step range, NaN/Inf, dead points) and
+one line per segment (start / resume / rollback, how many points it superseded). ``--json`` prints
+:meth:`RunLog.summary` plus the reader's metadata instead. Uses ``rich`` for the tables when it is
+installed and plain aligned text otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+SLOW_READ_SECONDS = 1.0
+"""After this long without a result, a note on stderr says the read is still going."""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``info`` verb."""
+    p = subparsers.add_parser("info", help="show what a training log holds: metrics, steps, segments, rollbacks",
+                              description="Read training logs (files or run directories, read as one run) and "
+                                          "show what they hold.")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="log files or run directories (one run)")
+    p.add_argument("--json", action="store_true", help="print a JSON summary instead of tables")
+    p.add_argument("--format", default=None, metavar="NAME",
+                   help="force a reader instead of detecting the format from the content")
+    p.set_defaults(handler=run)
+
+
+def _read_with_progress(paths: list[str], fmt: str | None):
+    from ..io import read_log
+
+    shown = threading.Event()
+
+    def note() -> None:
+        shown.set()
+        print(f"lossguard: reading {', '.join(paths[:3])}{' ...' if len(paths) > 3 else ''} (large logs take a few seconds)",
+              file=sys.stderr, flush=True)
+
+    timer = threading.Timer(SLOW_READ_SECONDS, note)
+    timer.daemon = True
+    timer.start()
+    try:
+        return read_log(paths, format=fmt)
+    finally:
+        timer.cancel()
+
+
+def summary_of(log) -> dict[str, Any]:
+    """The JSON document ``info --json`` prints: the RunLog summary plus metadata and events."""
+    doc = log.summary()
+    doc["metadata"] = log.metadata
+    doc["first_events"] = log.events[:20]
+    return _jsonable(doc)
+
+
+def _jsonable(x: Any) -> Any:
+    """Strict JSON: non-finite floats become the strings "nan"/"inf"/"-inf"; unknown objects str()."""
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    if x is None or isinstance(x, (str, int, float, bool)):
+        return x
+    if hasattr(x, "item"):  # numpy scalars
+        return _jsonable(x.item())
+    return str(x)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``lossguard info``."""
+    log = _read_with_progress(args.paths, args.format)
+    if args.json:
+        print(json.dumps(summary_of(log), indent=2, default=str, allow_nan=False))
+        return 0
+    print(render(log), end="")
+    return 0
+
+
+def _n(x: int | None) -> str:
+    return "-" if x is None else f"{x:,}"
+
+
+def _short_names(sources: list[str]) -> dict[str, str]:
+    """Each source relative to the sources' common directory (``version_0/metrics.csv``)."""
+    import os
+
+    if len(sources) < 2:
+        return {p: Path(p).name for p in sources}
+    try:
+        base = os.path.commonpath([str(Path(p).parent) for p in sources])
+    except ValueError:
+        return {p: p for p in sources}
+    return {p: os.path.relpath(p, base) for p in sources}
+
+
+def _rows(log) -> tuple[list[str], list[list[str]], list[str], list[list[str]]]:
+    s = log.summary()
+    short = _short_names(s["sources"])
+    mhead = ["metric", "points", "steps", "first", "last", "NaN", "Inf", "dead"]
+    mrows = []
+    for name, m in s["metrics"].items():
+        _, values = log.live(name)
+        first = f"{values[0]:.5g}" if len(values) else "-"
+        last = f"{values[-1]:.5g}" if len(values) else "-"
+        mrows.append([name, _n(m["points"]), f"{_n(m['first_step'])} - {_n(m['last_step'])}", first, last,
+                      _n(m["nan"]) if m["nan"] else "", _n(m["inf"]) if m["inf"] else "",
+                      _n(m["dead_points"]) if m["dead_points"] else ""])
+    one_source = len(s["sources"]) == 1
+    shead = ["#", "kind", "steps", "superseded", *([] if one_source else ["source"]), "note"]
+    srows = []
+    for g in s["segments"]:
+        srows.append([str(g["index"]), g["kind"], f"{_n(g['first_step'])} - {_n(g['last_step'])}",
+                      _n(g["superseded"]) if g["superseded"] else "",
+                      *([] if one_source else [short.get(g["source"], g["source"])]), g["note"]])
+    return mhead, mrows, shead, srows
+
+
+def headline(log) -> str:
+    """One sentence: files, format, steps, segments, rollbacks, dead and non-finite points."""
+    s = log.summary()
+    nonfinite = sum(m["nan"] + m["inf"] for m in s["metrics"].values())
+    files = len(s["sources"])
+    parts = [f"{files} file{'s' if files != 1 else ''} read as {s['format']}",
+             f"steps {_n(s['first_step'])} - {_n(s['last_step'])}",
+             f"{len(s['segments'])} segment{'s' if len(s['segments']) != 1 else ''}"
+             f" ({s['resumes']} resume{'s' if s['resumes'] != 1 else ''}, "
+             f"{s['rollbacks']} rollback{'s' if s['rollbacks'] != 1 else ''})",
+             f"{_n(s['dead_points'])} dead point{'s' if s['dead_points'] != 1 else ''}",
+             "all values finite" if not nonfinite else f"{_n(nonfinite)} non-finite values"]
+    if s["events"]:
+        parts.append(f"{s['events']} events")
+    return "; ".join(parts)
+
+
+def render(log) -> str:
+    """The human-readable report (rich tables when available, plain text otherwise)."""
+    mhead, mrows, shead, srows = _rows(log)
+    short = _short_names(log.sources)
+    title = ", ".join(short[p] for p in log.sources[:3]) + (" ..." if len(log.sources) > 3 else "")
+    skipped = log.metadata.get("skipped", [])
+    extra = f"skipped {len(skipped)} file(s) that are not logs: {', '.join(Path(p).name for p in skipped[:5])}\n" \
+        if skipped else ""
+    ignored = log.metadata.get("ignored_columns")
+    if ignored:
+        extra += f"ignored text column(s): {', '.join(ignored)}\n"
+    events = "".join(f"  step {e.get('step', '?')}: {e.get('event')}\n" for e in log.events[:10])
+    if events:
+        events = "events:\n" + events
+    try:
+        from rich import box
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        return (f"{title}\n{headline(log)}\n\n{_plain(mhead, mrows)}\n{_plain(shead, srows)}\n{events}{extra}")
+    console = Console(record=True, width=max(100, min(160, _term_width())), file=_Null())
+    console.print(f"[bold]{title}[/bold]")
+    console.print(headline(log), highlight=False)
+    for head, rows, caption in ((mhead, mrows, "metrics"), (shead, srows, "segments")):
+        t = Table(title=caption, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        for i, h in enumerate(head):
+            t.add_column(h, justify="right" if i and h not in ("kind", "source", "note", "steps") else "left",
+                         no_wrap=h != "note")
+        for r in rows:
+            style = "red" if (caption == "segments" and r[1] == "rollback") else None
+            t.add_row(*r, style=style)
+        console.print(t)
+    if events:
+        console.print(events, end="", highlight=False)
+    if extra:
+        console.print(extra, end="", highlight=False)
+    return console.export_text(styles=sys.stdout.isatty())
+
+
+class _Null:
+    def write(self, _: str) -> int:
+        return 0
+
+    def flush(self) -> None:
+        pass
+
+
+def _term_width() -> int:
+    import shutil
+
+    return shutil.get_terminal_size((120, 24)).columns
+
+
+def _plain(head: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines) + "\n"

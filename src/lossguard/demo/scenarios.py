@@ -1,0 +1,296 @@
+"""Deterministic settings in which the tiny GPT really becomes unstable, and the loop that runs them.
+
+PLACEHOLDER_TABLE
+
+Everything is a function of the scenario: the model is built after ``torch.manual_seed(seed)``, and
+the batch of step ``s`` is drawn from a generator seeded with ``(data_seed, s)`` only, so a run that
+skips or repeats steps (a guard's rollback) sees exactly the batch any other run sees at that step.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from typing import Callable
+
+from lossguard.errors import raise_all
+
+#: Kinds of garbage a bad-data pocket can hold.
+POCKET_KINDS = ("random_bytes", "repeat", "foreign")
+#: Optimizers :func:`run` can build.
+OPTIMIZERS = ("adamw", "adamw_eps_free", "adam_atan2")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pocket:
+    """A stretch of garbage batches at a known step."""
+
+    start: int
+    """First step (0-based) whose batch is garbage."""
+    length: int
+    """Number of consecutive garbage batches."""
+    kind: str = "random_bytes"
+    """``random_bytes`` (uniform bytes), ``repeat`` (one byte repeated), ``foreign`` (Cyrillic /
+    Greek letters as UTF-8 bytes: text from another alphabet)."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.start < 0:
+            problems.append(f"field 'start' must be >= 0, got {self.start}")
+        if self.length <= 0:
+            problems.append(f"field 'length' must be > 0, got {self.length}")
+        if self.kind not in POCKET_KINDS:
+            problems.append(f"field 'kind' must be one of {', '.join(POCKET_KINDS)}, "
+                            f"got {self.kind!r}")
+        raise_all(problems, fix="correct the Pocket fields listed above")
+
+    def covers(self, step: int) -> bool:
+        """Whether the batch of ``step`` is garbage."""
+        return self.start <= step < self.start + self.length
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    """One reproducible training run of the tiny GPT on the shipped corpus."""
+
+    name: str
+    """Short identifier."""
+    description: str = ""
+    """What the scenario shows."""
+    model: dict = field(default_factory=dict)
+    """Keyword arguments of :class:`lossguard.testing.tiny_gpt.GPTConfig`."""
+    steps: int = 600
+    """Optimizer steps."""
+    batch_size: int = 16
+    """Sequences per batch."""
+    seq_len: int = 64
+    """Tokens per sequence (<= the model's block_size)."""
+    lr: float = 3e-3
+    """Peak learning rate."""
+    warmup: int = 50
+    """Linear warm-up steps."""
+    min_lr_frac: float = 0.1
+    """Cosine decay ends at ``lr * min_lr_frac`` at the last step."""
+    optimizer: str = "adamw"
+    """One of :data:`OPTIMIZERS`."""
+    weight_decay: float = 0.1
+    """Decoupled weight decay."""
+    betas: tuple = (0.9, 0.95)
+    """Adam betas."""
+    eps: float = 1e-8
+    """Adam epsilon (ignored by the eps-free optimizers)."""
+    grad_clip: float = 0.0
+    """Clip the global grad norm to this value; 0 = no clipping."""
+    pocket: Pocket | None = None
+    """Bad-data pocket, or ``None`` for clean data."""
+    seed: int = 0
+    """Seed of the model init."""
+    data_seed: int = 1234
+    """Seed of the batch order."""
+    eval_batches: int = 8
+    """Held-out batches (fixed) for the final loss."""
+    eval_every: int = 100
+    """Held-out evaluation interval in steps."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        for f in ("steps", "batch_size", "seq_len", "eval_batches", "eval_every"):
+            if getattr(self, f) <= 0:
+                problems.append(f"field '{f}' must be > 0, got {getattr(self, f)}")
+        if not self.lr > 0:
+            problems.append(f"field 'lr' must be > 0, got {self.lr}")
+        if self.warmup < 0:
+            problems.append(f"field 'warmup' must be >= 0, got {self.warmup}")
+        if self.optimizer not in OPTIMIZERS:
+            problems.append(f"field 'optimizer' must be one of {', '.join(OPTIMIZERS)}, "
+                            f"got {self.optimizer!r}")
+        raise_all(problems, fix=f"correct the Scenario fields of {self.name!r} listed above")
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate of ``step``: linear warm-up then cosine to ``lr * min_lr_frac``."""
+        if step < self.warmup:
+            return self.lr * (step + 1) / self.warmup
+        t = (step - self.warmup) / max(1, self.steps - self.warmup)
+        return self.lr * (self.min_lr_frac + (1 - self.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * t)))
+
+    def with_(self, **changes) -> "Scenario":
+        """A copy with ``changes``; ``model=`` is merged into the model dict."""
+        if "model" in changes:
+            changes["model"] = {**self.model, **changes["model"]}
+        return replace(self, **changes)
+
+
+def load_corpus() -> bytes:
+    """The shipped public-domain corpus as bytes, without its ``#`` header."""
+    raw = resources.files("lossguard.demo").joinpath("corpus.txt").read_bytes()
+    lines = raw.split(b"\n")
+    i = 0
+    while i < len(lines) and lines[i].startswith(b"#"):
+        i += 1
+    return b"\n".join(lines[i:]).lstrip(b"\n")
+
+
+class CorpusBatches:
+    """Deterministic batches from the corpus: the batch of a step depends only on (seed, step).
+
+    Args:
+        data: the corpus bytes; the last ``val_frac`` is held out.
+        batch_size: sequences per batch.
+        seq_len: tokens per sequence.
+        seed: batch-order seed.
+        pocket: optional garbage pocket.
+        val_frac: held-out fraction at the end of the corpus.
+    """
+
+    def __init__(self, data: bytes, *, batch_size: int, seq_len: int, seed: int,
+                 pocket: Pocket | None = None, val_frac: float = 0.1) -> None:
+        import torch
+
+        tokens = torch.frombuffer(bytearray(data), dtype=torch.uint8).long()
+        n_val = int(len(tokens) * val_frac)
+        self.train, self.val = tokens[:-n_val], tokens[-n_val:]
+        self.batch_size, self.seq_len, self.seed, self.pocket = batch_size, seq_len, seed, pocket
+
+    def _gen(self, step: int, salt: int = 0):
+        import torch
+
+        return torch.Generator().manual_seed((self.seed * 1_000_003 + step) * 7 + salt)
+
+    def batch(self, step: int):
+        """``(x, y)`` of shape ``(batch_size, seq_len)`` for ``step`` (garbage inside the pocket)."""
+        import torch
+
+        g = self._gen(step)
+        if self.pocket is not None and self.pocket.covers(step):
+            seq = _garbage(self.pocket.kind, self.batch_size, self.seq_len + 1, g)
+        else:
+            ix = torch.randint(len(self.train) - self.seq_len - 1, (self.batch_size,), generator=g)
+            seq = torch.stack([self.train[i:i + self.seq_len + 1] for i in ix.tolist()])
+        return seq[:, :-1], seq[:, 1:]
+
+    def val_batches(self, n: int):
+        """``n`` fixed held-out batches (the same for every run of every scenario)."""
+        import torch
+
+        g = torch.Generator().manual_seed(987_654_321)
+        out = []
+        for _ in range(n):
+            ix = torch.randint(len(self.val) - self.seq_len - 1, (self.batch_size,), generator=g)
+            seq = torch.stack([self.val[i:i + self.seq_len + 1] for i in ix.tolist()])
+            out.append((seq[:, :-1], seq[:, 1:]))
+        return out
+
+
+def _garbage(kind: str, b: int, t: int, g):
+    import torch
+
+    if kind == "random_bytes":
+        return torch.randint(0, 256, (b, t), generator=g)
+    if kind == "repeat":
+        tok = torch.randint(0, 256, (b, 1), generator=g)
+        return tok.expand(b, t).clone()
+    # "foreign": random lowercase Cyrillic (U+0430..U+044F) and Greek (U+03B1..U+03C9) letters and
+    # spaces, UTF-8 encoded: 2-byte sequences the English corpus never contains.
+    letters = [chr(c) for c in range(0x430, 0x450)] + [chr(c) for c in range(0x3B1, 0x3CA)] + [" "] * 8
+    rows = []
+    for _ in range(b):
+        idx = torch.randint(0, len(letters), (t,), generator=g).tolist()
+        enc = "".join(letters[i] for i in idx).encode("utf-8")[:t]
+        rows.append(torch.tensor(list(enc), dtype=torch.long))
+    return torch.stack(rows)
+
+
+@dataclass
+class RunResult:
+    """What one run of a scenario measured."""
+
+    scenario: str
+    losses: list
+    """Training loss per step (NaN/inf kept as they were)."""
+    grad_norms: list
+    """Global gradient norm per step, before clipping."""
+    attn_logit_max: list
+    """Largest attention logit ``q.k/sqrt(d)`` over layers per step."""
+    val: dict
+    """``{step: held-out loss}`` every ``eval_every`` steps and at the end."""
+    final_val: float
+    """Held-out loss after the last step (inf if the run diverged to non-finite)."""
+    diverged: bool
+    """Whether a training loss became non-finite (the run then stops)."""
+    wall_time: float
+    """Seconds for the whole run, evaluation included."""
+
+
+def build_optimizer(sc: Scenario, model):
+    """The scenario's optimizer over ``model``'s parameters (no weight decay on norms/biases)."""
+    import torch
+
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": sc.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    if sc.optimizer == "adamw":
+        return torch.optim.AdamW(groups, lr=sc.lr, betas=sc.betas, eps=sc.eps, foreach=False)
+    if sc.optimizer == "adamw_eps_free":
+        from lossguard.techniques.adam_eps_free import AdamWEpsFree
+        return AdamWEpsFree(groups, lr=sc.lr, betas=sc.betas)
+    from lossguard.techniques.adam_eps_free import AdamAtan2
+    return AdamAtan2(groups, lr=sc.lr, betas=sc.betas)
+
+
+def run(sc: Scenario, *, on_step: Callable | None = None) -> RunResult:
+    """Train the tiny GPT as ``sc`` says, unguarded; stops early if the loss becomes non-finite.
+
+    Args:
+        sc: the scenario.
+        on_step: optional ``fn(step, loss, grad_norm)`` called after each step (progress bars).
+    """
+    import torch
+
+    from lossguard.testing.tiny_gpt import GPTConfig, TinyGPT, attention_logit_max
+
+    t0 = time.perf_counter()
+    torch.manual_seed(sc.seed)
+    model = TinyGPT(GPTConfig(**{"block_size": sc.seq_len, **sc.model}))
+    opt = build_optimizer(sc, model)
+    data = CorpusBatches(load_corpus(), batch_size=sc.batch_size, seq_len=sc.seq_len,
+                         seed=sc.data_seed, pocket=sc.pocket)
+    val_set = data.val_batches(sc.eval_batches)
+
+    def evaluate() -> float:
+        model.eval()
+        with torch.no_grad():
+            v = sum(model(x, y)[1].item() for x, y in val_set) / len(val_set)
+        model.train()
+        return v
+
+    losses, gnorms, logits_max, val = [], [], [], {}
+    diverged = False
+    for step in range(sc.steps):
+        for group in opt.param_groups:
+            group["lr"] = sc.lr_at(step)
+        x, y = data.batch(step)
+        _, loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        clip = sc.grad_clip if sc.grad_clip > 0 else float("inf")
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), clip).item()
+        lv = loss.item()
+        losses.append(lv)
+        gnorms.append(gn)
+        logits_max.append(max(attention_logit_max(model)))
+        if on_step is not None:
+            on_step(step, lv, gn)
+        if not math.isfinite(lv):
+            diverged = True
+            break
+        opt.step()
+        if (step + 1) % sc.eval_every == 0:
+            val[step + 1] = evaluate()
+    final = float("inf") if diverged else evaluate()
+    if not diverged:
+        val[sc.steps] = final
+    return RunResult(scenario=sc.name, losses=losses, grad_norms=gnorms,
+                     attn_logit_max=logits_max, val=val, final_val=final, diverged=diverged,
+                     wall_time=time.perf_counter() - t0)

@@ -1,0 +1,86 @@
+"""fp16 loss-scale collapse: the dynamic loss scale falls to its floor under repeated overflows.
+
+Dynamic loss scaling halves the scale on every overflowing step and skips that step; a healthy
+fp16 run bounces between a few neighbouring powers of two (DeepSpeed-Chat's PPO log goes 65536 ->
+8192 -> 16384 and is fine). A collapse is the scale falling to its floor (``<= floor``, 1 by
+default, where the fp16 gradients underflow), or optionally by ``min_halvings`` powers of two below
+the highest scale the run had reached. Skipped-iteration counts, where the log has them, are added to the
+evidence by the classifier. The event lasts while the collapsed condition holds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import raise_all
+
+
+@dataclass(kw_only=True)
+class LossScaleConfig:
+    """Thresholds of the collapse test."""
+
+    floor: float = 1.0
+    """A scale at or below this has collapsed, whatever else the log says."""
+    min_halvings: int | None = None
+    """Optionally also: a scale this many halvings (2**n times) below the run's running maximum. Off by
+    default, because runs start high on purpose (Megatron at 2**32) and fall to their working scale."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.floor > 0:
+            problems.append(f"floor must be > 0, got {self.floor}")
+        if self.min_halvings is not None and self.min_halvings < 1:
+            problems.append(f"min_halvings must be >= 1, got {self.min_halvings}")
+        raise_all(problems)
+
+
+@dataclass
+class Collapse:
+    """A stretch of collapsed loss scale, in indices of the loss-scale series.
+
+    Attributes:
+        onset: index where the fall that led to the collapse began (last point at the running max + 1).
+        trigger: first collapsed point.
+        stop: last collapsed point.
+        peak_scale: the running maximum before the fall.
+        min_scale: lowest scale in the stretch.
+        recovered: True when the scale rose out of the collapsed range before the log ended.
+    """
+
+    onset: int
+    trigger: int
+    stop: int
+    peak_scale: float
+    min_scale: float
+    recovered: bool
+
+
+def collapsed_mask(scale: np.ndarray, cfg: LossScaleConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Per point: collapsed or not, and the running maximum of the scale."""
+    s = np.where(np.isfinite(scale), scale, np.nan)
+    runmax = np.fmax.accumulate(np.where(np.isnan(s), -np.inf, s))
+    with np.errstate(invalid="ignore"):
+        mask = s <= cfg.floor
+        if cfg.min_halvings is not None:
+            mask |= s <= runmax / 2.0 ** cfg.min_halvings
+    return mask & ~np.isnan(s), runmax
+
+
+def find_collapses(scale: np.ndarray, cfg: LossScaleConfig | None = None) -> list[Collapse]:
+    """Collapsed stretches of a loss-scale series (array operations plus one step per stretch)."""
+    cfg = cfg or LossScaleConfig()
+    scale = np.asarray(scale, dtype=np.float64)
+    mask, runmax = collapsed_mask(scale, cfg)
+    if not mask.any():
+        return []
+    edges = np.diff(np.concatenate([[0], mask.view(np.int8), [0]]))
+    starts, stops = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1
+    at_max = np.flatnonzero(scale >= runmax)
+    out = []
+    for a, b in zip(starts, stops):
+        before = at_max[at_max < a]
+        onset = int(before[-1]) + 1 if len(before) else 0
+        out.append(Collapse(onset, int(a), int(b), float(runmax[a]), float(np.nanmin(scale[a:b + 1])),
+                            bool(b + 1 < len(scale))))
+    return out

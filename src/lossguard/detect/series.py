@@ -1,0 +1,166 @@
+"""All single-metric detectors run together over one series: the unit the analyser and guard share.
+
+:func:`detect_series` is the whole-log path (vectorised); :class:`OnlineSeriesDetector` feeds the
+same detectors one point at a time, as the guard does. Both return a :class:`SeriesEvents` whose
+indices are *finite-point* indices plus ``steps`` to map them back, and tests prove the two paths
+give identical events. Per metric the detectors are: up-episodes (spikes), gated down-episodes
+(drops and dips), divergence of the baseline, and runs of non-finite values.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ..errors import raise_all
+from .drop import DropConfig, OnlineSteepGate, steep_gate
+from .episode import Episode, EpisodeConfig, OnlineEpisodes, find_episodes
+from .nonfinite import NonFiniteRun, OnlineNonFinite, find_nonfinite
+from .outlier import OnlineOutlier, OutlierConfig, _verdict, score
+from .trend import Divergence, OnlineTrend, TrendConfig, find_divergences
+
+
+@dataclass(kw_only=True)
+class DetectorConfig:
+    """Settings of every per-series detector (defaults are scale-free)."""
+
+    outlier: OutlierConfig = field(default_factory=OutlierConfig)
+    """Robust outlier test; its ``side`` is ignored (up and down are both evaluated)."""
+    spike: EpisodeConfig = field(default_factory=EpisodeConfig)
+    """Grouping of upward outliers into spike episodes."""
+    dip: EpisodeConfig = field(default_factory=lambda: EpisodeConfig(side="down", refractory=128))
+    """Grouping of (steep-gated) downward outliers into drop / dip episodes."""
+    drop: DropConfig = field(default_factory=DropConfig)
+    """Steepness gate and persistence of sudden drops."""
+    trend: TrendConfig = field(default_factory=TrendConfig)
+    """Divergence of the baseline."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.spike.side != "up":
+            problems.append(f"spike.side must be 'up', got {self.spike.side!r}")
+        if self.dip.side != "down":
+            problems.append(f"dip.side must be 'down', got {self.dip.side!r}")
+        raise_all(problems)
+
+
+@dataclass
+class SeriesEvents:
+    """What the detectors found on one series.
+
+    Attributes:
+        steps: steps of the finite points (maps every finite index below to its step).
+        values: the finite values.
+        baseline, noise: trailing robust baseline / sigma per finite point (NaN before a verdict).
+        spikes: upward episodes.
+        dips: gated downward episodes (drops, and dips that came back).
+        divergences: sustained climbs of the baseline.
+        nonfinite: runs of NaN/Inf, in indices of ``all_steps``.
+        all_steps: steps of every point including non-finite ones.
+    """
+
+    steps: np.ndarray
+    values: np.ndarray
+    baseline: np.ndarray
+    noise: np.ndarray
+    spikes: list[Episode]
+    dips: list[Episode]
+    divergences: list[Divergence]
+    nonfinite: list[NonFiniteRun]
+    all_steps: np.ndarray
+
+
+def detect_series(steps: np.ndarray, values: np.ndarray, cfg: DetectorConfig | None = None) -> SeriesEvents:
+    """Run every per-series detector over a whole series (steps ascending)."""
+    cfg = cfg or DetectorConfig()
+    values = np.asarray(values, dtype=np.float64)
+    steps = np.asarray(steps, dtype=np.int64)
+    finite = np.isfinite(values)
+    x, fsteps = (values, steps) if finite.all() else (values[finite], steps[finite])
+    up_cfg = replace(cfg.outlier, side="up")
+    sc = score(x, up_cfg)
+    base, noise = sc.baseline, sc.noise
+    spikes = find_episodes(x, sc.outlier, base, noise, cfg.spike)
+    ok = np.isfinite(base)
+    warm = np.arange(len(x)) < cfg.outlier.window
+    down = np.zeros(len(x), dtype=bool)
+    down[ok] = _verdict(replace(cfg.outlier, side="down"), x[ok], base[ok], noise[ok], warm[ok])
+    down &= steep_gate(x, base, cfg.outlier.window, cfg.drop)
+    dips = find_episodes(x, down, base, noise, cfg.dip)
+    divergences = find_divergences(base, noise, cfg.trend)
+    return SeriesEvents(fsteps, x, base, noise, spikes, dips, divergences, find_nonfinite(values), steps)
+
+
+class OnlineSeriesDetector:
+    """The same detectors, one ``update(step, value)`` at a time (what the guard runs).
+
+    Events are collected as they close; :meth:`finish` closes what is still open and returns the
+    :class:`SeriesEvents` a whole-log run would have produced.
+    """
+
+    def __init__(self, cfg: DetectorConfig | None = None) -> None:
+        self.cfg = cfg = cfg or DetectorConfig()
+        self.outlier = OnlineOutlier(replace(cfg.outlier, side="up"))
+        self._down_cfg = replace(cfg.outlier, side="down")
+        self.spikes = OnlineEpisodes(cfg.spike)
+        self.dips = OnlineEpisodes(cfg.dip)
+        self.gate = OnlineSteepGate(cfg.outlier.window, cfg.drop)
+        self.trend = OnlineTrend(cfg.trend)
+        self.nonfinite = OnlineNonFinite()
+        self._steps: list[int] = []
+        self._all_steps: list[int] = []
+        self._values: list[float] = []
+        self._base: list[float] = []
+        self._noise: list[float] = []
+        self._spikes: list[Episode] = []
+        self._dips: list[Episode] = []
+        self._div: list[Divergence] = []
+        self._runs: list[NonFiniteRun] = []
+
+    def update(self, step: int, value: float) -> list:
+        """Feed one point; returns the events that closed or were declared at it (may be empty)."""
+        out: list = []
+        self._all_steps.append(int(step))
+        run = self.nonfinite.update(value)
+        if run is not None:
+            self._runs.append(run)
+            out.append(run)
+        if not np.isfinite(value):
+            return out
+        n = self.outlier.count
+        v = self.outlier.update(value)
+        self._steps.append(int(step))
+        self._values.append(float(value))
+        self._base.append(v.baseline)
+        self._noise.append(v.noise)
+        ep = self.spikes.update(value, v.outlier, v.baseline, v.noise)
+        if ep is not None:
+            self._spikes.append(ep)
+            out.append(ep)
+        down = False
+        if np.isfinite(v.baseline):
+            down = bool(_verdict(self._down_cfg, value, v.baseline, v.noise, n < self.cfg.outlier.window))
+        gated = self.gate.update(value, v.baseline)
+        ep = self.dips.update(value, down and gated, v.baseline, v.noise)
+        if ep is not None:
+            self._dips.append(ep)
+            out.append(ep)
+        d = self.trend.update(v.baseline, v.noise)
+        if d is not None:
+            if d.end is None:
+                self._div.append(d)
+            out.append(d)
+        return out
+
+    def finish(self) -> SeriesEvents:
+        """Close open events and return everything found, in the whole-log form."""
+        for machine, sink in ((self.spikes, self._spikes), (self.dips, self._dips)):
+            ep = machine.finish()
+            if ep is not None:
+                sink.append(ep)
+        run = self.nonfinite.finish()
+        if run is not None:
+            self._runs.append(run)
+        return SeriesEvents(np.asarray(self._steps, dtype=np.int64), np.asarray(self._values),
+                            np.asarray(self._base), np.asarray(self._noise), self._spikes, self._dips,
+                            self._div, self._runs, np.asarray(self._all_steps, dtype=np.int64))

@@ -1,0 +1,146 @@
+"""Divergence without a spike: the robust baseline turns upward and keeps rising.
+
+The detector watches the trailing median (the ``baseline`` of :mod:`.outlier`, which a spike
+shorter than half its window cannot move) against its own running minimum. Divergence is declared
+when the baseline has risen above that minimum by ``rise_z`` noise units (the noise measured where
+the minimum was) *and* by ``rise_rel`` of the minimum's magnitude: a sustained, not a momentary,
+climb. This catches the early divergences of BLOOM's 104B attempts (the loss falls, bottoms out,
+then climbs) as well as late ones, and a run that is merely flattening never triggers it.
+
+The onset is placed at the turn: the point where the running minimum was reached (optionally moved
+back by ``lag_points``). The event ends when the
+baseline falls back below the minimum plus half the threshold (None if it never does); the running
+minimum then restarts. Online (:class:`OnlineTrend`) and vectorised (:func:`find_divergences`)
+paths give the same events.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import raise_all
+
+
+@dataclass(kw_only=True)
+class TrendConfig:
+    """Thresholds of the divergence test."""
+
+    rise_z: float = 5.0
+    """Rise of the baseline above its running minimum, in noise units at the minimum."""
+    rise_rel: float = 0.05
+    """...and as a fraction of |minimum|."""
+    lag_points: int = 0
+    """Move the onset this many points before the baseline's minimum. A trailing median lags the curve
+    by half its window, but a divergence that starts gently is hidden by the still-falling trend for
+    about as long, so by default the two cancel and the onset is the minimum itself."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.rise_z > 0:
+            problems.append(f"rise_z must be > 0, got {self.rise_z}")
+        if not self.rise_rel >= 0:
+            problems.append(f"rise_rel must be >= 0, got {self.rise_rel}")
+        if self.lag_points < 0:
+            problems.append(f"lag_points must be >= 0, got {self.lag_points}")
+        raise_all(problems)
+
+
+@dataclass
+class Divergence:
+    """A sustained climb of the baseline, in finite-point indices.
+
+    Attributes:
+        onset: estimated turn point (index of the minimum minus the median's lag).
+        minimum_at: index where the baseline was lowest before the climb.
+        trigger: index at which the climb crossed the threshold (decision time online).
+        end: index where the baseline came back down, or None.
+        minimum: baseline at its minimum.
+        noise: robust sigma at the minimum.
+        threshold: rise that was required.
+    """
+
+    onset: int
+    minimum_at: int
+    trigger: int
+    end: int | None
+    minimum: float
+    noise: float
+    threshold: float
+
+
+def _threshold(cfg: TrendConfig, minimum: float, noise: float) -> float:
+    return max(cfg.rise_z * noise, cfg.rise_rel * abs(minimum))
+
+
+def find_divergences(base: np.ndarray, noise: np.ndarray, cfg: TrendConfig | None = None) -> list[Divergence]:
+    """Vectorised twin of :class:`OnlineTrend` over per-point baselines (NaN = no verdict yet)."""
+    cfg = cfg or TrendConfig()
+    m = len(base)
+    valid = np.isfinite(base) & np.isfinite(noise)
+    out: list[Divergence] = []
+    start = int(np.argmax(valid)) if valid.any() else m
+    while start < m:
+        b = np.where(valid[start:], base[start:], np.inf)
+        runmin = np.minimum.accumulate(b)
+        # index of the (first) point that set the running minimum, for every point
+        new_min = np.concatenate([[True], b[1:] < runmin[:-1]])
+        at = np.maximum.accumulate(np.where(new_min, np.arange(len(b)), 0))
+        nz = noise[start:][at]
+        thr = np.maximum(cfg.rise_z * nz, cfg.rise_rel * np.abs(runmin))
+        hit = np.flatnonzero(valid[start:] & (b - runmin >= thr))
+        if not len(hit):
+            return out
+        t = int(hit[0])
+        j = int(at[t])
+        minimum, sig, th = float(runmin[t]), float(nz[t]), float(thr[t])
+        after = b[t + 1:]
+        back = np.flatnonzero(np.isfinite(after) & (after < minimum + th / 2))
+        end = start + t + 1 + int(back[0]) if len(back) else None
+        out.append(Divergence(max(0, start + j - cfg.lag_points), start + j, start + t, end, minimum, sig, th))
+        if end is None:
+            return out
+        start = end + 1 if end + 1 < m else m
+        while start < m and not valid[start]:
+            start += 1
+    return out
+
+
+@dataclass
+class OnlineTrend:
+    """Divergence state machine over (baseline, noise) pairs, one per finite point.
+
+    ``update(base, noise)`` returns a :class:`Divergence` when one is declared (``end`` still None)
+    and the same object again, with ``end`` set, when the baseline comes back.
+    """
+
+    config: TrendConfig = field(default_factory=TrendConfig)
+    _i: int = field(init=False, default=-1)
+    _min: float = field(init=False, default=float("inf"))
+    _min_at: int = field(init=False, default=-1)
+    _min_noise: float = field(init=False, default=float("nan"))
+    _active: Divergence | None = field(init=False, default=None)
+    _started: bool = field(init=False, default=False)
+
+    def update(self, base: float, noise: float) -> Divergence | None:
+        """Advance by one finite point."""
+        self._i += 1
+        i = self._i
+        if not (np.isfinite(base) and np.isfinite(noise)):
+            return None
+        if self._active is not None:
+            d = self._active
+            if base < d.minimum + d.threshold / 2:
+                d.end = i
+                self._active = None
+                self._min, self._started = float("inf"), False
+                return d
+            return None
+        if not self._started or base < self._min:
+            self._min, self._min_at, self._min_noise, self._started = float(base), i, float(noise), True
+        th = _threshold(self.config, self._min, self._min_noise)
+        if base - self._min >= th:
+            self._active = Divergence(max(0, self._min_at - self.config.lag_points), self._min_at, i, None,
+                                      self._min, self._min_noise, th)
+            return self._active
+        return None

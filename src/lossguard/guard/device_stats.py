@@ -1,0 +1,130 @@
+"""The analyser's robust outlier test, on the device: a ring buffer with a median / MAD baseline.
+
+:class:`DeviceOutlier` is the tensor twin of :class:`lossguard.detect.outlier.OnlineOutlier`: same
+window, same refresh stride, same warm-up, same verdict, computed in float64 with the same median
+definition (mean of the two middle values of an even count, as numpy's). Fed the same values it
+flags exactly the same points as :func:`lossguard.detect.outlier.score` -- a spike in the report is
+a spike the guard acts on, at the same step.
+
+Everything is branch-free tensor arithmetic: the refresh ("every ``stride`` finite points") and the
+"only finite values enter the window" rules are ``torch.where`` selections, so an update never
+reads a value back to the host (no sync on CUDA). Cost per update: two sorts of ``window`` float64
+values, a few scalar kernels.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..detect.outlier import MAD_TO_SIGMA, OutlierConfig
+
+
+@dataclass
+class DeviceVerdict:
+    """Per-update result, all 0-d tensors on the detector's device.
+
+    Attributes:
+        outlier: bool; True for a non-finite value or an outlier against the baseline.
+        z: float64 signed distance in noise units (NaN during warm-up / for a non-finite value).
+        baseline: float64 median in use (NaN during warm-up).
+        finite: bool; the value was finite.
+    """
+
+    outlier: torch.Tensor
+    z: torch.Tensor
+    baseline: torch.Tensor
+    finite: torch.Tensor
+
+
+class DeviceOutlier:
+    """Online robust outlier test whose whole state lives on ``device``.
+
+    Args:
+        config: the analyser's :class:`OutlierConfig` (window, stride, warm-up, thresholds, side).
+        device: where the ring buffer and statistics live (the model's device).
+    """
+
+    def __init__(self, config: OutlierConfig, device: torch.device | str = "cpu") -> None:
+        self.config = config
+        dev = torch.device(device)
+        f64 = dict(dtype=torch.float64, device=dev)
+        self._buf = torch.zeros(config.window, **f64)       # last `window` finite values (ring)
+        self._pos = torch.zeros((), dtype=torch.long, device=dev)    # next slot to write
+        self._count = torch.zeros((), dtype=torch.long, device=dev)  # finite values seen so far
+        self._median = torch.full((), float("nan"), **f64)
+        self._noise = torch.full((), float("nan"), **f64)
+        self._idx = torch.arange(config.window, device=dev)
+        self._inf = torch.full((), float("inf"), **f64)
+        self._rel = torch.tensor(config.rel_threshold, **f64)
+        self._warm_rel = torch.tensor(config.rel_threshold * config.warmup_rel_factor, **f64)
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the state tensors."""
+        return self._buf.device
+
+    def _median_of(self, values: torch.Tensor, valid: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        # Invalid slots sort to the end as +inf; the median of the n valid values is the mean of the
+        # sorted entries (n-1)//2 and n//2 -- numpy's definition, bit for bit in float64.
+        s = torch.sort(torch.where(valid, values, self._inf)).values
+        lo = torch.clamp((n - 1) // 2, min=0).reshape(1)
+        hi = (n // 2).clamp(max=self.config.window - 1).reshape(1)
+        return ((s.index_select(0, lo) + s.index_select(0, hi)) / 2).reshape(())
+
+    def update(self, value: torch.Tensor) -> DeviceVerdict:
+        """Judge ``value`` (a 0-d tensor) against the current baseline, then add it if finite."""
+        cfg = self.config
+        x = value.detach().to(device=self.device, dtype=torch.float64).reshape(())
+        finite = torch.isfinite(x)
+        n = torch.clamp(self._count, max=cfg.window)
+        valid = self._idx < n  # the ring fills slots 0..n-1 before it wraps
+        med = self._median_of(self._buf, valid, n)
+        mad = self._median_of(torch.abs(self._buf - med), valid, n)
+        noise = torch.maximum(MAD_TO_SIGMA * mad, cfg.rel_noise_floor * torch.abs(med))
+        c = self._count
+        # Refresh schedule of outlier.py: every point while the window fills, then every `stride`.
+        filling = (c >= cfg.min_points) & (c < cfg.window)
+        refresh = finite & (filling | ((c >= cfg.window) & ((c - cfg.window) % cfg.stride == 0)))
+        self._median = torch.where(refresh, med, self._median)
+        self._noise = torch.where(refresh, noise, self._noise)
+        judged = finite & (c >= cfg.min_points)
+        dev = x - self._median
+        scale = torch.abs(self._median)
+        rel = torch.abs(dev) / torch.clamp(scale, min=1e-12)
+        if cfg.side == "up":
+            far = dev > 0
+        elif cfg.side == "down":
+            far = dev < 0
+        else:
+            far = dev != 0
+        # The relative threshold is doubled (warmup_rel_factor) while the window fills; the test
+        # abstains when the level cannot be told from the noise (|median| < min_snr * noise).
+        rel_needed = torch.where(c < cfg.window, self._warm_rel, self._rel)
+        hit = (far & (torch.abs(dev) >= cfg.z_threshold * self._noise) & (rel >= rel_needed)
+               & (scale >= cfg.min_snr * self._noise))
+        outlier = ~finite | (judged & hit)
+        nan = torch.full_like(x, float("nan"))
+        z = torch.where(judged, dev / self._noise, nan)
+        baseline = torch.where(judged, self._median, nan)
+        # Push: only a finite value enters the window (the slot keeps its old value otherwise).
+        slot = self._pos.reshape(1)
+        self._buf.index_copy_(0, slot, torch.where(finite, x, self._buf.index_select(0, slot).reshape(())).reshape(1))
+        step = finite.to(torch.long)
+        self._pos = (self._pos + step) % cfg.window
+        self._count = self._count + step
+        return DeviceVerdict(outlier=outlier, z=z, baseline=baseline, finite=finite)
+
+    def state_dict(self) -> dict:
+        """The window and statistics as CPU tensors (checkpointable, exact)."""
+        return {"buf": self._buf.cpu().clone(), "pos": int(self._pos), "count": int(self._count),
+                "median": float(self._median), "noise": float(self._noise)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` returned (onto this detector's device)."""
+        dev = self.device
+        self._buf = state["buf"].to(device=dev, dtype=torch.float64).clone()
+        self._pos = torch.tensor(int(state["pos"]), dtype=torch.long, device=dev)
+        self._count = torch.tensor(int(state["count"]), dtype=torch.long, device=dev)
+        self._median = torch.tensor(float(state["median"]), dtype=torch.float64, device=dev)
+        self._noise = torch.tensor(float(state["noise"]), dtype=torch.float64, device=dev)

@@ -1,0 +1,63 @@
+"""The guard's JSONL log: one JSON object per line, decisions and (optionally) per-step metrics.
+
+Decision records: ``{"step": S, "event": "skip"|"rollback"|"lr_cut"|"loss_scale_reset"|"halt"|
+"replay", "reasons": [...], ...numbers}``. A rollback record also carries ``"to_step"``: lossguard's
+JSONL reader starts a new segment there, so the analyser stitches the run exactly as the guard left
+it. Metric records: ``{"step": S, "loss": ..., "grad_norm": ..., "lr": ..., "loss_scale": ...}``.
+In shadow mode decisions carry ``"shadow": true`` and a rollback names ``"would_roll_back_to"``
+instead of ``"to_step"`` (nothing was rolled back, so no segment starts).
+Non-finite numbers are written as Python's ``json`` writes them, bare ``NaN`` / ``Infinity``
+(pandas and lossguard's reader accept them): a NaN loss is exactly what must be logged.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import LossguardError
+
+
+class EventLog:
+    """Append-only JSONL writer, flushed per line so a crash loses at most the line being written.
+
+    Args:
+        path: the JSONL file (appended to: a resumed run continues its log). None = keep in memory only.
+    """
+
+    def __init__(self, path: str | os.PathLike | None) -> None:
+        self.path = None if path is None else Path(path)
+        self.records: list[dict[str, Any]] = []
+        """Decision records written so far by this process (metric records are not kept)."""
+        self._fh = None
+        if self.path is not None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._fh = open(self.path, "a", encoding="utf-8")
+            except OSError as exc:
+                raise LossguardError(f"cannot open the guard's log for writing ({exc.strerror})",
+                                     path=self.path, fix="choose a writable log_path") from exc
+
+    def _write(self, rec: dict[str, Any]) -> None:
+        if self._fh is not None:
+            self._fh.write(json.dumps(rec) + "\n")
+            self._fh.flush()
+
+    def event(self, rec: dict[str, Any]) -> None:
+        """Write one decision record (adds wall time ``"time"``)."""
+        rec = dict(rec)
+        rec.setdefault("time", round(time.time(), 3))
+        self.records.append(rec)
+        self._write(rec)
+
+    def metrics(self, step: int, values: dict[str, float]) -> None:
+        """Write one per-step metric record."""
+        self._write({"step": int(step), **values})
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None

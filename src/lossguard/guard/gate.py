@@ -1,0 +1,127 @@
+"""Withholding a bad update, NaN-safely: a device-gated AdamW, and the helpers around a skip.
+
+Two ways to skip a step, with their costs:
+
+- **device gate** (:class:`SkipStepAdamW`, or any optimizer whose ``step`` takes ``gate=``): the
+  verdict stays a 0-d bool tensor; the update is computed and then *selected* per tensor with
+  ``torch.where(gate, new, old)``. No host sync. Cost: the temporaries of one AdamW update (about
+  three parameter-sized buffers, freed at once) and the select. Selecting -- not multiplying the
+  update by 0 as OLMo-core does -- is what keeps a NaN gradient out of the weights and both moments
+  (``0 * NaN = NaN``). Adam's ``t`` advances by the gate (0 or 1), so bias correction is untouched too.
+- **host gate** (any ``torch.optim`` optimizer): read the verdict once per step (one scalar
+  transfer, a sync on CUDA) and simply do not call ``optimizer.step()``. Exact by construction.
+"""
+from __future__ import annotations
+
+import torch
+
+
+class SkipStepAdamW(torch.optim.Optimizer):
+    """AdamW (Loshchilov & Hutter, decoupled weight decay) whose update can be gated on the device.
+
+    The state keys match ``torch.optim.AdamW`` (``step``, ``exp_avg``, ``exp_avg_sq``; ``step`` is a
+    float32 0-d tensor on the parameter's device, as in torch's capturable mode).
+
+    Args:
+        params: parameters or param groups.
+        lr: learning rate.
+        betas: coefficients of the running averages of the gradient and its square.
+        eps: added to the denominator for numerical stability.
+        weight_decay: decoupled weight decay coefficient.
+    """
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 1e-2) -> None:
+        if not lr >= 0 or not eps >= 0 or not weight_decay >= 0 or not all(0 <= b < 1 for b in betas):
+            from ..errors import ConfigError
+            raise ConfigError(f"SkipStepAdamW: invalid lr={lr}, betas={betas}, eps={eps}, "
+                              f"weight_decay={weight_decay}", fix="lr, eps, weight_decay >= 0; betas in [0, 1)")
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    supports_gate = True
+    """Marker the guard looks for: ``step(gate=tensor)`` is supported."""
+
+    @torch.no_grad()
+    def step(self, closure=None, *, gate: torch.Tensor | None = None):
+        """One AdamW update, applied only where ``gate`` is True (a 0-d bool tensor; None = apply).
+
+        With ``gate`` False every parameter, both moments and ``step`` keep their exact bits, even
+        when the gradients hold NaN or Inf.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                st = self.state[p]
+                if not st:
+                    st["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+                    st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                m, v, t = st["exp_avg"], st["exp_avg_sq"], st["step"]
+                g = p.grad
+                ok = None if gate is None else gate.to(device=p.device)
+                t_new = t + 1 if ok is None else t + ok.to(t.dtype)
+                m_new = torch.lerp(m, g, 1 - b1)
+                v_new = v * b2 + (1 - b2) * g * g
+                bc1 = 1 - torch.pow(b1, t_new)
+                bc2_sqrt = torch.sqrt(1 - torch.pow(b2, t_new))
+                denom = torch.sqrt(v_new) / bc2_sqrt + eps
+                p_new = p * (1 - lr * wd) - (lr / bc1) * (m_new / denom)
+                if ok is None:
+                    p.copy_(p_new), m.copy_(m_new), v.copy_(v_new)
+                else:
+                    # Select, never multiply: a NaN in the rejected branch cannot leak.
+                    p.copy_(torch.where(ok, p_new, p))
+                    m.copy_(torch.where(ok, m_new, m))
+                    v.copy_(torch.where(ok, v_new, v))
+                t.copy_(t_new)
+        return loss
+
+
+def supports_device_gate(optimizer) -> bool:
+    """True if ``optimizer.step`` accepts ``gate=`` (it declares ``supports_gate = True``)."""
+    return bool(getattr(optimizer, "supports_gate", False))
+
+
+def optimizer_state_finite(optimizer) -> bool:
+    """True if every floating tensor in the optimizer state is finite (one sync; used off the hot path).
+
+    A NaN-poisoned moment is why a loss-scale reset alone often fails to rescue an fp16 run.
+    """
+    flags = [torch.isfinite(v).all() for st in optimizer.state.values() for v in st.values()
+             if torch.is_tensor(v) and v.is_floating_point()]
+    return bool(torch.stack([f.cpu() for f in flags]).all()) if flags else True
+
+
+def reset_grad_scaler(scaler, scale: float | None = None) -> float:
+    """Reset a ``torch.amp.GradScaler`` fully: scale to ``scale`` (default: its initial scale) and the
+    growth tracker to 0. ``GradScaler.update(new_scale=...)`` alone leaves the growth tracker as it
+    was. Returns the new scale."""
+    new = float(scale if scale is not None else scaler._init_scale)
+    if getattr(scaler, "_scale", None) is None:  # not used yet: set the initial values it will take
+        scaler._init_scale = new
+        scaler._init_growth_tracker = 0
+        return new
+    scaler._scale.fill_(new)
+    scaler._growth_tracker.fill_(0)
+    return new
+
+
+def grad_norm(parameters, max_norm: float | None = None) -> torch.Tensor:
+    """Global L2 norm of the gradients (before clipping), clipping to ``max_norm`` if given; no sync.
+
+    Returns a float32 0-d tensor on the gradients' device (0 when no parameter has a gradient).
+    """
+    params = [p for p in parameters if p.grad is not None]
+    if not params:
+        return torch.zeros(())
+    total = torch.nn.utils.get_total_norm([p.grad for p in params], norm_type=2.0,
+                                          error_if_nonfinite=False, foreach=True)
+    if max_norm is not None:
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total, foreach=True)
+    return total

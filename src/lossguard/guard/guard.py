@@ -1,0 +1,423 @@
+"""StabilityGuard: sees each step before the optimizer applies it, skips it, rolls back, or halts.
+
+A plain loop::
+
+    guard = StabilityGuard(model, opt, store=CheckpointStore("ckpt"), sampler=sampler,
+                           scheduler=sched, log_path="run.jsonl")
+    for step, batch in guard.batches(loader, steps=10_000):
+        loss = model(batch)
+        loss.backward()
+        guard.step(loss)              # clip, judge, optimizer.step (or not), scheduler, zero_grad
+
+Accounting (decided; ``docs/guard.md`` has the table):
+
+- a **skipped step** consumes its batch and counts as a step: the step counter and the LR schedule
+  advance (the schedule stays a function of the step number, as after an fp16 overflow skip);
+  Adam's ``t``, the weights and both moments do not change; the batch is not retried.
+- a **rollback** restores the checkpoint's step counter, model, optimizer (so Adam's ``t``),
+  scheduler (so the LR), GradScaler, RNG, data position and the guard's detector windows; it keeps
+  the guard's budgets (rollbacks made, data ranges skipped, LR cut). The data stream then skips
+  ``[episode onset batch, last bad batch + 1 + skip_margin)`` when it reaches it: the batches between
+  the checkpoint and the onset are trained on again (the restored weights never saw them).
+
+Device work per step (no host sync in the hot path with a device gate): the global gradient norm,
+two ring-buffer median/MAD updates, the finite checks and the verdict, packed into one 9-float
+tensor that is copied to the host once -- immediately on CPU, one step late on CUDA
+(``defer_host_read``), where a rollback therefore acts one step late (it restores a checkpoint, so
+the extra step is discarded with the rest).
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from ..errors import LossguardError, require
+from .config import GuardConfig
+from .decision import Action, Decision, StepRecord
+from .events import EventLog
+from .policy import RecoveryPolicy
+
+GUARD_FORMAT = 1
+
+
+class TrainingHalted(LossguardError):
+    """The guard stopped the run: the rollback budget is spent (the message has the diagnosis)."""
+
+
+class StabilityGuard:
+    """Guards a PyTorch training loop: skip a bad step, roll back + skip data, cut the LR, reset the
+    loss scale, or halt with a diagnosis.
+
+    Args:
+        model: the module being trained (a DDP wrapper is fine; its ``.module`` is checkpointed).
+        optimizer: any ``torch.optim`` optimizer; :class:`SkipStepAdamW` enables the sync-free gate.
+        store: a :class:`lossguard.checkpoint.store.CheckpointStore`; needed for rollbacks. Under
+            DDP give every rank its own store (or directory).
+        sampler: the data position (e.g. :class:`ResumableSampler`); with it a rollback rewinds the
+            data and a skip is O(1). Without it the stream is not rewound and skips discard batches.
+        scheduler: LR scheduler, stepped once per step (skipped or not).
+        scaler: ``torch.amp.GradScaler`` for fp16; the loop calls ``scaler.scale(loss).backward()``
+            and passes the unscaled ``loss`` to :meth:`step`.
+        config: thresholds and budgets.
+        log_path: the run's JSONL log (decisions and per-step metrics; rank 0 only).
+        diagnosis_path: where a halt writes its diagnosis (default: beside the log, or the store).
+    """
+
+    def __init__(self, model, optimizer, *, store=None, sampler=None, scheduler=None, scaler=None,
+                 config: GuardConfig | None = None, log_path=None, diagnosis_path=None) -> None:
+        torch = require("torch", "torch", "StabilityGuard")
+        from ..checkpoint.state import TrainState
+        from .device_stats import DeviceOutlier
+        from .gate import supports_device_gate
+
+        self.config = cfg = config or GuardConfig()
+        self.model, self.optimizer, self.scheduler, self.scaler = model, optimizer, scheduler, scaler
+        self.store, self.sampler = store, sampler
+        module = getattr(model, "module", model)
+        self._params = [p for p in model.parameters() if p.requires_grad]
+        device = self._params[0].device if self._params else torch.device("cpu")
+        if cfg.gate == "device" and not supports_device_gate(optimizer):
+            from ..errors import ConfigError
+            raise ConfigError(f"gate='device' needs an optimizer whose step() takes gate=; "
+                              f"{type(optimizer).__name__} does not",
+                              fix="use lossguard.guard.SkipStepAdamW, or gate='host'")
+        self.gate = "device" if cfg.gate == "device" or (cfg.gate == "auto" and supports_device_gate(optimizer)) else "host"
+        self._defer = cfg.defer_host_read if cfg.defer_host_read is not None else device.type == "cuda"
+        dist = torch.distributed
+        self._world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        self.rank = dist.get_rank() if self._world > 1 else 0
+        self.log = EventLog(log_path if self.rank == 0 else None)
+        self._log_path = None if log_path is None else Path(log_path)
+        self._diagnosis_path = diagnosis_path
+        self.policy = RecoveryPolicy(cfg, has_scaler=scaler is not None)
+        self._loss_det = DeviceOutlier(cfg.loss, device)
+        self._gn_det = DeviceOutlier(cfg.grad_norm, device) if cfg.grad_norm is not None else None
+        self.state = TrainState(module, optimizer, scheduler=scheduler, scaler=scaler, data=sampler,
+                                extras={"guard": self})
+        self.step_count = 0
+        """The step the next batch feeds (skipped steps count; a rollback sets it back)."""
+        self.halted = False
+        self.diagnosis: str | None = None
+        self._data_count = 0      # batches drawn from the stream (used without a sampler)
+        self._batch_index = 0     # data-stream index of the batch in flight
+        self._rng = None          # torch RNG when the batch in flight was drawn (replay check)
+        self._pending = None      # deferred (record tensor, meta) of the previous step
+        self._reiter = False      # batches() must re-create its iterator (after a rollback)
+        self.last_record: StepRecord | None = None
+
+    # ------------------------------------------------------------------ data
+    @property
+    def batch_index(self) -> int:
+        """Data-stream index of the batch last yielded by :meth:`batches` (its global batch number)."""
+        return self._batch_index
+
+    def _next_index(self) -> int:
+        return int(self.sampler.position) if self.sampler is not None else self._data_count
+
+    def batches(self, loader: Iterable, *, steps: int | None = None) -> Iterator[tuple[int, Any]]:
+        """Yield ``(step, batch)`` from ``loader``, skipping the data ranges a rollback chose.
+
+        Args:
+            loader: any iterable of batches (re-iterated at its end when ``steps`` is given, and
+                after a rollback so the restored data position takes effect).
+            steps: stop when the step counter reaches this; None = one pass over ``loader``.
+
+        Raises:
+            TrainingHalted: the guard halted the run (with ``halt_raises``; else the loop just ends).
+        """
+        cfg = self.config
+        if self.store is not None and cfg.checkpoint_every and not cfg.shadow \
+                and self.store.newest_at_or_before(self.step_count) is None:
+            self.save()  # a rollback target from the very start
+        it = iter(loader)
+        while steps is None or self.step_count < steps:
+            if self.halted:
+                break
+            if self._reiter:
+                it, self._reiter = iter(loader), False
+            end = None if cfg.shadow else self.policy.skip_to(self._next_index())
+            if end is not None:
+                n = end - self._next_index()
+                if self.sampler is not None:
+                    self.sampler.skip_batches(n)
+                    it = iter(loader)
+                else:
+                    for _ in range(n):
+                        if next(it, StopIteration) is StopIteration:
+                            it = iter(loader)
+                    self._data_count += n
+            batch = next(it, StopIteration)
+            if batch is StopIteration:
+                if steps is None:
+                    break
+                it = iter(loader)
+                batch = next(it, StopIteration)
+                if batch is StopIteration:
+                    break
+            self._batch_index = int(self.sampler.position) - 1 if self.sampler is not None else self._data_count
+            self._data_count += 1
+            if cfg.replay and not self._defer:
+                from .replay import capture_torch_rng
+                self._rng = capture_torch_rng()
+            yield self.step_count, batch
+        self.flush()
+        if self.halted and cfg.halt_raises:
+            raise TrainingHalted(self.diagnosis or "halted", path=self._diagnosis_file(),
+                                 fix="fix the cause named above, then resume from the checkpoint it names")
+
+    # ------------------------------------------------------------------ the step
+    def step(self, loss, *, replay: Callable[[], Any] | None = None) -> None:
+        """Judge this step and apply its update only if it is good; then step the scheduler and
+        zero the gradients. Call after ``loss.backward()`` instead of ``optimizer.step()``.
+
+        Args:
+            loss: this rank's loss (a tensor); under DDP the guard averages it over ranks.
+            replay: optional zero-argument callable that recomputes the loss on the same batch
+                (e.g. ``lambda: model(x, y)``); used for the replay check on a flagged step.
+        """
+        import torch
+
+        if self.halted:
+            return
+        cfg, opt = self.config, self.optimizer
+        with torch.no_grad():
+            local = loss.detach().to(torch.float64).reshape(())
+            glob = local.clone()
+            if self._world > 1:
+                torch.distributed.all_reduce(glob)  # one small all-reduce: the statistics use the global loss
+                glob /= self._world
+            if self.scaler is not None:
+                self.scaler.unscale_(opt)
+            from .gate import grad_norm
+            gn = grad_norm(self._params, cfg.max_grad_norm).to(torch.float64)
+            gn_finite = torch.isfinite(gn)
+            lv = self._loss_det.update(glob)
+            if self._gn_det is not None:
+                gv = self._gn_det.update(gn)
+                gn_out, gn_z = gv.outlier, gv.z
+            else:
+                gn_out, gn_z = ~gn_finite, torch.full_like(gn, math.nan)
+            overflow = (~gn_finite) if self.scaler is not None else torch.zeros_like(gn_finite)
+            # With a GradScaler, overflow steps are the scaler's business (it skips them itself).
+            bad = lv.outlier | (gn_out & ~overflow)
+            apply = torch.ones_like(bad) if cfg.shadow else ~bad
+            factor = self.policy.lr_factor(self.step_count)
+            groups = opt.param_groups
+            saved = [g["lr"] for g in groups]
+            if factor != 1.0:
+                for g in groups:
+                    g["lr"] = g["lr"] * factor
+            lr_used = float(groups[0]["lr"]) if groups else math.nan
+            if self.gate == "device":
+                (self.scaler.step(opt, gate=apply) if self.scaler is not None else opt.step(gate=apply))
+            elif cfg.shadow or bool(apply):  # host gate: the one sync of this path
+                (self.scaler.step(opt) if self.scaler is not None else opt.step())
+            for g, lr in zip(groups, saved):
+                g["lr"] = lr
+            scale = math.nan
+            if self.scaler is not None:
+                self.scaler.update()
+                scale = float(self.scaler.get_scale())
+            if self.scheduler is not None:
+                with warnings.catch_warnings():  # a skipped first step is deliberate
+                    warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)`")
+                    self.scheduler.step()
+            opt.zero_grad(set_to_none=True)
+            packed = torch.stack([glob, gn, lv.z, gn_z, lv.baseline, lv.outlier.double(), gn_out.double(),
+                                  overflow.double(), bad.double(), local])
+        meta = {"step": self.step_count, "batch_index": self._batch_index, "lr": lr_used, "loss_scale": scale,
+                "rng": self._rng, "replay": None if self._defer else replay}
+        self.step_count += 1
+        self.state.step = self.step_count
+        if self._defer:
+            host = packed.to("cpu", non_blocking=True)
+            prev, self._pending = self._pending, (host, meta)
+            if prev is not None:
+                self._process(*prev)
+        else:
+            self._process(packed, meta)
+        if (self.store is not None and cfg.checkpoint_every and not cfg.shadow and not self.halted
+                and self.step_count % cfg.checkpoint_every == 0 and not self._reiter):
+            self.save()
+
+    def flush(self) -> None:
+        """Process the deferred record of the last step (on CUDA with ``defer_host_read``)."""
+        if self._pending is not None:
+            prev, self._pending = self._pending, None
+            self._process(*prev)
+
+    # ------------------------------------------------------------------ host side
+    def _process(self, packed, meta: dict) -> None:
+        v = packed.tolist()
+        rec = StepRecord(step=meta["step"], batch_index=meta["batch_index"], loss=v[0], grad_norm=v[1],
+                         loss_z=v[2], grad_norm_z=v[3], loss_baseline=v[4], loss_outlier=bool(v[5]),
+                         grad_norm_outlier=bool(v[6]), overflow=bool(v[7]), bad=bool(v[8]),
+                         loss_scale=meta["loss_scale"], lr=meta["lr"])
+        self.last_record = rec
+        if self.config.log_metrics:
+            m = {"loss": rec.loss, "grad_norm": rec.grad_norm, "lr": rec.lr}
+            if self.scaler is not None:
+                m["loss_scale"] = rec.loss_scale
+            self.log.metrics(rec.step, m)
+        transient = False
+        if rec.bad and meta["replay"] is not None and meta["rng"] is not None and self.config.replay:
+            transient = self._replay_check(rec, meta, local_loss=v[9])
+        for d in self.policy.observe(rec, transient=transient):
+            self._carry_out(d)
+            if self.halted or self._reiter:
+                break  # a rollback or halt makes the rest of this step's decisions moot
+
+    def _replay_check(self, rec: StepRecord, meta: dict, *, local_loss: float) -> bool:
+        import torch
+
+        from .replay import replay_loss, reproduces
+        again = replay_loss(meta["replay"], meta["rng"])
+        ok = reproduces(local_loss, again, self.config.replay_rtol)
+        if self._world > 1:  # every rank must take the same decision
+            flag = torch.tensor([1.0 if ok else 0.0], dtype=torch.float64,
+                                device=self._params[0].device if self._params else "cpu")
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
+            ok = bool(flag.item())
+        self.log.event(Decision(Action.REPLAY, rec.step, [
+            "fault reproduces on replay (data or model)" if ok else
+            "fault did not reproduce on replay: transient (hardware) fault"],
+            {"loss": local_loss, "replayed_loss": again, "reproduced": ok, "transient": not ok}).record())
+        return not ok
+
+    def _emit(self, d: Decision, **extra) -> None:
+        rec = d.record()
+        rec.update(extra)
+        if self.config.shadow:
+            rec["shadow"] = True
+        self.log.event(rec)
+
+    def _carry_out(self, d: Decision) -> None:
+        from .gate import optimizer_state_finite, reset_grad_scaler
+
+        if d.action is Action.SKIP:
+            self._emit(d)
+        elif d.action is Action.ROLLBACK:
+            self._rollback(d)
+        elif d.action is Action.LOSS_SCALE_RESET:
+            if self.config.shadow:
+                self._emit(d)
+            elif not optimizer_state_finite(self.optimizer):
+                self._carry_out(self.policy.escalate(d.step, "optimizer state is not finite: a loss-scale "
+                                                             "reset cannot help"))
+            else:
+                new = reset_grad_scaler(self.scaler, self.config.loss_scale_reset_to)
+                self._emit(d, new_scale=new)
+        elif d.action is Action.HALT:
+            self._halt(d)
+        else:
+            self._emit(d)
+
+    def _target(self, onset: int) -> int | None:
+        if self.store is None:
+            return None
+        target = self.store.newest_at_or_before(onset - self.config.rollback_distance)
+        if target is None:  # early in the run: the oldest checkpoint before the onset
+            older = [s for s in self.store.steps() if s <= onset]
+            target = older[0] if older else None
+        return target
+
+    def _rollback(self, d: Decision) -> None:
+        target = self._target(d.numbers["onset"])
+        if self.config.shadow:
+            self._emit(d, would_roll_back_to=target)
+            for f in self.policy.rolled_back(d, d.step):
+                self._emit(f)
+            return
+        if target is None:
+            self._halt(Decision(Action.HALT, d.step, d.reasons + ["no checkpoint at or before the episode "
+                                                                  f"onset (step {d.numbers['onset']})"], d.numbers))
+            return
+        self.store.protect(target)
+        budget, data_count = self.policy.budget_state(), self._data_count
+        self.state.load_state_dict(self.store.load(target))  # also restores this guard's windows
+        self.policy.load_budget_state(budget)
+        if self.sampler is None:
+            self._data_count = data_count  # the stream was not rewound
+        self.step_count = self.state.step
+        follow = self.policy.rolled_back(d, target)
+        self._emit(d, to_step=target)
+        self._reiter, self._pending = True, None
+        if self.scaler is not None and self.config.reset_loss_scale_on_rollback:
+            from .gate import optimizer_state_finite, reset_grad_scaler
+            if optimizer_state_finite(self.optimizer):
+                new = reset_grad_scaler(self.scaler, self.config.loss_scale_reset_to)
+                self._emit(Decision(Action.LOSS_SCALE_RESET, target, ["reset with the rollback"], {"new_scale": new}))
+        for f in follow:
+            self._emit(f)
+
+    def _diagnosis_file(self) -> Path | None:
+        if self._diagnosis_path is not None:
+            return Path(self._diagnosis_path)
+        if self._log_path is not None:
+            return self._log_path.with_name(self._log_path.stem + ".halt.txt")
+        if self.store is not None:
+            return Path(self.store.directory) / "HALT.txt"
+        return None
+
+    def _halt(self, d: Decision) -> None:
+        onset = d.numbers.get("onset", d.step)
+        resume = self._target(onset)
+        p = self.policy
+        lines = [f"lossguard halted the run at step {d.step}.", "Why:"] + [f"  - {r}" for r in d.reasons] + [
+            f"Episode onset: step {onset}; rollbacks done: {p.rollbacks}; steps skipped: {p.skips} "
+            f"({p.transients} transient).",
+            f"Data ranges skipped (batch indices, half-open): {p.skip_ranges or 'none'}.",
+            (f"Resume from checkpoint step {resume}: {self.store.path_of(resume)}" if resume is not None
+             else "No checkpoint before the episode is available."),
+            "Before resuming: lower the LR, check the data around the episode's batches, or raise max_rollbacks."]
+        self.diagnosis = "\n".join(lines)
+        path = self._diagnosis_file()
+        if path is not None and self.rank == 0:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(self.diagnosis + "\n", encoding="utf-8")
+        self._emit(d, resume_from=resume, diagnosis=None if path is None else str(path))
+        if not self.config.shadow:
+            self.halted = True
+
+    # ------------------------------------------------------------------ checkpoints and state
+    def save(self) -> Any:
+        """Checkpoint the whole training state (model, optimizer, ..., this guard) at the current step."""
+        self.flush()
+        self.state.step = self.step_count
+        return self.store.save(self.step_count, self.state.state_dict())
+
+    def restore(self, step: int | None = None) -> int:
+        """Resume from the store (newest valid checkpoint when ``step`` is None); returns the step."""
+        self.state.load_state_dict(self.store.load(step))
+        self.step_count = self.state.step
+        self._reiter = True
+        return self.step_count
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """The decision records written by this process, in order."""
+        return self.log.records
+
+    def state_dict(self) -> dict[str, Any]:
+        """Detector windows, policy budgets and episode, data counter (goes into TrainState extras)."""
+        return {"format": GUARD_FORMAT, "loss": self._loss_det.state_dict(),
+                "grad_norm": None if self._gn_det is None else self._gn_det.state_dict(),
+                "policy": self.policy.state_dict(), "data_count": self._data_count}
+
+    def load_state_dict(self, sd: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output."""
+        if not isinstance(sd, dict) or sd.get("format") != GUARD_FORMAT:
+            from ..errors import CheckpointError
+            raise CheckpointError("not a StabilityGuard state", fix="load a checkpoint saved with the guard")
+        self._loss_det.load_state_dict(sd["loss"])
+        if self._gn_det is not None and sd.get("grad_norm") is not None:
+            self._gn_det.load_state_dict(sd["grad_norm"])
+        self.policy.load_state_dict(sd["policy"])
+        self._data_count = int(sd["data_count"])
+
+    def close(self) -> None:
+        """Process any deferred record and close the log."""
+        self.flush()
+        self.log.close()

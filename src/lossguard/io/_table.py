@@ -1,0 +1,250 @@
+"""A table of rows (CSV, JSONL, W&B, Lightning, HF records) turned into an unstitched RunLog.
+
+Every tabular reader parses its file into a :class:`Table` (numeric columns as float64 arrays with
+a presence mask, text columns as strings, the line or record number of every row) and hands it to
+:func:`to_runlog`, which finds the step column, maps column names through
+:func:`lossguard.metrics.canonical_name`, splits rows into segments and checks the values. One
+place decides what is an error, so every tabular format reports bad input the same way.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..errors import LogFormatError
+from ..metrics import EPOCH, STEP_ALIASES, canonical_name, is_loss
+
+TIME_NAMES = ("time", "timestamp", "_timestamp", "wall_time", "walltime", "unix_time", "created_at")
+"""Column names holding the Unix wall time of a row; they date segments and are not metrics."""
+
+_KNOWN = {"loss", "val_loss", "grad_norm", "lr", "loss_scale", "skipped_iters", "nan_iters",
+          "iter_time", "tokens", EPOCH}
+_FOLD = re.compile(r"[\s\-]+")
+
+
+def normalise(raw: str) -> str:
+    """Lower-case a column name and fold spaces and dashes to ``_`` (as :mod:`lossguard.metrics` does)."""
+    return _FOLD.sub("_", raw.strip().lower())
+
+
+@dataclass
+class Table:
+    """The rows of one file, column by column.
+
+    Attributes:
+        names: raw column names in file order (numeric and text).
+        numeric: raw name -> float64 values, NaN where the cell is missing (see ``present``).
+        present: raw name -> bool mask, False where the cell was empty or the key absent.
+        text: raw name -> (cell strings, index of the first non-numeric cell, True when a number
+            came before it) for columns that are not numbers.
+        lines: int64 line (or record) number of each row, for error messages.
+        unit: what ``lines`` counts: ``"line"`` or ``"record"``.
+        header: True when the names come from a header line (CSV), False for record keys.
+    """
+
+    names: list[str]
+    numeric: dict[str, np.ndarray] = field(default_factory=dict)
+    present: dict[str, np.ndarray] = field(default_factory=dict)
+    text: dict[str, tuple[list, int, bool]] = field(default_factory=dict)
+    lines: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    unit: str = "line"
+    header: bool = False
+
+    @property
+    def rows(self) -> int:
+        """Number of data rows."""
+        return len(self.lines)
+
+
+def find_step_column(names: list[str]) -> str | None:
+    """The column holding the step: the first name in :data:`STEP_ALIASES` order that is present."""
+    normal = {normalise(n): n for n in reversed(names)}
+    for alias in STEP_ALIASES:
+        if alias in normal:
+            return normal[alias]
+    return None
+
+
+def is_known_metric(name: str) -> bool:
+    """True for canonical names lossguard analyses (their columns must be numeric)."""
+    return name in _KNOWN or is_loss(name)
+
+
+def to_runlog(table: Table, *, path: Path, format: str, segments: np.ndarray | None = None,
+              segment_notes: list[str] | None = None, rename: Callable[[str], str | None] | None = None,
+              dedupe: bool = False, metadata: dict | None = None, events: list[dict] | None = None):
+    """Build the unstitched RunLog of one file from its table.
+
+    Args:
+        table: the parsed rows.
+        path: the file, named in every error.
+        format: the reader's name.
+        segments: int per row numbering the segment (launch) the row belongs to, in file order;
+            None = one segment.
+        segment_notes: a note per segment number (how its boundary was found).
+        rename: maps a raw column name to its metric name, or None to drop the column;
+            default :func:`canonical_name`.
+        dedupe: drop a point that repeats the previous point's step and value exactly (Lightning
+            and HF write ``epoch`` on both the train and the validation row of one step).
+        metadata: facts to attach to the RunLog.
+        events: non-metric records to attach.
+
+    Raises:
+        LogFormatError: no step column, a non-numeric metric or step value, a fractional step,
+            a row with metrics but no step, or (from the builder) steps repeating or going back.
+    """
+    from ..runlog import RunLogBuilder
+
+    src = str(path)
+    unit = table.unit
+    rename = rename or canonical_name
+    step_col = find_step_column(table.names)
+    if step_col is None:
+        word = "column" if table.header else "key"
+        raise LogFormatError(
+            f"no step {word}; the {word}s are {', '.join(repr(n) for n in table.names[:12]) or 'none'}",
+            path=src, where="line 1" if table.header else None,
+            fix="name the step column one of: step, iteration, global_step, _step, iter "
+                "(or convert the log so each row has its optimizer step)")
+    if step_col in table.text:
+        cells, bad, _ = table.text[step_col]
+        raise LogFormatError(f"non-numeric step {cells[bad]!r} in column {step_col!r}", path=src,
+                             where=f"{unit} {int(table.lines[bad])}", fix="every step must be an integer")
+    steps_f = table.numeric[step_col]
+    step_ok = table.present[step_col]
+
+    # Decide the metric columns: numeric ones, known metrics that are text are errors.
+    metric_cols: list[tuple[str, str]] = []  # (raw, canonical)
+    taken: set[str] = set()
+    ignored: list[str] = []
+    for raw in table.names:
+        if raw == step_col or normalise(raw) in TIME_NAMES:
+            continue
+        name = rename(raw)
+        if name is None:
+            continue
+        if raw in table.text:
+            cells, bad, numbers_before = table.text[raw]
+            if is_known_metric(name) or numbers_before:
+                raise LogFormatError(
+                    f"non-numeric value {cells[bad]!r} in metric column {raw!r}", path=src,
+                    where=f"{unit} {int(table.lines[bad])}",
+                    fix="metric cells must be numbers, nan/inf, or empty for a missing value")
+            ignored.append(raw)
+            continue
+        if name in taken:  # two columns aliasing to one metric: keep the second under its own name
+            name = normalise(raw)
+            while name in taken:
+                name += "_"
+        taken.add(name)
+        metric_cols.append((raw, name))
+
+    if table.rows:
+        has_metric = np.zeros(table.rows, dtype=bool)
+        for raw, _ in metric_cols:
+            has_metric |= table.present[raw]
+        orphan = has_metric & ~step_ok
+        if orphan.any():
+            i = int(np.flatnonzero(orphan)[0])
+            raise LogFormatError(f"a row with metric values but no {step_col!r}", path=src,
+                                 where=f"{unit} {int(table.lines[i])}",
+                                 fix=f"give every row its step in column {step_col!r}")
+        usable = step_ok & has_metric
+        bad = usable & ~(np.isfinite(steps_f) & (steps_f == np.floor(steps_f)) & (np.abs(steps_f) < 2.0**62))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise LogFormatError(f"step {steps_f[i]!r} in column {step_col!r} is not an integer", path=src,
+                                 where=f"{unit} {int(table.lines[i])}", fix="every step must be a whole number")
+    steps = np.where(step_ok, steps_f, 0).astype(np.int64)
+
+    b = RunLogBuilder(format, unit=unit)
+    if metadata:
+        b.metadata.update(metadata)
+    if ignored:
+        b.metadata["ignored_columns"] = ignored
+    b.metadata["columns"] = {raw: name for raw, name in metric_cols}
+    times = _time_column(table)
+    if segments is None:
+        seg_ids = [0]
+        starts = [0]
+    else:
+        change = np.flatnonzero(np.diff(segments) != 0) + 1
+        starts = [0, *change.tolist()] if table.rows else [0]
+        seg_ids = [int(segments[s]) for s in starts] if table.rows else [0]
+    bounds = [*starts[1:], table.rows]
+    for k, (lo, hi) in enumerate(zip(starts, bounds)):
+        t0 = None
+        if times is not None and hi > lo:
+            tt = times[lo:hi]
+            tt = tt[np.isfinite(tt)]
+            t0 = float(tt[0]) if len(tt) else None
+        note = ""
+        if segment_notes is not None and seg_ids[k] < len(segment_notes):
+            note = segment_notes[seg_ids[k]]
+        seg = b.start_segment(src, start_time=t0, note=note)
+        for raw, name in metric_cols:
+            mask = table.present[raw][lo:hi]
+            if lo == 0 and hi == table.rows and mask.all():
+                s, v, w = steps, table.numeric[raw], table.lines
+            else:
+                s, v, w = steps[lo:hi][mask], table.numeric[raw][lo:hi][mask], table.lines[lo:hi][mask]
+            if dedupe and len(s) > 1:
+                same = (s[1:] == s[:-1]) & ((v[1:] == v[:-1]) | (np.isnan(v[1:]) & np.isnan(v[:-1])))
+                if same.any():
+                    keep = np.concatenate([[True], ~same])
+                    s, v, w = s[keep], v[keep], w[keep]
+            b.add(name, s, v, where=w, segment=seg)
+    for e in events or ():
+        b.add_event(e)
+    if not b.sources:
+        b.sources.append(src)
+    return b.build()
+
+
+def _time_column(table: Table) -> np.ndarray | None:
+    for raw in table.names:
+        if normalise(raw) in TIME_NAMES and raw in table.numeric:
+            t = np.where(table.present[raw], table.numeric[raw], np.nan)
+            return t
+    return None
+
+
+def parse_numeric(cells: list[str]) -> tuple[np.ndarray, np.ndarray] | tuple[int, bool]:
+    """Convert cell strings to float64 (empty = missing).
+
+    Returns:
+        ``(values, present)``, or when a cell is not a number ``(its index, True if a number came
+        before it)``: a column that starts with text is a label column, one that turns to text
+        part-way is a broken metric.
+    """
+    arr = np.asarray(cells, dtype=str) if cells else np.zeros(0, dtype=str)
+    arr = np.char.strip(arr) if arr.size else arr
+    present = arr != ""
+    values = np.full(len(arr), np.nan)
+    try:
+        values[present] = arr[present].astype(np.float64)
+    except (ValueError, OverflowError):
+        seen_number = False
+        for i, c in enumerate(arr.tolist()):
+            if c:
+                try:
+                    float(c)
+                    seen_number = True
+                except (ValueError, OverflowError):
+                    return i, seen_number
+        return 0, False  # pragma: no cover - numpy and float() disagree
+    return values, present
+
+
+def add_text_columns(table: Table, columns: dict[str, list[str]]) -> None:
+    """Parse string columns into ``table``: numeric ones to arrays, the rest kept as text."""
+    for name, cells in columns.items():
+        parsed = parse_numeric(cells)
+        if isinstance(parsed[0], int):
+            table.text[name] = (cells, parsed[0], parsed[1])
+        else:
+            table.numeric[name], table.present[name] = parsed

@@ -1,0 +1,216 @@
+"""CSV / TSV training logs: one row per logged step, one column per metric.
+
+Column names go through :func:`lossguard.metrics.canonical_name` (``train/loss``, ``lm loss`` ->
+``loss``). Empty cells are missing values, not NaN; ``nan``/``inf`` spellings are kept as NaN/Inf.
+A ``segment`` column, where present, labels the launch each row was logged in (each change of label
+starts a segment, as in the BLOOM chronicle excerpts). Text columns that are not metrics (labels,
+dates) are ignored and listed in ``metadata["ignored_columns"]``.
+
+pyarrow's CSV parser is used when installed (extra ``fast``); the stdlib ``csv`` path gives the same
+result and the exact line of any bad cell, so every error is re-derived on that path.
+"""
+from __future__ import annotations
+
+import csv as _csv
+import io
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import LogFormatError
+from ._table import Table, add_text_columns, find_step_column, normalise, to_runlog
+
+NAME = "csv"
+SEGMENT_COLUMN = "segment"
+_DELIMITERS = (",", "\t", ";")
+
+
+def _first_line(head: bytes) -> str | None:
+    if b"\0" in head:
+        return None
+    line = head.split(b"\n", 1)[0].rstrip(b"\r")
+    try:
+        return line.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return None
+
+
+def delimiter_of(header: str) -> str | None:
+    """The delimiter of a header line: the most frequent of ``,``, tab and ``;`` (None if absent)."""
+    counts = [(header.count(d), d) for d in _DELIMITERS]
+    n, d = max(counts)
+    return d if n else None
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """True for text whose first line is a delimited header naming a step column (or a .csv/.tsv file)."""
+    header = _first_line(head)
+    if not header or header.lstrip().startswith(("{", "[")):
+        return False
+    d = delimiter_of(header)
+    if d is None:
+        return False
+    names = [n.strip().strip('"') for n in header.split(d)]
+    if find_step_column(names) is not None:
+        return True
+    return path.suffix.lower() in (".csv", ".tsv")
+
+
+def read_bytes(path: Path) -> bytes:
+    """The file's bytes; an empty file or an unreadable one is a :class:`LogFormatError`."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise LogFormatError(f"cannot read the file: {exc.strerror or exc}", path=str(path),
+                             fix="check the path and its permissions") from exc
+    if not data.strip():
+        raise LogFormatError("the file is empty", path=str(path),
+                             fix="point lossguard at a log that has at least a header and one row")
+    return data
+
+
+def read_table(path: Path, data: bytes, *, fast: bool = True) -> Table:
+    """Parse CSV/TSV bytes into a :class:`Table` (pyarrow when available and ``fast``)."""
+    header = _first_line(data[:65536]) or ""
+    delimiter = delimiter_of(header) or ","
+    if fast:
+        table = _read_arrow(data, delimiter)
+        if table is not None:
+            return table
+    return _read_exact(path, data, delimiter)
+
+
+def _read_arrow(data: bytes, delimiter: str) -> Table | None:
+    """pyarrow fast path; None when pyarrow is missing or the file needs the exact path."""
+    try:
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+    except ImportError:
+        return None
+    # Row i is taken to be on line i + 2. Blank lines or quoted newlines break that, but the row
+    # lines are only used in error messages, and every error is re-derived on the exact path.
+    try:
+        t = pacsv.read_csv(pa.BufferReader(data),
+                           parse_options=pacsv.ParseOptions(delimiter=delimiter),
+                           convert_options=pacsv.ConvertOptions(null_values=[""], strings_can_be_null=True,
+                                                                true_values=[], false_values=[]))
+    except Exception:  # noqa: BLE001 - any pyarrow complaint: let the exact path name the line
+        return None
+    names = [str(n) for n in t.column_names]
+    if len(set(names)) != len(names) or any(not n for n in names):
+        return None
+    table = Table(names=names, lines=np.arange(2, t.num_rows + 2, dtype=np.int64), header=True)
+    text: dict[str, list[str]] = {}
+    for name, col in zip(names, t.columns):
+        typ = col.type
+        if pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_null(typ):
+            col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+            if pa.types.is_null(typ):
+                table.numeric[name] = np.full(len(col), np.nan)
+                table.present[name] = np.zeros(len(col), dtype=bool)
+                continue
+            present = col.is_valid().to_numpy(zero_copy_only=False)
+            values = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+            if not present.all():
+                values = np.where(present, values, np.nan)
+            table.numeric[name] = values
+            table.present[name] = present
+        else:
+            text[name] = ["" if v is None else str(v) for v in col.to_pylist()]
+    add_text_columns(table, text)
+    return table
+
+
+def _read_exact(path: Path, data: bytes, delimiter: str) -> Table:
+    src = str(path)
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise LogFormatError(f"bytes that are not UTF-8 text ({data[exc.start:exc.start + 4]!r})", path=src,
+                             where=f"line {line}", fix="save the log as UTF-8 text") from None
+    reader = _csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    try:
+        header = next(reader, None)
+        if not header:
+            raise LogFormatError("no header line", path=src, where="line 1",
+                                 fix="the first line must name the columns, e.g. step,loss,lr")
+        names = [h.strip() for h in header]
+        _check_header(names, src)
+        n = len(names)
+        rows: list[list[str]] = []
+        lines: list[int] = []
+        start = reader.line_num + 1
+        for row in reader:
+            if not row or (len(row) == 1 and not row[0].strip()):
+                start = reader.line_num + 1
+                continue
+            if len(row) != n:
+                raise LogFormatError(f"{len(row)} fields where the header has {n}", path=src,
+                                     where=f"line {start}",
+                                     fix="every row needs one cell per header column (leave missing ones empty)")
+            rows.append(row)
+            lines.append(start)
+            start = reader.line_num + 1
+    except _csv.Error as exc:
+        raise LogFormatError(f"malformed CSV: {exc}", path=src, where=f"line {reader.line_num}",
+                             fix="check the quoting and delimiters on that line") from None
+    columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in names]
+    table = Table(names=names, lines=np.asarray(lines, dtype=np.int64), header=True)
+    add_text_columns(table, dict(zip(names, columns)))
+    return table
+
+
+def _check_header(names: list[str], src: str) -> None:
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if not name:
+            raise LogFormatError(f"column {i + 1} of the header has no name", path=src, where="line 1",
+                                 fix="give every column a name")
+        if name in seen:
+            raise LogFormatError(f"column {name!r} appears twice in the header", path=src, where="line 1",
+                                 fix="rename one of the two columns")
+        seen.add(name)
+
+
+def segments_of(table: Table) -> tuple[np.ndarray | None, list[str] | None]:
+    """Segment number per row from a ``segment`` column (labels in order of first appearance)."""
+    col = next((n for n in table.names if normalise(n) == SEGMENT_COLUMN), None)
+    if col is None:
+        return None, None
+    if col in table.text:
+        cells = table.text[col][0]
+    else:
+        vals, present = table.numeric[col], table.present[col]
+        cells = [("%g" % v) if p else "" for v, p in zip(vals.tolist(), present.tolist())]
+    labels: dict[str, int] = {}
+    ids = np.fromiter((labels.setdefault(c, len(labels)) for c in cells), dtype=np.int64, count=len(cells))
+    table.text.pop(col, None)
+    table.numeric.pop(col, None)
+    table.present.pop(col, None)
+    table.names = [n for n in table.names if n != col]
+    return ids, [f"segment {label!r}" for label in labels]
+
+
+def read(path: Path, *, root: Path | None = None, fast: bool = True):
+    """Read one CSV/TSV log into an unstitched RunLog (one segment, or one per ``segment`` label).
+
+    Args:
+        path: the file.
+        root: unused (the directory the user named).
+        fast: use pyarrow when it is installed.
+
+    Raises:
+        LogFormatError: empty file, no step column, a non-numeric metric cell, ragged rows,
+            duplicate or backward steps in one segment; the message names the line.
+    """
+    path = Path(path)
+    data = read_bytes(path)
+    table = read_table(path, data, fast=fast)
+    segments, notes = segments_of(table)
+    try:
+        return to_runlog(table, path=path, format=NAME, segments=segments, segment_notes=notes)
+    except LogFormatError:
+        if not fast:
+            raise
+        return read(path, root=root, fast=False)  # the exact path names the precise line

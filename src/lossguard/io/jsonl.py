@@ -1,0 +1,209 @@
+"""JSON-lines training logs: one JSON object per line, keys may differ from line to line.
+
+A record with an ``"event"`` key is not a metric row: it goes to :attr:`RunLog.events` (lossguard's
+guard writes its decisions this way, e.g. ``{"step": 300, "event": "rollback", "to_step": 200}``).
+A ``rollback`` or ``resume`` event starts a new segment: the rows after it were logged by the
+relaunched run. Values may be numbers, ``null`` (missing), ``NaN``/``Infinity`` (Python's json writes
+them) or numeric strings; nested objects and lists are ignored.
+
+pyarrow's JSON reader is used when installed (extra ``fast``); the stdlib path gives the same
+result and the exact line of any bad record.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import LogFormatError
+from ._table import Table, add_text_columns, to_runlog
+from .csv import read_bytes
+
+NAME = "jsonl"
+EVENT_KEY = "event"
+SEGMENT_EVENTS = ("rollback", "resume")
+"""Events after which the rows belong to a new segment (a relaunch of the run)."""
+
+
+def _first_record_line(head: bytes) -> bytes | None:
+    for line in head.split(b"\n")[:5]:
+        line = line.strip()
+        if line:
+            return line
+    return None
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """True when the first non-blank line is a complete JSON object."""
+    line = _first_record_line(head)
+    if not line or not line.startswith(b"{") or not line.endswith(b"}"):
+        return False
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
+def _cell(v: Any) -> str:
+    if v is None or isinstance(v, (dict, list)):
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def records_table(records: list[dict], lines: list[int], *, unit: str = "line") -> Table:
+    """Columns of metric records (stdlib path): numbers to float64, strings parsed, nesting dropped."""
+    names: dict[str, None] = {}
+    for r in records:
+        for k in r:
+            names.setdefault(k, None)
+    table = Table(names=list(names), lines=np.asarray(lines, dtype=np.int64), unit=unit)
+    n = len(records)
+    text: dict[str, list[str]] = {}
+    for k in names:
+        col = [r.get(k) for r in records]
+        if all(v is None or (type(v) in (int, float)) for v in col):
+            present = np.fromiter((v is not None for v in col), dtype=bool, count=n)
+            values = np.fromiter((math.nan if v is None else float(v) for v in col), dtype=np.float64, count=n)
+            table.numeric[k], table.present[k] = values, present
+        elif all(v is None or isinstance(v, (dict, list)) for v in col):
+            continue  # nested values (histograms, tables): not metrics
+        else:
+            text[k] = [_cell(v) for v in col]
+    table.names = [k for k in table.names if k in table.numeric or k in text]
+    add_text_columns(table, text)
+    return table
+
+
+def split_events(records: list[dict], lines: list[int]) -> tuple[list[dict], list[int], np.ndarray, list[str], list[dict]]:
+    """Separate event records; number segments, a new one after every rollback/resume event.
+
+    Returns:
+        metric records, their lines, their segment numbers, a note per segment, the events.
+    """
+    rows, row_lines, seg, notes, events = [], [], [], [""], []
+    current = 0
+    for r, line in zip(records, lines):
+        if EVENT_KEY in r:
+            events.append(r)
+            if str(r[EVENT_KEY]).lower() in SEGMENT_EVENTS:
+                current += 1
+                notes.append(f"{r[EVENT_KEY]} event at line {line}")
+            continue
+        rows.append(r)
+        row_lines.append(line)
+        seg.append(current)
+    return rows, row_lines, np.asarray(seg, dtype=np.int64), notes, events
+
+
+def parse_lines(path: Path, data: bytes) -> tuple[list[dict], list[int]]:
+    """Every non-blank line parsed as a JSON object, with its 1-based line number."""
+    records, lines = [], []
+    for i, raw in enumerate(data.split(b"\n"), start=1):
+        raw = raw.strip()
+        if not raw:
+            continue
+        try:
+            rec = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise LogFormatError(f"not valid JSON ({exc})", path=str(path), where=f"line {i}",
+                                 fix="each line must be one complete JSON object; remove the truncated line") from None
+        if not isinstance(rec, dict):
+            raise LogFormatError(f"a JSON {type(rec).__name__} where a record object was expected", path=str(path),
+                                 where=f"line {i}", fix='each line must be a JSON object like {"step": 1, "loss": 2.3}')
+        records.append(rec)
+        lines.append(i)
+    return records, lines
+
+
+def _read_arrow(data: bytes):
+    """pyarrow fast path: (table, segments, notes, events) or None to use the exact path."""
+    try:
+        import pyarrow as pa
+        import pyarrow.json as pajson
+    except ImportError:
+        return None
+    if data.startswith(b"\n") or b"\n\n" in data or b"\r" in data or b"\n " in data:
+        return None  # blank or indented lines: record index != line - 1
+    try:
+        t = pajson.read_json(pa.BufferReader(data))
+    except Exception:  # noqa: BLE001 - anything pyarrow rejects, the exact path explains
+        return None
+    names = [str(n) for n in t.column_names]
+    n = t.num_rows
+    seg = np.zeros(n, dtype=np.int64)
+    notes, events = [""], []
+    lines = np.arange(1, n + 1, dtype=np.int64)
+    keep = None
+    if EVENT_KEY in names:
+        ev = t.column(EVENT_KEY)
+        is_event = ev.is_valid().to_numpy(zero_copy_only=False)
+        if is_event.any():
+            idx = np.flatnonzero(is_event)
+            for i, rec in zip(idx.tolist(), t.take(pa.array(idx)).to_pylist()):
+                rec = {k: v for k, v in rec.items() if v is not None}
+                events.append(rec)
+                if str(rec.get(EVENT_KEY)).lower() in SEGMENT_EVENTS:
+                    seg[i:] += 1
+                    notes.append(f"{rec[EVENT_KEY]} event at line {i + 1}")
+            keep = ~is_event
+            t = t.filter(pa.array(keep))
+            seg, lines = seg[keep], lines[keep]
+        t = t.drop_columns([EVENT_KEY])
+        names = [c for c in names if c != EVENT_KEY]
+    table = Table(names=[], lines=lines)
+    text: dict[str, list[str]] = {}
+    for name, col in zip(names, t.columns):
+        typ = col.type
+        if pa.types.is_integer(typ) or pa.types.is_floating(typ):
+            present = col.is_valid().to_numpy(zero_copy_only=False)
+            values = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+            if not present.all():
+                values = np.where(present, values, np.nan)
+            table.numeric[name], table.present[name] = values, present
+        elif pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_boolean(typ):
+            text[name] = [_cell(v) for v in col.to_pylist()]
+        elif pa.types.is_null(typ) or pa.types.is_nested(typ):
+            continue
+        else:
+            return None
+        table.names.append(name)
+    add_text_columns(table, text)
+    return table, seg, notes, events
+
+
+def read(path: Path, *, root: Path | None = None, fast: bool = True, format: str = NAME, rename=None):
+    """Read one JSONL log into an unstitched RunLog (a segment per launch, events kept).
+
+    Args:
+        path: the file.
+        root: unused (the directory the user named).
+        fast: use pyarrow when it is installed.
+        format: the name to record (the W&B reader reuses this one).
+        rename: raw key -> metric name or None to drop it (default ``canonical_name``).
+
+    Raises:
+        LogFormatError: empty file, a line that is not a JSON object, no step key, a non-numeric
+            metric value, duplicate or backward steps in one segment; the message names the line.
+    """
+    path = Path(path)
+    data = read_bytes(path)
+    fast_result = _read_arrow(data) if fast else None
+    if fast_result is not None:
+        table, seg, notes, events = fast_result
+    else:
+        records, lines = parse_lines(path, data)
+        rows, row_lines, seg, notes, events = split_events(records, lines)
+        table = records_table(rows, row_lines)
+    segments = seg if len(notes) > 1 else None
+    try:
+        return to_runlog(table, path=path, format=format, segments=segments, segment_notes=notes, events=events,
+                         rename=rename)
+    except LogFormatError:
+        if fast_result is None:
+            raise
+        return read(path, root=root, fast=False, format=format, rename=rename)

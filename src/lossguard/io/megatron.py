@@ -1,0 +1,270 @@
+"""Read the stdout logs of Megatron-LM, Megatron-DeepSpeed and DeepSpeed into a RunLog.
+
+What is read (everything else in the log is ignored; these logs are full of other output):
+
+* Megatron iteration lines, ``iteration 31214/ 95367 | ... | lm loss: 2.198845E+00 | loss scale:
+  4096.0 | grad norm: 0.242 | number of skipped iterations: 0 | number of nan iterations: 0 |``.
+  Every ``key: number`` field becomes a metric through :func:`lossguard.metrics.canonical_name`;
+  ``lm loss <stream>`` becomes the stream ``loss/<stream>``; a ``(ms)`` unit is converted to
+  seconds (``elapsed time per iteration (ms)`` -> ``iter_time`` in s).
+* Validation lines, ``validation loss at iteration 1000 | lm loss value: 2.34 | lm loss PPL: 10.4 |``
+  -> ``val_loss`` (and ``val_ppl``); the test set (``... on test set``) -> ``test_lm_loss``.
+* DeepSpeed fp16 overflows, ``[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale:
+  65536, reducing to 32768``. The line carries no step: overflows are counted into the next logged
+  step (the logging interval they happened in, as Megatron's own "number of skipped iterations"),
+  giving ``skipped_iters`` (count, the largest over ranks) and ``loss_scale`` (the reduced scale).
+  Each one is also kept as an event ``{"event": "fp16_overflow", ...}``.
+* DeepSpeed engine lines, ``[Rank 0] step=100, skipped=3, lr=[0.0001], mom=[(0.9, 0.95)]`` ->
+  ``lr`` (first parameter group) and ``skipped_iters`` (the increase of ``skipped`` since the
+  previous such line).
+  A value the iteration line itself reports wins over one derived from these lines.
+
+Restarts inside one file (a job chain appending to one log with ``tee -a``): a start banner
+(``using world size:``, ``> building ... tokenizer``, ``training ...``, ``[before the start of
+training step]``, ``DeepSpeed info: version=``) or an iteration number at or below the previous one
+starts a new segment. Steps going backwards are therefore restarts, never errors;
+:func:`lossguard.stitch.stitch` marks what they superseded. Timestamps (``[2024-05-01 12:00:00]``,
+``datetime: 2022-04-12 10:00:00``) give a segment's ``start_time``, read as UTC.
+"""
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..errors import LogFormatError
+from ..metrics import LOSS, LOSS_SCALE, LR, SKIPPED_ITERS, VAL_LOSS, canonical_name
+from ..runlog import RunLog, RunLogBuilder, finite_or_nan
+
+NAME = "megatron"
+"""Registry name of this reader."""
+
+_ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)")
+_VALIDATION = re.compile(r"validation loss at iteration\s+(\d+)(?:\s+on\s+(\w+)\s+set)?\s*\|(.*)")
+_OVERFLOW = re.compile(r"OVERFLOW!\s*Rank\s+(\d+)\s+Skipping step\.?\s*Attempted loss scale:\s*([-+.\w]+)"
+                       r"(?:,\s*reducing to\s*([-+.\w]+))?")
+_ENGINE = re.compile(r"\[Rank\s+(\d+)\]\s+step=(\d+),\s*skipped=(\d+),\s*lr=\[\s*([^,\]\s]+)")
+_BANNER = re.compile(r"using world size:|> building \S+ tokenizer|^\s*(?:\[[^\]]*\]\s*)?training \.\.\.|"
+                     r"\[before the start of training step\]|DeepSpeed info: version=")
+_STAMP = re.compile(r"(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)")
+_UNIT = re.compile(r"\s*\(([^)]*)\)\s*")
+_SNIFF = re.compile(rb"\biteration\s+\d+\s*/\s*\d+\s*\||OVERFLOW!\s*Rank\s+\d+\s+Skipping step|"
+                    rb"\[Rank\s+\d+\]\s+step=\d+,\s*skipped=\d+")
+
+# Priority of a value's source when two report the same metric at the same step.
+_FROM_ITERATION, _FROM_OVERFLOW, _FROM_ENGINE = 2, 1, 0
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """True when the first 64 KiB hold a Megatron iteration line or a DeepSpeed step/overflow line."""
+    return _SNIFF.search(head) is not None
+
+
+class _Segment:
+    """Points of one launch: metric -> step -> (value, line, priority)."""
+
+    def __init__(self, note: str) -> None:
+        self.note = note
+        self.start_time: float | None = None
+        self.points: dict[str, dict[int, tuple[float, int, int]]] = {}
+        self.last_iteration = -1
+        self.last_engine = -1
+        self.last_engine_skipped: int | None = None
+        self.last_line = ""
+        self.pending: list[dict[str, Any]] = []  # overflows waiting for the step they belong to
+
+    def put(self, metric: str, step: int, value: float, line: int, prio: int) -> None:
+        table = self.points.setdefault(metric, {})
+        old = table.get(step)
+        if old is None or prio >= old[2]:
+            table[step] = (value, line, prio)
+
+    @property
+    def empty(self) -> bool:
+        return not self.points and not self.pending
+
+
+def read(path: Path, *, root: Path | None = None) -> RunLog:
+    """Read one Megatron / DeepSpeed stdout log as an unstitched RunLog.
+
+    Raises:
+        LogFormatError: the file is unreadable, empty, or holds no iteration line at all.
+    """
+    path = Path(path)
+    try:
+        fh = open(path, encoding="utf-8", errors="replace", newline=None)
+    except OSError as exc:
+        raise LogFormatError(f"cannot read the file: {exc.strerror or exc}", path=path,
+                             fix="check that the path exists and is a readable text log") from None
+    builder = RunLogBuilder(NAME, unit="line")
+    segments: list[_Segment] = [_Segment("start of file")]
+    with fh:
+        try:
+            for number, line in enumerate(fh, 1):
+                _read_line(line, number, segments, builder)
+        except (OSError, UnicodeError) as exc:
+            raise LogFormatError(f"cannot read the file: {exc}", path=path, fix="check the file") from None
+    for seg in segments:
+        _flush_pending(seg, builder)
+    if not any(seg.points for seg in segments):
+        raise LogFormatError(
+            "no Megatron or DeepSpeed iteration line found", path=path,
+            fix="this reader expects stdout lines like ' iteration 100/ 1000 | lm loss: 2.1E+00 | ...' or "
+                "'[Rank 0] step=100, skipped=0, lr=[...]'; for CSV or JSONL logs use that format")
+    for seg in segments:
+        if not seg.points:
+            continue
+        index = builder.start_segment(str(path), start_time=seg.start_time, note=seg.note)
+        for metric, table in seg.points.items():
+            steps = sorted(table)
+            builder.add(metric, steps, [table[s][0] for s in steps], where=[table[s][1] for s in steps],
+                        segment=index)
+    return builder.build()
+
+
+def _read_line(line: str, number: int, segments: list[_Segment], builder: RunLogBuilder) -> None:
+    seg = segments[-1]
+    if "iteration" in line:
+        m = _ITERATION.search(line)
+        if m is not None:
+            if m.group(0) == seg.last_line:
+                return  # the same line printed twice (several ranks, or tee): not a restart
+            step = int(m.group(1))
+            if step <= seg.last_iteration:
+                seg = _new_segment(segments, f"iteration {step} after {seg.last_iteration} at line {number}")
+            if seg.start_time is None:
+                seg.start_time = _stamp(line)
+            seg.last_iteration = step
+            seg.last_line = m.group(0)
+            _flush_pending(seg, builder, step=step)
+            for key, value in _fields(m.group(3)):
+                name, scale = _metric(key)
+                if name is not None:
+                    seg.put(name, step, value * scale, number, _FROM_ITERATION)
+            return
+        m = _VALIDATION.search(line)
+        if m is not None:
+            step = int(m.group(1))
+            test = (m.group(2) or "validation").lower() == "test"
+            for key, value in _fields(m.group(3)):
+                name = _validation_metric(key, test)
+                if name is not None:
+                    seg.put(name, step, value, number, _FROM_ITERATION)
+            return
+    if "OVERFLOW" in line:
+        m = _OVERFLOW.search(line)
+        if m is not None:
+            try:
+                attempted = finite_or_nan(m.group(2))
+                reduced = finite_or_nan(m.group(3)) if m.group(3) else attempted / 2
+            except ValueError:
+                return
+            seg.pending.append({"rank": int(m.group(1)), "attempted_scale": attempted, "new_scale": reduced,
+                                "line": number})
+            return
+    if "step=" in line:
+        m = _ENGINE.search(line)
+        if m is not None:
+            step, skipped = int(m.group(2)), int(m.group(3))
+            if step <= seg.last_engine:
+                seg = _new_segment(segments, f"DeepSpeed step {step} after {seg.last_engine} at line {number}")
+            if seg.start_time is None:
+                seg.start_time = _stamp(line)
+            _flush_pending(seg, builder, step=step)
+            if seg.last_engine_skipped is not None and skipped >= seg.last_engine_skipped:
+                seg.put(SKIPPED_ITERS, step, float(skipped - seg.last_engine_skipped), number, _FROM_ENGINE)
+            seg.last_engine, seg.last_engine_skipped = step, skipped
+            try:
+                seg.put(LR, step, finite_or_nan(m.group(4)), number, _FROM_ENGINE)
+            except ValueError:
+                pass
+            return
+    if _BANNER.search(line) is not None:
+        if not seg.empty:
+            seg = _new_segment(segments, f"restart banner at line {number}: {line.strip()[:60]}")
+        if seg.start_time is None:
+            seg.start_time = _stamp(line)
+
+
+def _new_segment(segments: list[_Segment], note: str) -> _Segment:
+    seg = _Segment(note)
+    segments.append(seg)
+    return seg
+
+
+def _flush_pending(seg: _Segment, builder: RunLogBuilder, *, step: int | None = None) -> None:
+    """Count the overflows seen since the last logged step into ``step`` (the interval's end)."""
+    if not seg.pending:
+        return
+    if step is None:
+        last = max(seg.last_iteration, seg.last_engine)
+        if last < 0:
+            return  # overflows before any step of this launch: nothing to attach them to
+        step = last + 1  # the step in progress when the log ended
+    per_rank: dict[int, int] = {}
+    for ov in seg.pending:
+        per_rank[ov["rank"]] = per_rank.get(ov["rank"], 0) + 1
+        builder.add_event({"step": step, "event": "fp16_overflow", **ov})
+    lowest = min(per_rank)
+    last_scale = [ov for ov in seg.pending if ov["rank"] == lowest][-1]
+    line = last_scale["line"]
+    seg.put(SKIPPED_ITERS, step, float(max(per_rank.values())), line, _FROM_OVERFLOW)
+    seg.put(LOSS_SCALE, step, last_scale["new_scale"], line, _FROM_OVERFLOW)
+    seg.pending = []
+
+
+def _fields(text: str):
+    """Yield ``(key, number)`` for every ``key: number`` field of a ``|``-separated line."""
+    for part in text.split("|"):
+        key, sep, rest = part.partition(":")
+        if not sep:
+            continue
+        token = rest.strip().split(" ", 1)[0] if rest.strip() else ""
+        try:
+            value = finite_or_nan(token)
+        except ValueError:
+            continue
+        yield key.strip(), value
+
+
+def _metric(key: str) -> tuple[str | None, float]:
+    """Iteration-line key -> (metric name, factor to the metric's unit)."""
+    scale = 1.0
+    unit = _UNIT.search(key)
+    if unit is not None:
+        if unit.group(1).strip().lower() == "ms":
+            scale = 1e-3
+        key = _UNIT.sub(" ", key).strip()
+    if not key:
+        return None, scale
+    low = " ".join(key.lower().split())
+    if low.startswith("lm loss ") and len(low) > len("lm loss "):
+        stream = low[len("lm loss "):].replace(" ", "_")
+        return f"{LOSS}/{stream}", scale
+    return canonical_name(low), scale
+
+
+def _validation_metric(key: str, test: bool) -> str | None:
+    low = " ".join(key.lower().split())
+    prefix = "test" if test else "val"
+    if low == "lm loss value":
+        return "test_lm_loss" if test else VAL_LOSS
+    if low == "lm loss ppl":
+        return f"{prefix}_ppl"
+    if low.endswith(" value"):
+        return f"{prefix}_{low[:-len(' value')].replace(' ', '_')}"
+    if low.endswith(" ppl"):
+        return f"{prefix}_{low[:-len(' ppl')].replace(' ', '_')}_ppl"
+    return None
+
+
+def _stamp(line: str) -> float | None:
+    m = _STAMP.search(line)
+    if m is None:
+        return None
+    try:
+        when = datetime.strptime(f"{m.group(1)} {m.group(2)}", "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return None
+    return when.replace(tzinfo=timezone.utc).timestamp()

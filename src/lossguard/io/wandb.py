@@ -1,0 +1,106 @@
+"""Weights & Biases run-history exports, read without the ``wandb`` package.
+
+Two layouts:
+
+* The CSV the W&B UI downloads from a chart ("Export panel data" -> CSV): a ``Step`` column and,
+  per run shown, ``<run name> - <metric>`` plus its ``<run name> - <metric>__MIN`` and ``__MAX``
+  companions (the min/max of the points W&B's sampling folded together). The companions are
+  dropped. One run per file is expected; a file with several runs is an error naming them, since
+  their steps would collide.
+* JSON / JSONL dumps of ``run.history()`` (pandas ``to_json(orient="records"[, lines=True])``) or of
+  ``list(run.scan_history())``: records keyed ``_step``, ``_runtime``, ``_timestamp`` and metric
+  keys such as ``train/loss``. ``_timestamp`` dates the segment; the other ``_`` keys are W&B
+  bookkeeping, not metrics.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from ..errors import LogFormatError
+from ..metrics import canonical_name
+from . import jsonl
+from ._table import to_runlog
+from .csv import _first_line, delimiter_of, read_bytes, read_table
+
+NAME = "wandb"
+_RUN_COLUMN = re.compile(r"^(?P<run>.+?) - (?P<metric>.+?)(?P<agg>__MIN|__MAX)?$")
+
+
+def _csv_columns(head: bytes) -> list[str] | None:
+    header = _first_line(head)
+    if not header or delimiter_of(header) != ",":
+        return None
+    return [c.strip().strip('"') for c in header.split(",")]
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """True for a W&B chart CSV (``Step`` + ``<run> - <metric>`` columns) or a history dump (``_step``)."""
+    start = head.lstrip()[:1]
+    if start in (b"{", b"["):
+        first = head.lstrip()[:4096]
+        return b'"_step"' in first and (b'"_runtime"' in head or b'"_timestamp"' in head)
+    cols = _csv_columns(head)
+    if not cols or "Step" not in cols:
+        return False
+    return any(" - " in c for c in cols if c != "Step")
+
+
+def _history_rename(raw: str) -> str | None:
+    if raw.startswith("_"):
+        return None  # _runtime, _wandb, ...: bookkeeping (_step and _timestamp are used before renaming)
+    return canonical_name(raw)
+
+
+def _read_csv(path: Path, data: bytes):
+    table = read_table(path, data)
+    runs: dict[str, None] = {}
+    metric_of: dict[str, str | None] = {}
+    for col in table.names:
+        m = _RUN_COLUMN.match(col)
+        if col == "Step" or m is None:
+            metric_of[col] = None
+            continue
+        runs.setdefault(m.group("run"), None)
+        metric_of[col] = None if m.group("agg") else canonical_name(m.group("metric"))
+    if len(runs) > 1:
+        raise LogFormatError(f"this W&B export holds {len(runs)} runs: {', '.join(repr(r) for r in runs)}",
+                             path=str(path), where="line 1",
+                             fix="export one run per file (hide the other runs in the W&B panel before "
+                                 "downloading), or read each run's file separately")
+    metadata = {"run": next(iter(runs))} if runs else {}
+    return to_runlog(table, path=path, format=NAME, rename=metric_of.get, metadata=metadata)
+
+
+def _read_json_array(path: Path, data: bytes):
+    try:
+        records = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        where = f"line {exc.lineno}" if hasattr(exc, "lineno") else None
+        raise LogFormatError(f"not valid JSON ({exc})", path=str(path), where=where,
+                             fix="the export may be truncated; dump the history again") from None
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise LogFormatError("expected a JSON array of history records", path=str(path),
+                             fix='dump run.history() with to_json(orient="records") or list(run.scan_history())')
+    rows, lines, seg, notes, events = jsonl.split_events(records, list(range(len(records))))
+    table = jsonl.records_table(rows, lines, unit="record")
+    return to_runlog(table, path=path, format=NAME, rename=_history_rename, events=events,
+                     segments=seg if len(notes) > 1 else None, segment_notes=notes)
+
+
+def read(path: Path, *, root: Path | None = None):
+    """Read one W&B export (chart CSV, history JSON array or JSONL) into an unstitched RunLog.
+
+    Raises:
+        LogFormatError: several runs in one CSV, invalid JSON, a non-numeric metric, duplicate or
+            backward steps; the message names the line or record.
+    """
+    path = Path(path)
+    data = read_bytes(path)
+    start = data.lstrip()[:1]
+    if start == b"[":
+        return _read_json_array(path, data)
+    if start == b"{":
+        return jsonl.read(path, root=root, format=NAME, rename=_history_rename)
+    return _read_csv(path, data)

@@ -1,0 +1,232 @@
+"""The HTML report: one self-contained file that opens offline and shows what happened to a run.
+
+The Python side turns an :class:`~lossguard.analysis.Analysis` into a small JSON document (curves
+downsampled with :mod:`lossguard.report.downsample`, incidents, plans in words, segment boundaries,
+the guard's actions) and pours it, plotly.js and a short script (``assets/report.js``) into
+``assets/report.html``. Nothing is fetched when the file is viewed.
+
+Why plotly.js: it ships inside the ``plotly`` wheel (``plotly.offline.get_plotlyjs()``), so there is no
+extra vendored asset to keep up to date; it gives zoom, pan, hover and log axes for free and draws
+~10k points per chart without effort. Its cost is size: ~4.8 MB of the file is plotly.js, whatever the
+length of the run (see ``benchmarks/RESULTS.md``).
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..analysis import Analysis
+from ..errors import LossguardError, require
+from .. import metrics as M
+from .downsample import downsample
+from .words import KIND_STYLE, describe_plan, headline, incident_summary, run_facts
+
+BUCKETS = 2000
+"""Step buckets per curve for the overview; ~4 points each (M4), so ~8k points per curve at most."""
+WINDOW_MAX_STEPS = 40_000
+"""Around each incident the curve is kept at full resolution over at most this many steps."""
+
+_PLACEHOLDER = re.compile(r"{{(\w+)}}")
+
+
+def chart_metrics(analysis: Analysis) -> list[str]:
+    """The metrics that get a chart, in display order: loss, loss streams, grad norm, LR, loss scale."""
+    have = set(analysis.log.series)
+    streams = sorted(m for m in have if M.stream_of(m) is not None)
+    order = [M.LOSS, *streams, M.GRAD_NORM, M.LR, M.LOSS_SCALE]
+    chosen = [m for m in order if m in have]
+    if M.VAL_LOSS in have and M.LOSS not in have:
+        chosen.insert(0, M.VAL_LOSS)
+    return chosen or sorted(have)[:1]
+
+
+def _clean(a: np.ndarray) -> list[float | None]:
+    """Floats for JSON with 6 significant digits (plenty for a chart; keeps the file small), non-finite as null."""
+    return [float(f"{v:.6g}") if math.isfinite(v) else None for v in a.tolist()]
+
+
+def _windows(analysis: Analysis, first: int, last: int) -> list[tuple[int, int]]:
+    """Step ranges around each incident that are drawn at full resolution."""
+    out = []
+    for inc in analysis.incidents:
+        x1 = inc.end if inc.end is not None else inc.peak
+        pad = max(100, min(x1 - inc.onset, WINDOW_MAX_STEPS // 4))
+        lo, hi = max(first, inc.onset - pad), min(last, x1 + pad)
+        if hi - lo > WINDOW_MAX_STEPS:
+            lo, hi = max(first, inc.peak - WINDOW_MAX_STEPS // 2), min(last, inc.peak + WINDOW_MAX_STEPS // 2)
+        out.append((lo, hi))
+    return out
+
+
+def _value_at(steps: np.ndarray, values: np.ndarray, step: int) -> float:
+    """The value at ``step`` (or the nearest logged step before it)."""
+    if not len(steps):
+        return math.nan
+    i = int(np.clip(np.searchsorted(steps, step, side="right") - 1, 0, len(steps) - 1))
+    return float(values[i])
+
+
+def _chart(analysis: Analysis, metric: str, keep_steps: list[int], windows: list[tuple[int, int]]) -> dict[str, Any]:
+    """One chart's traces: live curve, superseded points, NaN markers, incident markers."""
+    log = analysis.log
+    series = log.series[metric]
+    steps, values = series.live()
+    finite = np.isfinite(values)
+    top = float(values[finite].max()) if finite.any() else 1.0
+    traces: list[dict[str, Any]] = []
+
+    kept = downsample(steps, values, buckets=BUCKETS, keep_steps=keep_steps, keep_ranges=windows)
+    traces.append({"role": "live", "name": metric, "x": steps[kept].tolist(), "y": _clean(values[kept])})
+
+    if not series.alive.all():  # superseded points, one broken line per segment they came from
+        xs: list[int | None] = []
+        ys: list[float | None] = []
+        dead = ~series.alive
+        for seg in np.unique(series.segment[dead]):
+            sel = dead & (series.segment == seg)
+            s, v = series.steps[sel], series.values[sel]
+            k = downsample(s, v, buckets=BUCKETS // 2)
+            xs += s[k].tolist() + [None]
+            ys += _clean(v[k]) + [None]
+        traces.append({"role": "dead", "name": "superseded by rollback", "x": xs[:-1], "y": ys[:-1]})
+
+    if metric == M.LOSS and M.VAL_LOSS in log.series:
+        vs, vv = log.series[M.VAL_LOSS].live()
+        k = downsample(vs, vv, buckets=BUCKETS)
+        traces.append({"role": "val", "name": M.VAL_LOSS, "x": vs[k].tolist(), "y": _clean(vv[k])})
+
+    bad = kept[~finite[kept]]
+    if len(bad):
+        traces.append({"role": "nonfinite", "name": "NaN / Inf", "x": steps[bad].tolist(), "y": [top] * len(bad),
+                       "text": [f"{values[i]} at step {steps[i]}" for i in bad.tolist()]})
+
+    mx: list[int] = []
+    my: list[float] = []
+    point: list[str] = []
+    which: list[int] = []
+    for i, inc in enumerate(analysis.incidents):
+        if inc.metric != metric:
+            continue
+        for label, step, value in (("onset", inc.onset, _value_at(steps, values, inc.onset)),
+                                   ("peak", inc.peak, inc.peak_value)):
+            mx.append(int(step))
+            my.append(value if math.isfinite(value) else top)
+            point.append(label)
+            which.append(i)
+    if mx:
+        traces.append({"role": "incident", "name": "incidents", "x": mx, "y": _clean(np.asarray(my)),
+                       "point": point, "incident": which})
+    return {"metric": metric, "title": _TITLES.get(metric, metric), "log": metric in (M.GRAD_NORM, M.LOSS_SCALE),
+            "traces": traces}
+
+
+_TITLES = {M.LOSS: "Training loss", M.GRAD_NORM: "Gradient norm", M.LR: "Learning rate",
+           M.LOSS_SCALE: "fp16 loss scale", M.VAL_LOSS: "Validation loss"}
+
+
+def report_data(analysis: Analysis, *, title: str | None = None) -> dict[str, Any]:
+    """The JSON document the report's script draws (also handy for tests and other front ends).
+
+    Args:
+        analysis: the analysed run.
+        title: the page title; defaults to the first source file's name.
+
+    Returns:
+        ``{"title", "headline", "severity", "facts", "range", "kinds", "incidents", "segments",
+        "guard", "charts"}``; every list is JSON-ready.
+    """
+    log = analysis.log
+    firsts = [int(s.steps.min()) for s in log.series.values() if len(s)]
+    lasts = [int(s.steps.max()) for s in log.series.values() if len(s)]
+    first, last = (min(firsts), max(lasts)) if firsts else (0, 1)
+    total = max(last - first, 1)
+    windows = _windows(analysis, first, last)
+
+    incidents = []
+    for i, inc in enumerate(analysis.incidents):
+        x0 = inc.onset
+        x1 = inc.end if inc.end is not None else last
+        if x1 - x0 < total * 0.004:  # make a one-step incident visible at full zoom
+            mid, half = (x0 + x1) / 2, total * 0.002
+            x0, x1 = mid - half, mid + half
+        z1 = inc.end if inc.end is not None else inc.peak
+        width = max(z1 - inc.onset, 20)
+        plans = [p for p in analysis.plans if p.incident == i]
+        incidents.append({
+            "index": i, "kind": inc.kind.value, "metric": inc.metric, "onset": inc.onset, "peak": inc.peak,
+            "end": inc.end, "severity": inc.severity, "summary": incident_summary(inc),
+            "evidence": inc.evidence, "span": [x0, x1],
+            "zoom": [max(first, inc.onset - 1.5 * width), min(last, z1 + 1.5 * width)],
+            "plan": [describe_plan(p) for p in plans], "reasons": [r for p in plans for r in p.reasons],
+        })
+    kinds = {k: {"label": KIND_STYLE[k][0], "colour": KIND_STYLE[k][1]}
+             for k in dict.fromkeys(inc.kind for inc in analysis.incidents)}
+    keep = sorted({s for inc in analysis.incidents for s in (inc.onset, inc.peak, inc.end) if s is not None})
+    severities = [inc.severity for inc in analysis.incidents]
+    return {
+        "title": title or (Path(log.sources[0]).name if log.sources else "training run"),
+        "headline": headline(analysis),
+        "severity": next((s for s in ("critical", "warning", "info") if s in severities), "ok"),
+        "facts": run_facts(analysis),
+        "range": [first, last],
+        "kinds": {k.value: v for k, v in kinds.items()},
+        "incidents": incidents,
+        "segments": [{"step": g.first_step, "kind": g.kind, "superseded": g.superseded, "source": g.source,
+                      "note": g.note} for g in log.segments[1:]],
+        "guard": [{"step": int(a["step"]), "event": str(a["event"]),
+                   "text": ", ".join(f"{k}={v}" for k, v in a.items() if k not in ("step", "event"))}
+                  for a in analysis.guard_actions if "step" in a and "event" in a],
+        "charts": [_chart(analysis, m, keep, windows) for m in chart_metrics(analysis)],
+    }
+
+
+def _asset(name: str) -> str:
+    return resources.files("lossguard.report").joinpath("assets", name).read_text(encoding="utf-8")
+
+
+def render_html(analysis: Analysis, *, title: str | None = None) -> str:
+    """The report as one HTML string (see :func:`write_html`)."""
+    plotly_offline = require("plotly.offline", "report", "the HTML report")
+    data = report_data(analysis, title=title)
+    # "</" inside a <script> would end it early; JSON allows the escaped form "<\/".
+    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    plotly_js = plotly_offline.get_plotlyjs()
+    values = {
+        "TITLE": html.escape(data["title"]), "HEADLINE": html.escape(data["headline"]),
+        "SEVERITY": data["severity"], "FACTS": html.escape(data["facts"]), "CSS": _asset("report.css"),
+        "PLOTLY_JS": plotly_js, "APP_JS": _asset("report.js"), "DATA": payload,
+    }
+    # One pass over the template, so text inside an inserted value is never taken for a placeholder.
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], _asset("report.html"))
+
+
+def write_html(analysis: Analysis, path: str | Path, *, title: str | None = None) -> Path:
+    """Write the self-contained HTML report of ``analysis`` to ``path``.
+
+    Args:
+        analysis: the analysed run (``lossguard.analysis.analyze``).
+        path: the file to write; its folder must exist.
+        title: the page title; defaults to the first source file's name.
+
+    Returns:
+        The path written.
+
+    Raises:
+        LossguardError: the folder does not exist or cannot be written.
+        MissingDependencyError: plotly is not installed (``pip install 'lossguard[report]'``).
+    """
+    path = Path(path)
+    text = render_html(analysis, title=title)
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise LossguardError(f"cannot write the HTML report: {exc.strerror}", path=path,
+                             fix="choose a file in an existing, writable folder") from exc
+    return path

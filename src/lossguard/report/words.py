@@ -1,0 +1,137 @@
+"""What the pictures say in words: incident names and colours, the one-line headline, plans as sentences.
+
+Shared by the HTML and PNG reports so that both name and colour things the same way.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from ..analysis import Analysis
+from ..classify.incident import Incident, IncidentKind as K
+from ..plan import RecoveryPlan
+
+KIND_STYLE: dict[K, tuple[str, str]] = {
+    # kind: (name in a sentence, colour). Warm colours for "the loss went up", cool ones for
+    # "something about the data or the resume", so the eye sorts them before reading.
+    K.SPIKE_FAST: ("fast-recovering spike", "#f2a900"),
+    K.SPIKE_SLOW: ("slow-recovering spike", "#ef6c00"),
+    K.SPIKE_NO_RECOVERY: ("non-recovering spike", "#d50000"),
+    K.DIVERGENCE: ("divergence", "#8e0000"),
+    K.LEVEL_SHIFT: ("level shift", "#9e9d24"),
+    K.SUDDEN_DROP: ("sudden drop", "#2e7d32"),
+    K.RESUME_SPIKE: ("resume spike", "#00897b"),
+    K.REPEATED_DATA: ("repeated data after resume", "#6d4c41"),
+    K.STREAM_SPIKE: ("spike in one data stream", "#ad1457"),
+    K.NON_FINITE: ("NaN/Inf", "#6a1b9a"),
+    K.LOSS_SCALE_COLLAPSE: ("fp16 loss-scale collapse", "#4527a0"),
+    K.GRAD_NORM_SPIKE: ("grad-norm spike", "#e57373"),
+}
+"""Every incident kind's name (as used in a sentence) and its colour in charts and legends."""
+
+SEVERITY_ORDER = ("critical", "warning", "info")
+
+
+def kind_label(kind: K) -> str:
+    """The kind's name as used in a sentence (``"slow-recovering spike"``)."""
+    return KIND_STYLE[kind][0]
+
+
+def _num(v: float) -> str:
+    return "n/a" if not math.isfinite(v) else f"{v:.4g}"
+
+
+def magnitude(inc: Incident) -> str:
+    """How bad, in the form an engineer compares runs by: ``2.3x``, ``NaN``, ``scale 65536 -> 1``."""
+    if inc.kind is K.NON_FINITE:
+        return "NaN" if math.isnan(inc.peak_value) else ("Inf" if math.isinf(inc.peak_value) else "non-finite")
+    if inc.kind is K.LOSS_SCALE_COLLAPSE:
+        return f"scale {_num(inc.baseline)} \u2192 {_num(inc.peak_value)}"
+    if not (math.isfinite(inc.baseline) and math.isfinite(inc.peak_value)):
+        return f"{_num(inc.peak_value)} vs {_num(inc.baseline)}"
+    if inc.baseline > 0 and inc.peak_value > 0:
+        ratio = inc.peak_value / inc.baseline
+        if ratio >= 1.5:
+            return f"{ratio:.1f}x"
+        if ratio > 1:
+            return f"+{(ratio - 1) * 100:.0f}%"
+        return f"\u2212{(1 - ratio) * 100:.0f}%"
+    return f"{_num(inc.peak_value)} vs {_num(inc.baseline)}"
+
+
+def incident_summary(inc: Incident) -> str:
+    """One phrase: ``"slow-recovering spike at 31216 (2.3x)"``, naming the metric unless it is the loss."""
+    if inc.kind is K.NON_FINITE:  # "NaN grad_norm at 15000" says it all
+        return f"{magnitude(inc)} {inc.metric} at {inc.peak}"
+    on = "" if inc.metric == "loss" else f" in {inc.metric}"
+    return f"{kind_label(inc.kind)}{on} at {inc.peak} ({magnitude(inc)})"
+
+
+def headline(analysis: Analysis, *, limit: int = 3) -> str:
+    """The report's first line: what happened, in one sentence.
+
+    >>> # "2 incidents: slow-recovering spike at 31216 (2.3x), NaN/Inf at 40000 (NaN)"
+    """
+    incs = analysis.incidents
+    log = analysis.log
+    if not incs:
+        from .. import metrics as M
+
+        if M.LOSS in log.series:
+            steps, values = log.live(M.LOSS)
+            ok = values[[0, -1]] if len(values) else []
+            if len(ok):
+                return (f"No incidents: loss {_num(float(ok[0]))} \u2192 {_num(float(ok[1]))} over steps "
+                        f"{int(steps[0])}\u2013{int(steps[-1])}")
+        return "No incidents found"
+    parts = [incident_summary(inc) for inc in incs[:limit]]
+    more = f", and {len(incs) - limit} more" if len(incs) > limit else ""
+    noun = "incident" if len(incs) == 1 else "incidents"
+    return f"{len(incs)} {noun}: " + ", ".join(parts) + more
+
+
+def run_facts(analysis: Analysis) -> str:
+    """The run in one line: steps, segments (resumes, rollbacks), superseded points, sources."""
+    log = analysis.log
+    s = log.summary()
+    bits = []
+    if s["first_step"] is not None:
+        bits.append(f"steps {s['first_step']}\u2013{s['last_step']}")
+    n = len(log.segments)
+    if n > 1:
+        bits.append(f"{n} segments ({s['resumes']} resume{'s' * (s['resumes'] != 1)}, "
+                    f"{s['rollbacks']} rollback{'s' * (s['rollbacks'] != 1)})")
+    if s["dead_points"]:
+        bits.append(f"{s['dead_points']} points superseded by rollbacks (drawn faded)")
+    if analysis.guard_actions:
+        bits.append(f"{len(analysis.guard_actions)} guard actions")
+    names = [Path(x).name for x in log.sources]
+    if names:
+        bits.append(f"{log.format}: " + (", ".join(names[:3]) + (f" +{len(names) - 3}" if len(names) > 3 else "")))
+    return " \u00b7 ".join(bits)
+
+
+def describe_plan(plan: RecoveryPlan) -> str:
+    """A recovery plan as one instruction: ``"Roll back to step 31000 (...), skip batches ..."``."""
+    if plan.action == "none":
+        return "No action needed."
+    if plan.action == "watch":
+        return "No action yet: keep watching this run."
+    steps = []
+    if plan.action == "stop":
+        steps.append("Stop the run")
+    if plan.rollback_to_step is not None:
+        where = ("checkpoint found" if plan.checkpoint_exists
+                 else "use the newest checkpoint at or before this step")
+        steps.append(f"{'r' if steps else 'R'}oll back to step {plan.rollback_to_step} ({where})")
+    if plan.skip_batches:
+        a, b = plan.skip_batches
+        what = f"batch {a}" if a == b else f"batches {a}\u2013{b} ({b - a + 1} batches)"
+        steps.append(f"{'s' if steps else 'S'}kip {what}")
+    if plan.lr_factor != 1.0:
+        steps.append(f"{'m' if steps else 'M'}ultiply the LR by {plan.lr_factor:g}")
+    if plan.reset_loss_scale:
+        steps.append(f"{'r' if steps else 'R'}eset the fp16 loss scale")
+    if not steps:
+        return f"{plan.action.replace('_', ' ').capitalize()}."
+    return ", ".join(steps) + "."

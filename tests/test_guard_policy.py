@@ -1,0 +1,106 @@
+"""RecoveryPolicy on its own: the ladder skip -> rollback -> LR cut -> halt, and its budgets."""
+from __future__ import annotations
+
+import math
+
+from lossguard.guard.config import GuardConfig
+from lossguard.guard.decision import Action, StepRecord
+from lossguard.guard.policy import RecoveryPolicy
+from lossguard.errors import ConfigError
+
+import pytest
+
+
+def rec(step, bad=False, *, batch=None, overflow=False, scale=math.nan):
+    return StepRecord(step=step, batch_index=step if batch is None else batch, loss=9.0 if bad else 1.0,
+                      grad_norm=1.0, loss_z=20.0 if bad else 0.1, grad_norm_z=0.0, loss_baseline=1.0,
+                      loss_outlier=bad, grad_norm_outlier=False, overflow=overflow, bad=bad, loss_scale=scale)
+
+
+def actions(decisions):
+    return [d.action for d in decisions]
+
+
+def test_isolated_spikes_are_skipped_only():
+    p = RecoveryPolicy(GuardConfig(episode_gap=5, rollback_after=3))
+    seen = []
+    for s in range(100):
+        seen += p.observe(rec(s, bad=s in (10, 30, 50)))
+    assert actions(seen) == [Action.SKIP] * 3
+    assert seen[0].record()["event"] == "skip" and "loss outlier" in seen[0].reasons[0]
+
+
+def test_spikes_close_together_roll_back_with_the_data_range():
+    p = RecoveryPolicy(GuardConfig(episode_gap=5, rollback_after=3, skip_margin=7))
+    out = []
+    for s in range(40):
+        out += p.observe(rec(s, bad=s in (20, 23, 27), batch=s + 1000))
+    assert actions(out) == [Action.SKIP, Action.SKIP, Action.SKIP, Action.ROLLBACK]
+    rb = out[-1]
+    assert rb.numbers["onset"] == 20 and rb.numbers["skip_batches"] == [1020, 1027 + 1 + 7]
+    follow = p.rolled_back(rb, to_step=0)
+    assert follow == [] and p.skip_ranges == [(1020, 1035)]  # no LR cut on the first rollback by default
+    assert p.skip_to(1025) == 1035 and p.skip_to(1035) is None and p.skip_to(1019) is None
+
+
+def test_gap_larger_than_episode_gap_starts_a_new_episode():
+    p = RecoveryPolicy(GuardConfig(episode_gap=5, rollback_after=3))
+    out = []
+    for s in range(60):
+        out += p.observe(rec(s, bad=s in (10, 14, 25, 29)))
+    assert Action.ROLLBACK not in actions(out)
+
+
+def test_lr_cut_from_the_nth_rollback_and_halt_when_budget_spent():
+    cfg = GuardConfig(episode_gap=2, rollback_after=2, max_rollbacks=2, lr_cut_from=2, lr_cut_factor=0.25,
+                      lr_cut_steps=50)
+    p = RecoveryPolicy(cfg)
+    kinds = []
+    for k in range(3):
+        base = 100 * (k + 1)
+        ds = p.observe(rec(base, True)) + p.observe(rec(base + 1, True))
+        kinds.append(actions(ds)[-1])
+        if ds[-1].action is Action.ROLLBACK:
+            follow = p.rolled_back(ds[-1], to_step=base - 50)
+            if k == 1:
+                assert actions(follow) == [Action.LR_CUT]
+                assert p.lr_factor(base - 50) == 0.25 and p.lr_factor(base) == 1.0
+            else:
+                assert follow == []
+    assert kinds == [Action.ROLLBACK, Action.ROLLBACK, Action.HALT]
+    assert p.halted
+
+
+def test_transient_faults_do_not_build_an_episode():
+    p = RecoveryPolicy(GuardConfig(episode_gap=5, rollback_after=2))
+    out = []
+    for s in range(10, 16):
+        out += p.observe(rec(s, True), transient=True)
+    assert actions(out) == [Action.SKIP] * 6 and all(d.numbers["transient"] for d in out)
+
+
+def test_loss_scale_collapse_and_overflow_streak():
+    p = RecoveryPolicy(GuardConfig(min_loss_scale=1.0, max_overflow_streak=4), has_scaler=True)
+    assert actions(p.observe(rec(0, overflow=True, scale=0.5))) == [Action.LOSS_SCALE_RESET]
+    out = []
+    for s in range(1, 10):
+        out += p.observe(rec(s, overflow=True, scale=64.0))
+    assert actions(out) == [Action.LOSS_SCALE_RESET, Action.LOSS_SCALE_RESET]  # at streaks 4 and 8
+
+
+def test_budget_survives_a_rollback_but_episode_does_not():
+    p = RecoveryPolicy(GuardConfig(episode_gap=5, rollback_after=2))
+    before = p.state_dict()  # the checkpoint's copy: calm, no budget used
+    ds = p.observe(rec(10, True)) + p.observe(rec(11, True))
+    p.rolled_back(ds[-1], to_step=0)
+    budget = p.budget_state()
+    p.load_state_dict(before)        # the checkpoint restores the guard ...
+    p.load_budget_state(budget)      # ... and the guard keeps its budget
+    assert p.rollbacks == 1 and p.skip_ranges and p.episode_onset is None
+
+
+def test_config_errors_name_every_field():
+    with pytest.raises(ConfigError) as e:
+        GuardConfig(gate="gpu", episode_gap=0, lr_cut_factor=2.0)
+    msg = str(e.value)
+    assert "gate" in msg and "episode_gap" in msg and "lr_cut_factor" in msg and "fix" in msg
