@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
                 preds = []
             t += time.perf_counter() - t1
             score_run(run, preds, into=s)
+            if s.runs % 100 == 0:
+                print(f"[{name}] {s.runs}/{n} runs, {t:.0f} s", file=sys.stderr, flush=True)
         scores[name], seconds[name], errors[name] = s, t, err
 
     n_events = sum(len(r.events) for r in runs)
@@ -105,16 +107,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {name} | {_f(c.precision)} | {_f(c.recall)} | {_f(c.f1)} | {_d(c.delay(50))} | {_d(c.delay(90))} "
               f"| {cra} | {1000 * seconds[name] / n:.1f} | {errors[name]} |")
 
-    print("\n### Strict F1 per kind (the claimed kind must be the true kind; '-' = not claimed by the method)\n")
+    print("\n### Strict F1 (precision/recall) per kind (the claimed kind must be the true kind; "
+          "'-' = not claimed by the method)\n")
     print("| kind | events | " + " | ".join(m[0] for m in methods) + " |")
     print("|---|---|" + "---|" * len(methods))
     for kind in K:
         cells = []
         for name, _, covers in methods:
             classifies = kind in covers
-            cells.append(_f(scores[name].per_kind[kind].f1) if classifies else "-")
+            c = scores[name].per_kind[kind]
+            cells.append(f"{_f(c.f1)} ({_f(c.precision)}/{_f(c.recall)})" if classifies else "-")
         total = scores[methods[0][0]].found_by_kind[kind][1] if methods else 0
         print(f"| {kind.value} | {total} | " + " | ".join(cells) + " |")
+
+    if lg is not None:
+        print("\n### lossguard per kind (strict)\n")
+        print("| kind | events | precision | recall | F1 | delay median (steps) | delay p90 |")
+        print("|---|---|---|---|---|---|---|")
+        for kind in K:
+            c = scores[LOSSGUARD].per_kind[kind]
+            print(f"| {kind.value} | {c.tp + c.fn} | {_f(c.precision)} | {_f(c.recall)} | {_f(c.f1)} "
+                  f"| {_d(c.delay(50))} | {_d(c.delay(90))} |")
+        c = scores[LOSSGUARD].overall()
+        print(f"| **all kinds** | {c.tp + c.fn} | {_f(c.precision)} | {_f(c.recall)} | {_f(c.f1)} "
+              f"| {_d(c.delay(50))} | {_d(c.delay(90))} |")
 
     print("\n### Found at all (recall; a loss spike counts when any loss-spike claim matches it)\n")
     print("| kind | " + " | ".join(m[0] for m in methods) + " |")

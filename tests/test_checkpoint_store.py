@@ -185,3 +185,32 @@ def test_trainstate_mismatch_is_a_clear_error(tmp_path):
     restored = TrainState(model, opt, scheduler=sched)
     restored.load_state_dict(sd)
     assert restored.step == 4
+
+
+class _Window:
+    """A stateful extra whose state holds a non-tensor object (like a guard's detector window)."""
+
+    def __init__(self):
+        from collections import deque
+
+        self.values = deque([1.5, 2.5], maxlen=4)
+
+    def state_dict(self):
+        return {"values": self.values}
+
+    def load_state_dict(self, sd):
+        self.values = sd["values"]
+
+
+def test_extras_roundtrip_and_weights_only_fallback(tmp_path):
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    window = _Window()
+    store = CheckpointStore(tmp_path)
+    TrainState(model, opt, extras={"guard": window}, step=3).save(store)
+    window.values.append(9.0)
+    with pytest.raises(CheckpointError, match="weights_only=True refuses"):
+        store.load(3, weights_only=True)  # a deque is not on torch's weights_only allow-list
+    state = TrainState(model, opt, extras={"guard": window})
+    assert state.restore(store) == 3  # default: weights_only first, then the full unpickler
+    assert list(window.values) == [1.5, 2.5]

@@ -181,3 +181,65 @@ def test_stateful_dataloader_resumes_mid_epoch_with_two_workers(kind):
         got += [ids(b) for b in resumed]
     assert got == ref[:len(got)] and len(got) == len(ref)
     assert len(set(i for b in got for i in b)) == (N if kind == "map" else 400)
+
+
+def _two_epochs_with_resume(make):
+    """(straight, resumed) sample order over two epochs; the resume happens after batch 5 of 12."""
+    straight = make()
+    ref = [b.tolist() for _ in range(2) for b in straight]
+    loader = make()
+    it = iter(loader)
+    got = [next(it).tolist() for _ in range(5)]
+    saved = loader.state_dict()
+    del it
+    resumed = make()
+    resumed.load_state_dict(saved)
+    got += [b.tolist() for _ in range(2) for b in resumed]
+    return ref, got
+
+
+def test_stateful_loader_avoids_the_shared_generator_trap_with_zero_workers():
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from lossguard.data.stateful import stateful_loader
+
+    data = list(range(N))
+    # negative control: one generator for sampler and loader, num_workers=0 -> epoch 2 differs
+    ref, got = _two_epochs_with_resume(lambda: StatefulDataLoader(
+        data, batch_size=BS, shuffle=True, generator=torch.Generator().manual_seed(0), num_workers=0))
+    assert got[:12] == ref[:12] and got[12:] != ref[12:]
+    ref, got = _two_epochs_with_resume(lambda: stateful_loader(data, batch_size=BS, seed=0, num_workers=0))
+    assert got == ref and len(got) == 24
+
+
+def test_creating_an_iterator_does_not_draw_from_the_global_rng():
+    from lossguard.data.loader import ResumableLoader
+
+    plain = torch.utils.data.DataLoader(_Indexed(), batch_size=BS)
+    torch.manual_seed(0)
+    expected = torch.rand(1)
+    torch.manual_seed(0)
+    iter(plain)  # negative control: a stock DataLoader draws its base seed from the global RNG
+    assert not torch.equal(torch.rand(1), expected)
+    torch.manual_seed(0)
+    next(ResumableLoader(_Indexed(), ResumableSampler(N, batch_size=BS, seed=0)).batches())
+    assert torch.equal(torch.rand(1), expected)
+
+
+def test_ranks_share_one_position_and_split_each_global_batch():
+    ranks = [ResumableSampler(N, batch_size=4, seed=9, num_replicas=3, rank=r) for r in range(3)]
+    assert ranks[0].batches_per_epoch == N // 12
+    seen = []
+    for _ in range(ranks[0].batches_per_epoch):
+        batches = [s.next_batch() for s in ranks]
+        assert sum(batches, []) == ranks[0].global_batch_ids(ranks[0].position - 1)
+        seen += sum(batches, [])
+    assert sorted(seen) == list(range(N))  # one epoch: every sample once, across all ranks
+    saved = ranks[0].state_dict()  # rank 0 saves; every rank resumes from it
+    other = ResumableSampler(N, batch_size=4, seed=9, num_replicas=3, rank=2)
+    other.load_state_dict(saved)
+    assert other.position == ranks[2].position and other.next_batch() == ranks[2].next_batch()
+    with pytest.raises(CheckpointError, match="num_replicas"):
+        ResumableSampler(N, batch_size=4, seed=9).load_state_dict(saved)
+    with pytest.raises(ConfigError, match="rank"):
+        ResumableSampler(N, batch_size=4, seed=9, num_replicas=2, rank=2)

@@ -17,6 +17,7 @@ from lossguard.guard import GuardConfig, SkipStepAdamW, StabilityGuard, Training
 from lossguard.testing.faults import Fault, FaultInjector  # noqa: E402
 
 N, BS = 4096, 16
+torch.set_num_threads(1)  # 2 shared cores: never oversubscribe
 
 
 def make(tmp_path, *, opt="adamw", scaler=None, **cfg):
@@ -104,21 +105,25 @@ def test_loss_scale_collapse_is_reset(tmp_path):
     (reset,) = events(guard, "loss_scale_reset")
     assert reset["step"] == 48 and reset["new_scale"] == 256.0      # 2^8 halved 9 times < 1 at step 48
     assert not events(guard, "skip")  # overflows are the scaler's business, not spikes
-    assert scaler.get_scale() >= 256.0 and int(scaler._growth_tracker) < 30
+    assert scaler.get_scale() == 128.0  # reset to 256 at step 48, halved once more by the overflow at 49
 
 
 def test_poisoned_optimizer_state_rolls_back_instead_of_resetting_the_scale(tmp_path):
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 4, growth_interval=10_000)
     guard, loader = make(tmp_path, scaler=scaler, min_loss_scale=1.0)
 
-    def poison(step, g):
-        if step == 45:
+    done = []
+
+    def poison(step, g):  # once, like a real overflow that slipped into a moment
+        if step == 45 and not done:
+            done.append(step)
             next(iter(g.optimizer.state.values()))["exp_avg_sq"].view(-1)[0] = float("nan")
     train(guard, loader, [Fault(kind="inf_grad", step=40, steps=10)], steps=70, on_step=poison)
-    assert not [e for e in events(guard, "loss_scale_reset") if e["step"] < 50 and "new_scale" in e
-                and e.get("reasons") != ["reset with the rollback"]]
+    # Collapse at step 44 (state still finite): reset. Collapse at 49 (a moment is NaN): roll back.
+    resets = [e["step"] for e in events(guard, "loss_scale_reset") if e["reasons"] != ["reset with the rollback"]]
+    assert resets == [44]
     (rb,) = events(guard, "rollback")
-    assert "optimizer state is not finite" in rb["reasons"][0] and rb["to_step"] <= 40
+    assert rb["step"] == 49 and "optimizer state is not finite" in rb["reasons"][0] and rb["to_step"] == 20
     assert all(torch.isfinite(v).all() for st in guard.optimizer.state.values() for v in st.values())
 
 
@@ -138,9 +143,11 @@ def test_persistent_fault_halts_with_a_diagnosis(tmp_path):
 def test_shadow_mode_only_reports(tmp_path):
     guard, loader = make(tmp_path, shadow=True)
     train(guard, loader, [Fault(kind="bad_data", batches=(120, 130), factor=5.0)], steps=160)
-    assert guard.policy.rollbacks == 1 and guard.step_count == 160
-    (rb,) = events(guard, "rollback")
+    assert guard.step_count == 160 and not guard.halted  # never stops, never rewinds
+    rb = events(guard, "rollback")[0]
     assert rb["shadow"] and "to_step" not in rb and rb["would_roll_back_to"] == 100
+    # the bad batches were trained on, so the damage lasts and the guard keeps saying so
+    assert guard.policy.rollbacks >= 1 and guard.last_record.loss > 1.0
     assert all(e.get("shadow") for e in guard.events)
     assert guard.sampler.skipped == []  # nothing was skipped for real
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+torch.set_num_threads(1)
 
 from lossguard.detect.outlier import OnlineOutlier, OutlierConfig, score  # noqa: E402
 from lossguard.guard.device_stats import DeviceOutlier  # noqa: E402

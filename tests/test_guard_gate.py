@@ -6,6 +6,7 @@ import copy
 import pytest
 
 torch = pytest.importorskip("torch")
+torch.set_num_threads(1)
 
 from lossguard.guard.gate import (SkipStepAdamW, grad_norm, optimizer_state_finite,  # noqa: E402
                                   reset_grad_scaler, supports_device_gate)

@@ -59,7 +59,7 @@ def test_guard_events_and_rollback_segment(tmp_path, fast):
     assert [g.kind for g in log.segments] == ["start", "rollback"]
     assert log.segments[1].first_step == 201 and log.segments[1].start_time == 2201.0
     assert log.segments[0].start_time == 1001.0
-    assert log.segments[1].note == "rollback event at line 302"
+    assert log.segments[1].note == "rollback event at step 300"
     # steps 201..300 of the first launch are dead for loss and lr: 2 x 100 points
     assert log.segments[1].superseded == 200
     assert "time" not in log.series and "to_step" not in log.series

@@ -34,12 +34,27 @@ def test_every_one_step_spike_survives_a_million_points():
     t0 = time.perf_counter()
     kept = downsample(steps, loss, buckets=2000)
     elapsed = time.perf_counter() - t0
-    assert len(kept) <= 4 * 2000
+    assert len(kept) <= 5 * 2000  # 4 M4 points per bucket + at most `buckets` isolated spikes
     assert set(spikes.tolist()) <= set(kept.tolist()), "a spike was lost"
     assert elapsed < 1.0, f"downsampling 1M points took {elapsed:.2f} s"
     # Naive stride thinning to the same budget loses most of them: the test can tell the difference.
     stride = set(range(0, len(steps), len(steps) // len(kept)))
     assert len(set(spikes.tolist()) & stride) < 10
+
+
+def test_two_spikes_in_one_bucket_both_survive():
+    # 1M steps / 2000 buckets = 500 steps per bucket: spikes 100 steps apart share a bucket, and M4
+    # alone keeps only the higher one. Zoomed in, the lower one must still be there.
+    steps, loss = _noisy_run(1_000_000, seed=3)
+    pairs = np.arange(20_000, 980_000, 48_000)
+    small = pairs + 100
+    loss[pairs] += 2.0
+    loss[small] += 0.5  # 10 noise sigmas, but lower than its bucket-mate
+    kept = set(downsample(steps, loss, buckets=2000).tolist())
+    assert set(pairs.tolist()) <= kept
+    assert set(small.tolist()) <= kept
+    m4_only = set(downsample(steps, loss, buckets=2000, spike_z=None).tolist())
+    assert not set(small.tolist()) <= m4_only  # the case this guards against is real
 
 
 def test_non_finite_points_and_requested_steps_are_kept():

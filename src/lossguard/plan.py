@@ -136,9 +136,17 @@ def plan_for(index: int, inc: Incident, incidents: Sequence[Incident], cfg: Plan
     """The suggested recovery for one incident."""
     p = RecoveryPlan(incident=index, action="watch")
     kind = inc.kind
-    spikes = [i for i in incidents if i.kind in (K.SPIKE_FAST, K.SPIKE_SLOW, K.SPIKE_NO_RECOVERY, K.STREAM_SPIKE)
-              and abs(i.onset - inc.onset) <= cfg.repeat_window]
-    repeated = kind in (K.SPIKE_FAST, K.SPIKE_SLOW, K.SPIKE_NO_RECOVERY) and len(spikes) >= cfg.repeat_count
+    loss_spikes = (K.SPIKE_FAST, K.SPIKE_SLOW, K.SPIKE_NO_RECOVERY)
+    # Spikes within the window *before* this one (inclusive): the cluster is planned once, at the
+    # spike that completes it; later members point back to it.
+    spikes = [i for i in incidents if i.kind in loss_spikes and 0 <= inc.onset - i.onset <= cfg.repeat_window]
+    first = next((j for j, i in enumerate(incidents) if i.kind in loss_spikes and
+                  sum(0 <= i.onset - o.onset <= cfg.repeat_window for o in incidents if o.kind in loss_spikes)
+                  >= cfg.repeat_count and 0 <= inc.onset - i.onset <= cfg.repeat_window), None)
+    repeated = kind in loss_spikes and len(spikes) >= cfg.repeat_count
+    if repeated and first is not None and first != index:
+        p.reasons.append(f"Part of the cluster of spikes planned at incident [{first + 1}].")
+        return p
 
     def rollback(skip: bool, why: str) -> None:
         step, exists, how = _rollback(inc.onset, cfg, checkpoints)
@@ -154,8 +162,13 @@ def plan_for(index: int, inc: Incident, incidents: Sequence[Incident], cfg: Plan
     if kind == K.SPIKE_FAST and not repeated:
         p.reasons.append("The loss came back by itself within the fast budget; no action needed. "
                          "If it recurs, the guard's skip-step would have dropped this update.")
-    elif kind in (K.SPIKE_FAST, K.SPIKE_SLOW, K.SPIKE_NO_RECOVERY) and repeated:
-        rollback(True, f"{len(spikes)} spikes within {cfg.repeat_window} steps: the run is unstable at this LR.")
+    elif repeated and all(i.kind == K.SPIKE_FAST for i in spikes):
+        p.reasons.append(f"{len(spikes)} spikes within {cfg.repeat_window} steps, each back by itself within the fast "
+                         f"budget: no rollback needed, but if they keep coming lower the LR (e.g. {cfg.lr_factor:g}x) "
+                         "or tighten gradient clipping; the guard's skip-step would have dropped these updates.")
+    elif repeated:
+        rollback(True, f"{len(spikes)} spikes within {cfg.repeat_window} steps, not all recovering fast: the run is "
+                       "unstable at this LR.")
         p.lr_factor = cfg.lr_factor
         p.reasons.append(f"Lower the LR to {cfg.lr_factor:g}x for a while after restoring (repeated spikes).")
     elif kind == K.SPIKE_SLOW:
@@ -185,12 +198,18 @@ def plan_for(index: int, inc: Incident, incidents: Sequence[Incident], cfg: Plan
         p.reasons.append("A bump right after a resume that recovered: often optimizer state, RNG or data position "
                          "not restored exactly. Run `lossguard verify-resume` before the next long run.")
     elif kind == K.REPEATED_DATA:
-        step, exists, how = _rollback(inc.onset + cfg.rollback_steps, cfg, checkpoints)
+        # The resume itself is the fault, not the data: go back to the checkpoint the resume used (the
+        # newest at or before it) and resume again with the right data position.
+        ok = [c for c in checkpoints if c <= inc.onset] if checkpoints is not None else None
+        step = (ok[-1] if ok else None) if checkpoints is not None else inc.onset
         p.action = "rollback" if step is not None else "stop"
-        p.rollback_to_step, p.checkpoint_exists = step, exists
+        p.rollback_to_step, p.checkpoint_exists = step, checkpoints is not None and step is not None
         p.reasons.append("The data loader restarted from an earlier position at the resume: the low loss is "
                          "memorised data, and the model is being trained on it twice.")
-        p.reasons.append(how[0].upper() + how[1:] + " Resume with the data position saved in that checkpoint.")
+        p.reasons.append(f"Restore the checkpoint the resume at step {inc.onset} started from"
+                         + (f" (step {step})" if step is not None else " (none found before it)")
+                         + " and resume again with the data position saved in it; check the data loader "
+                         "state is saved and restored (`lossguard verify-resume`).")
     elif kind == K.NON_FINITE:
         rollback(True, "A NaN/Inf loss or gradient that reached the optimizer poisons the weights and both Adam "
                        "moments; restore state from before it.")

@@ -216,11 +216,14 @@ class RunLogBuilder:
         """
         series: dict[str, Series] = {}
         for metric, p in self._pending.items():
-            steps = np.concatenate(p.steps)
-            values = np.concatenate(p.values)
-            segment = np.concatenate(p.segment)
-            order = np.argsort(segment, kind="stable")
-            if np.any(order != np.arange(len(order))):
+            # One part (the common case) is used as is: no copy, and readers may share one steps
+            # array between metrics to keep memory near the size of the raw columns.
+            steps = p.steps[0] if len(p.steps) == 1 else np.concatenate(p.steps)
+            values = p.values[0] if len(p.values) == 1 else np.concatenate(p.values)
+            segment = p.segment[0] if len(p.segment) == 1 else np.concatenate(p.segment)
+            in_order = len(segment) < 2 or bool(np.all(segment[1:] >= segment[:-1]))
+            order = None if in_order else np.argsort(segment, kind="stable")
+            if order is not None:
                 steps, values, segment = steps[order], values[order], segment[order]
                 where = _concat_where(p.where, order)
             else:
@@ -268,7 +271,7 @@ class RunLogBuilder:
 def _concat_where(parts: list[np.ndarray | None], order: np.ndarray | None) -> np.ndarray | None:
     if any(w is None for w in parts):
         return None
-    where = np.concatenate(parts)
+    where = parts[0] if len(parts) == 1 else np.concatenate(parts)
     return where if order is None else where[order]
 
 
@@ -301,7 +304,10 @@ def merge(logs: Iterable[RunLog]) -> RunLog:
             series.setdefault(name, []).append(replace(s, segment=s.segment + np.int32(offset)))
         events.extend(log.events)
         sources.extend(x for x in log.sources if x not in sources)
+        warnings = list(metadata.get("warnings", [])) + list(log.metadata.get("warnings", []))
         metadata.update(log.metadata)
+        if warnings:  # readers' warnings (e.g. a truncated last record) are kept from every file
+            metadata["warnings"] = warnings
     formats = {log.format for log in logs}
     merged = {
         name: Series(np.concatenate([p.steps for p in parts]), np.concatenate([p.values for p in parts]),

@@ -21,71 +21,17 @@ import os
 import re
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError, ConfigError, raise_all
+from .files import CheckpointInfo, _fsync_dir, _HashingFile, _pid_alive
+
+__all__ = ["CheckpointInfo", "CheckpointStore"]
 
 _NAME = re.compile(r"^step-(\d{8,})$")
 _SIDE = re.compile(r"^\.(tmp|old|trash)-step-(\d{8,})-(\d+)-\d+$")
 PAYLOAD, MANIFEST, FORMAT = "state.pt", "manifest.json", 1
-
-
-@dataclass(frozen=True)
-class CheckpointInfo:
-    """What is on disk for one checkpoint.
-
-    Attributes:
-        step: the training step the checkpoint was taken after.
-        path: its directory.
-        valid: True when the manifest is readable and the payload has the recorded size (and, after
-            :meth:`CheckpointStore.validate`, the recorded SHA-256).
-        reason: why it is invalid, else ``""``.
-        size: payload size in bytes (0 when missing).
-        protected: True when :meth:`CheckpointStore.protect` keeps it from pruning.
-    """
-
-    step: int
-    path: Path
-    valid: bool
-    reason: str = ""
-    size: int = 0
-    protected: bool = False
-
-
-class _HashingFile:
-    """File-like object for ``torch.save`` that hashes the bytes on their way to disk."""
-
-    def __init__(self, raw) -> None:
-        self.raw, self.sha, self.size = raw, hashlib.sha256(), 0
-
-    def write(self, data) -> int:
-        view = memoryview(data).cast("B")
-        self.sha.update(view)
-        self.size += len(view)
-        return self.raw.write(view)
-
-    def flush(self) -> None:
-        self.raw.flush()
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by someone else
-        return True
-    return True
 
 
 class CheckpointStore:

@@ -17,6 +17,7 @@ from ..detect.loss_scale import find_collapses
 from ..detect.nonfinite import find_nonfinite
 from ..detect.resume import boundary_indices, dead_vs_live, repeated_after, repeated_ids, resume_spike
 from ..detect.series import SeriesEvents, detect_series
+from ..detect.trend import Divergence
 from ..errors import LossguardError
 from ..runlog import RunLog
 from .classifier import divergence_incident, drop_incident, spike_incident
@@ -56,6 +57,16 @@ def pick_metric(log: RunLog, metric: str | None) -> str:
 def log_interval(steps: np.ndarray) -> int:
     """Typical steps between logged points (median gap, at least 1)."""
     return max(1, int(np.median(np.diff(steps)))) if len(steps) > 1 else 1
+
+
+def _gradual(ev: SeriesEvents, ep) -> bool:
+    """True when less than half of an episode's early excess arrived in a jump at its onset."""
+    x = ev.values
+    if ep.onset < 5:
+        return False
+    pre = float(np.median(x[ep.onset - 5:ep.onset]))
+    early = float(np.median(x[ep.onset:ep.onset + 3]))
+    return early > ep.base and (early - pre) < 0.5 * (early - ep.base)
 
 
 def _overlap(a0: int, a1: int, b0: int, b1: int) -> bool:
@@ -131,12 +142,44 @@ def find_incidents(log: RunLog, cfg: AnalyzeConfig) -> Found:
                             float("nan"), None, [], "warning",
                             f"{count} steps saw a {name} that an earlier step had already seen, first at step {first}.",
                             {"repeats": count}))
+    # A divergence stands unless an earlier episode explains its rise (a spike that turned into
+    # divergence) or repeated data does; unrecovered episodes after it are part of it.
+    st = ev.steps
+    standing = []
+    for d in ev.divergences:
+        a, z = int(st[d.minimum_at]), int(st[d.trigger])
+        if any(_overlap(a, z, s0, s1 + lag * k) for s0, s1 in quiet):
+            continue
+        if any(e.onset <= d.trigger and _overlap(a, z, int(st[e.onset]), int(st[e.closed]) + lag * k)
+               for e in ev.spikes):
+            continue
+        if any(e.end is None and e.onset <= d.minimum_at <= e.closed + lag for e in ev.spikes):
+            continue  # the climb continues an unrecovered spike: "turning into divergence"
+        standing.append(d)
+        out.append(divergence_incident(ev, d, metric, lag, streams))
     # Loss spikes, shifts, resume spikes.
     spans: list[tuple[int, int]] = []
     resumed: set[int] = set()
     for ep in ev.spikes:
         if any(a <= int(ev.steps[ep.onset]) <= z for a, z in explained):
             continue
+        if ep.end is None and any(d.trigger <= ep.onset and (d.end is None or ep.onset <= d.end) for d in standing):
+            continue
+        if ep.end is None and _gradual(ev, ep):
+            # Not a jump: a rising curve outran its trailing baseline. That is a divergence.
+            lo = max(0, ep.onset - dcfg.spike.budget_points)
+            b = ev.baseline[lo:ep.onset + 1]
+            if np.isfinite(b).any():
+                low = lo + int(np.nanargmin(b))
+                mn, nz = float(ev.baseline[low]), float(ev.noise[low])
+                th = max(dcfg.trend.rise_z * nz, dcfg.trend.rise_rel * abs(mn))
+                near = np.flatnonzero(ev.baseline[low:ep.onset + 1] <= mn + dcfg.trend.near_fraction * th)
+                turn = low + int(near[-1])
+                d = Divergence(turn, low, ep.onset, None, mn, nz, 0.0)
+                standing.append(d)
+                out.append(divergence_incident(ev, d, metric, lag, streams))
+                spans.append((int(st[turn]), int(st[ep.closed])))
+                continue
         inc = spike_incident(ev, ep, metric, cfg, k, streams)
         b = at_boundary(ep.onset, cfg.resume.spike_points)
         if b is not None and inc.end is not None:
@@ -159,17 +202,17 @@ def find_incidents(log: RunLog, cfg: AnalyzeConfig) -> Found:
             spans.append((int(st[f.onset]), int(st[f.end if f.end is not None else f.peak])))
     # Drops (dips at a resume are repeated data, not drops).
     persist = dcfg.drop.persist_points
+    w = dcfg.outlier.window
     for ep in ev.dips:
         b = at_boundary(ep.onset, cfg.resume.level_points)
-        if b is not None or not is_drop(ep, dcfg.drop):
-            continue
-        out.append(drop_incident(ev, ep, metric, persist, streams))
-    # Divergences not explained by an episode.
-    for d in ev.divergences:
-        a, z = int(ev.steps[d.minimum_at]), int(ev.steps[d.trigger])
-        if any(_overlap(a, z, s0, s1 + lag * k) for s0, s1 in spans + quiet):
-            continue
-        out.append(divergence_incident(ev, d, metric, lag, streams))
+        if b is not None or not is_drop(ep, dcfg.drop) or ep.onset < 2 * w:
+            continue  # (the first windows are warm-up: a flat start then a steep fall is the LR warm-up)
+        if any(_overlap(int(st[ep.onset]), int(st[ep.onset]), s0, s1 + w * k) for s0, s1 in spans + quiet):
+            continue  # the way back down from a spike or shift, measured from a raised baseline
+        inc = drop_incident(ev, ep, metric, persist, streams)
+        if -inc.magnitude < dcfg.outlier.rel_threshold * abs(ep.base) or -inc.magnitude_sigma < dcfg.outlier.z_threshold:
+            continue  # the level after the fall is not far enough below: one deep point, not a drop
+        out.append(inc)
     _streams(log, metric, ev, dcfg, cfg, k, out, explained)
     _grad_norm(log, dcfg, cfg, k, out)
     _nonfinite(log, metric, out)
@@ -186,13 +229,16 @@ def _streams(log, metric, ev, dcfg, cfg, k, out, explained) -> None:
     found = {}
     for name in names:
         s, v = log.live(name)
-        sev = detect_series(s, v, dcfg)
+        sev = detect_series(s, v, dcfg, dips=False, trend=False)
         found[name] = [(int(sev.steps[e.onset]), int(sev.steps[e.closed]), e, sev) for e in sev.spikes]
     tol = 2 * k
     for name, eps in found.items():
         for a, z, e, sev in eps:
             if any(x0 <= a <= x1 for x0, x1 in explained):
                 continue
+            single = e.end is not None and e.end - e.onset <= dcfg.spike.settle // 2 + 1
+            if single and (e.peak_value - e.base) < cfg.stream_single_z * e.noise:
+                continue  # one noisy point of a noisier per-stream loss, not a data-specific spike
             others = [o for o in names if o != name and any(_overlap(a - tol, z + tol, a2, z2) for a2, z2, _, _ in found[o])]
             if len(others) + 1 == len(names):
                 continue  # every stream spiked: the loss incident covers it
@@ -216,7 +262,9 @@ def _grad_norm(log, dcfg, cfg, k, out) -> None:
     if M.GRAD_NORM not in log.series:
         return
     s, v = log.live(M.GRAD_NORM)
-    gev = detect_series(s, v, replace(dcfg, outlier=replace(dcfg.outlier, rel_threshold=cfg.grad_norm_rel)))
+    # A norm is >= 0 by definition: its level is its scale, so the near-zero abstention does not apply.
+    gev = detect_series(s, v, replace(dcfg, outlier=replace(dcfg.outlier, rel_threshold=cfg.grad_norm_rel, min_snr=0.0)),
+                        dips=False, trend=False)
     lead = cfg.grad_lead_points * k
     for e in gev.spikes:
         a, z = int(gev.steps[e.onset]), int(gev.steps[e.closed])

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..detect.episode import Episode
+from ..detect.knot import best_knot
 from ..detect.series import SeriesEvents
 from ..detect.trend import Divergence
 from .incident import Incident, IncidentKind as K
@@ -78,13 +79,19 @@ def spike_incident(ev: SeriesEvents, ep: Episode, metric: str, cfg: AnalyzeConfi
         return Incident(kind, metric, int(st[onset]), int(st[ep.peak]), int(st[ep.end]), ep.base, ep.peak_value,
                         excess, sigma, rec, streams, sev, evidence, details)
     x = ev.values
-    early = float(np.median(x[ep.onset:ep.onset + 5])) - ep.base
-    t_settled = st[max(ep.onset, ep.closed - cfg.detectors.spike.tail_points // 2)]
+    early = float(np.max(x[ep.onset:ep.onset + 3])) - ep.base
+    d = max(10, cfg.settle_steps // interval)
+    if ep.onset + 2 * d <= ep.closed + 1:
+        settled = float(np.median(x[ep.onset + d:ep.onset + 2 * d]))
+        t_settled = st[ep.onset + d + d // 2]
+    else:
+        settled = ep.settled
+        t_settled = st[max(ep.onset, ep.closed - cfg.detectors.spike.tail_points // 2)]
     expected = expected_level(ev, ep, int(t_settled))
-    settled_excess = ep.settled - expected
+    settled_excess = settled - expected
     kept = settled_excess / early if early > 0 else 0.0
     rising = ep.tail_rise > max(3.0 * ep.noise, 0.02 * abs(ep.base))
-    details.update(settled=ep.settled, expected=expected, kept_fraction=kept, tail_rise=ep.tail_rise)
+    details.update(settled=settled, expected=expected, kept_fraction=kept, tail_rise=ep.tail_rise)
     followed = int(st[ep.closed] - st[ep.onset])
     if ep.status == "open" and ep.closed - ep.onset < cfg.for_interval(interval).spike.fast_points:
         evidence = f"The {metric} {what}; the log ends {followed} steps later, before it came back."
@@ -109,7 +116,8 @@ def divergence_incident(ev: SeriesEvents, d: Divergence, metric: str, lag: int,
                         streams: list[str]) -> Incident:
     """A sustained climb: divergence, or a level shift when a single step carries the rise."""
     x, st = ev.values, ev.steps
-    rise_total = float(ev.baseline[d.trigger] - d.minimum)
+    rise_total = max(float(ev.baseline[d.trigger] - d.minimum),
+                     float(np.median(x[d.trigger:d.trigger + 5])) - d.minimum, 1e-12)
     h = 16
     lo, hi = max(0, d.minimum_at - lag), min(len(x), d.trigger + lag + h)
     step_up, at = 0.0, None
@@ -122,7 +130,12 @@ def divergence_incident(ev: SeriesEvents, d: Divergence, metric: str, lag: int,
     sigma = rise_total / d.noise if d.noise > 0 else float("inf")
     details = {"minimum": d.minimum, "minimum_step": int(st[d.minimum_at]), "declared_at": int(st[d.trigger]),
                "threshold": d.threshold, "largest_step_up": step_up}
-    if at is not None and step_up >= 0.7 * rise_total:
+    flat_after = False
+    if at is not None:
+        after = x[at:min(len(x), at + 4 * h)]
+        if len(after) >= 2 * h:  # a shift stays on its new level; a divergence keeps climbing
+            flat_after = float(np.median(after[-h:]) - np.median(after[:h])) < 0.25 * step_up
+    if at is not None and step_up >= 0.7 * rise_total and flat_after:
         onset = at
         while onset > lo and x[onset - 1] - d.minimum > 0.5 * step_up:
             onset -= 1
@@ -130,13 +143,27 @@ def divergence_incident(ev: SeriesEvents, d: Divergence, metric: str, lag: int,
                     f"level: one step carries {step_up / rise_total:.0%} of the rise of its baseline.")
         return Incident(K.LEVEL_SHIFT, metric, int(st[onset]), int(st[at]), None if d.end is None else int(st[d.end]),
                         d.minimum, float(x[at]), rise_total, sigma, None, streams, "warning", evidence, details)
+    onset = d.onset
+    lo = max(0, d.minimum_at - (d.trigger - d.minimum_at))
+    k = best_knot(_smooth(x[lo:d.trigger + 1]), np.log(np.maximum(st[lo:d.trigger + 1], 1)))
+    if k is not None:
+        onset = min(lo + k, d.onset)  # never later than the baseline's own turn
+        details["knot_step"] = int(st[lo + k])
     evidence = (f"The {metric}'s robust baseline turned upward after its minimum {d.minimum:.4g} "
                 f"(step {int(st[d.minimum_at])}) and rose {rise_total:.3g} ({sigma:.1f} sigma, "
                 f"{rise_total / abs(d.minimum):.0%}) without a spike"
                 + ("; it has not come back." if d.end is None else f"; it came back at step {int(st[d.end])}."))
-    return Incident(K.DIVERGENCE, metric, int(st[d.onset]), int(st[peak]), None if d.end is None else int(st[d.end]),
+    return Incident(K.DIVERGENCE, metric, int(st[onset]), int(st[peak]), None if d.end is None else int(st[d.end]),
                     d.minimum, float(x[peak]), rise_total, sigma, None, streams,
                     "critical" if d.end is None else "warning", evidence, details)
+
+
+def _smooth(y: np.ndarray, h: int = 9) -> np.ndarray:
+    """Running median of ``h`` points (spikes must not pull the knot), same length as ``y``."""
+    if len(y) < h:
+        return y
+    med = np.median(np.lib.stride_tricks.sliding_window_view(y, h), axis=1)
+    return np.concatenate([np.full(h // 2, med[0]), med, np.full(len(y) - len(med) - h // 2, med[-1])])
 
 
 def drop_incident(ev: SeriesEvents, ep: Episode, metric: str, persist: int, streams: list[str]) -> Incident:

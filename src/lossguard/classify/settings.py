@@ -27,9 +27,15 @@ class AnalyzeConfig:
     """An unrecovered excursion that keeps this fraction of its peak excess is a level shift."""
     grad_lead_points: int = 20
     """A grad-norm spike up to this many points before a loss event belongs to that event."""
-    grad_norm_rel: float = 1.0
-    """A grad-norm spike must at least double it (relative threshold 1.0): the grad norm is far
-    noisier and heavier-tailed than the loss, and real grad-norm spikes are multiples (BLOOM: 4000x)."""
+    grad_norm_rel: float = 2.0
+    """A grad-norm spike must at least triple it (relative threshold 2.0): the grad norm is far
+    noisier and heavier-tailed (log-normal) than the loss, and real grad-norm spikes are multiples
+    (BLOOM-176B: 0.24 -> 960)."""
+    stream_single_z: float = 10.0
+    """A one-point spike on a single stream must be this many sigma (per-stream losses are noisier)."""
+    settle_steps: int = 400
+    """An unrecovered excursion's settled level is measured between this many and twice as many steps
+    after onset (past the decay of a spike, short enough to extrapolate the pre-event trend)."""
     resume: ResumeConfig = field(default_factory=ResumeConfig)
     """Boundary tests (resume spike, repeated data)."""
     loss_scale: LossScaleConfig = field(default_factory=LossScaleConfig)

@@ -38,10 +38,14 @@ class ResumableSampler:
         seed: the order's seed; epoch ``e`` is shuffled with ``(seed, e)``.
         shuffle: shuffle each epoch; False gives ``0, 1, 2, ...`` every epoch.
         drop_last: drop the last incomplete batch of each epoch (keeps every batch the same size).
+        num_replicas: data-parallel ranks sharing the order (torch.distributed world size). A global
+            batch is ``batch_size * num_replicas`` consecutive samples of the order; each rank takes
+            its slice, so the position (and the state every rank saves) is the same on all ranks.
+        rank: this process's rank, ``0 <= rank < num_replicas``.
     """
 
     def __init__(self, dataset_len: int, *, batch_size: int, seed: int, shuffle: bool = True,
-                 drop_last: bool = True) -> None:
+                 drop_last: bool = True, num_replicas: int = 1, rank: int = 0) -> None:
         problems = []
         if not isinstance(dataset_len, (int, np.integer)) or dataset_len < 1:
             problems.append(f"dataset_len must be an int >= 1, got {dataset_len!r}")
@@ -52,10 +56,20 @@ class ResumableSampler:
                             "leaves no batch")
         if not isinstance(seed, (int, np.integer)) or seed < 0:
             problems.append(f"seed must be an int >= 0, got {seed!r}")
+        if not isinstance(num_replicas, (int, np.integer)) or num_replicas < 1:
+            problems.append(f"num_replicas must be an int >= 1, got {num_replicas!r}")
+        elif not isinstance(rank, (int, np.integer)) or not 0 <= rank < num_replicas:
+            problems.append(f"rank must be an int in [0, num_replicas={num_replicas}), got {rank!r}")
+        elif num_replicas > 1 and not drop_last:
+            problems.append("drop_last must be True with num_replicas > 1 (every rank needs a full batch)")
+        elif isinstance(dataset_len, (int, np.integer)) and isinstance(batch_size, (int, np.integer)) \
+                and 0 < dataset_len < batch_size * num_replicas:
+            problems.append(f"dataset_len {dataset_len} < batch_size {batch_size} x num_replicas {num_replicas}")
         raise_all(problems, error=ConfigError, fix="fix the ResumableSampler arguments")
         self.dataset_len, self.batch_size, self.seed = int(dataset_len), int(batch_size), int(seed)
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
-        full, rest = divmod(self.dataset_len, self.batch_size)
+        self.num_replicas, self.rank = int(num_replicas), int(rank)
+        full, rest = divmod(self.dataset_len, self.batch_size * self.num_replicas)
         #: Batches in one epoch.
         self.batches_per_epoch = full if drop_last or rest == 0 else full + 1
         self._position = 0
@@ -79,10 +93,15 @@ class ResumableSampler:
         return perm
 
     def batch_ids(self, position: int) -> list[int]:
-        """Sample ids of the batch at global batch index ``position``."""
+        """Sample ids of this rank's batch at global batch index ``position``."""
+        ids = self.global_batch_ids(position)
+        return ids[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]
+
+    def global_batch_ids(self, position: int) -> list[int]:
+        """Sample ids of every rank's batch at ``position``, rank 0's first."""
         epoch, b = divmod(int(position), self.batches_per_epoch)
-        start = b * self.batch_size
-        return self.order(epoch)[start:start + self.batch_size].tolist()
+        width = self.batch_size * self.num_replicas
+        return self.order(epoch)[b * width:(b + 1) * width].tolist()
 
     def last_batch_ids(self) -> list[int]:
         """Sample ids of the batch most recently delivered (empty before the first)."""
@@ -148,8 +167,10 @@ class ResumableSampler:
         """Position (and the config it is only valid for), JSON- and weights_only-safe."""
         return {"format": SAMPLER_FORMAT, "dataset_len": self.dataset_len, "batch_size": self.batch_size,
                 "seed": self.seed, "shuffle": self.shuffle, "drop_last": self.drop_last,
+                "num_replicas": self.num_replicas, "rank": self.rank,
                 "position": self._position, "epoch": self.epoch,
-                "samples_consumed_in_epoch": (self._position % self.batches_per_epoch) * self.batch_size,
+                "samples_consumed_in_epoch": (self._position % self.batches_per_epoch) * self.batch_size
+                * self.num_replicas,
                 "last_batch_ids": list(self._last), "skipped": [list(r) for r in self._skipped]}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
@@ -157,9 +178,10 @@ class ResumableSampler:
         if not isinstance(sd, dict) or sd.get("format") != SAMPLER_FORMAT:
             raise CheckpointError("not a ResumableSampler state", fix="pass ResumableSampler.state_dict() output")
         wrong = [f"{k}: saved {sd.get(k)!r}, this sampler has {getattr(self, k)!r}"
-                 for k in ("dataset_len", "batch_size", "seed", "shuffle", "drop_last") if sd.get(k) != getattr(self, k)]
+                 for k in ("dataset_len", "batch_size", "seed", "shuffle", "drop_last", "num_replicas")
+                 if sd.get(k, 1 if k == "num_replicas" else None) != getattr(self, k)]
         raise_all(wrong, error=CheckpointError,
                   fix="build the sampler with the saved arguments; a different order cannot resume exactly")
         self.seek(int(sd["position"]))
-        self._last = list(sd.get("last_batch_ids", []))
+        self._last = list(sd.get("last_batch_ids", [])) if sd.get("rank", 0) == self.rank else []
         self._skipped = [tuple(r) for r in sd.get("skipped", [])]

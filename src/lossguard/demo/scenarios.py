@@ -294,3 +294,64 @@ def run(sc: Scenario, *, on_step: Callable | None = None) -> RunResult:
     return RunResult(scenario=sc.name, losses=losses, grad_norms=gnorms,
                      attn_logit_max=logits_max, val=val, final_val=final, diverged=diverged,
                      wall_time=time.perf_counter() - t0)
+
+
+#: The tiny demo model: 2 layers, width 64, 4 heads (~0.12M parameters).
+DEMO_MODEL = dict(n_layer=2, n_embd=64, n_head=4)
+
+_CLEAN = Scenario(name="clean", description="clean data, lr 3e-3: the reference run",
+                  model=DEMO_MODEL, steps=500, batch_size=16, seq_len=64, lr=3e-3, warmup=50)
+
+#: Named scenarios (see the module docstring for what each measured).
+SCENARIOS: dict[str, Scenario] = {
+    "clean": _CLEAN,
+    "bad_pocket": _CLEAN.with_(name="bad_pocket", description="30 batches of random bytes at step 250",
+                               pocket=Pocket(start=250, length=30, kind="random_bytes")),
+    "high_lr": _CLEAN.with_(name="high_lr", description="lr 3e-2", lr=3e-2),
+}
+
+
+def spike_steps(losses: list, *, window: int = 20, ratio: float = 1.25, skip: int = 30) -> list:
+    """Steps whose loss exceeds ``ratio`` times the median of the previous ``window`` steps.
+
+    A crude stand-in used only to describe the scenarios (the library's detectors live in
+    :mod:`lossguard.detect`); non-finite losses count as spikes. The first ``skip`` steps are
+    ignored (the initial fall of the loss).
+    """
+    import statistics
+
+    out = []
+    for i in range(max(skip, window), len(losses)):
+        med = statistics.median(losses[i - window:i])
+        if not math.isfinite(losses[i]) or losses[i] > ratio * med:
+            out.append(i)
+    return out
+
+
+def main(argv=None) -> int:
+    """``python -m lossguard.demo.scenarios [NAME ...] [--seeds N]``: run and print a table."""
+    import argparse
+
+    import torch
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("names", nargs="*", help=f"scenarios (default: all of {list(SCENARIOS)})")
+    parser.add_argument("--seeds", type=int, default=1, help="model seeds 0..N-1 per scenario")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    print(f"{'scenario':24s} {'seed':>4s} {'final held-out':>14s} {'diverged':>8s} "
+          f"{'max loss@step':>14s} {'spikes':>6s} {'max attn logit':>14s} {'wall s':>7s}")
+    for name in args.names or list(SCENARIOS):
+        for seed in range(args.seeds):
+            sc = SCENARIOS[name].with_(seed=seed)
+            r = run(sc)
+            finite = [(v, i) for i, v in enumerate(r.losses) if math.isfinite(v)]
+            top, at = max(finite[30:] or finite)
+            print(f"{name:24s} {seed:4d} {r.final_val:14.4f} {str(r.diverged):>8s} "
+                  f"{top:8.2f}@{at:<5d} {len(spike_steps(r.losses)):6d} "
+                  f"{max(r.attn_logit_max):14.1f} {r.wall_time:7.1f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -3,7 +3,7 @@
 Down-side outliers are everywhere in the first steps of a run, where the loss falls faster than a
 trailing median can follow. A down-outlier only counts when it is steep *compared with the recent
 trend*: its distance below the baseline must be ``steep_ratio`` times the baseline's own decline
-over the previous ``window`` points (:func:`steep_gate`). Llama-2-7B's fall from 4 to 2.5 in ~60
+over the previous ``window`` points (:func:`steep_gate_at`). Llama-2-7B's fall from 4 to 2.5 in ~60
 steps after a slow stretch passes easily; warm-up, where the median lags the curve by about half
 the decline of one window, never does. A gated down-episode becomes a drop when it has not come
 back and was followed for ``persist_points`` points (:func:`is_drop`); one that comes back is a dip, which
@@ -11,6 +11,7 @@ back and was followed for ``persist_points`` points (:func:`is_drop`); one that 
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -38,14 +39,16 @@ class DropConfig:
         raise_all(problems)
 
 
-def steep_gate(x: np.ndarray, base: np.ndarray, lag: int, cfg: DropConfig) -> np.ndarray:
-    """Per point: is its fall below the baseline steep compared with the decline of the last ``lag`` points?"""
-    prev = np.full(len(base), np.nan)
-    if len(base) > lag:
-        prev[lag:] = base[:-lag]
-    decline = np.maximum(prev - base, 0.0)
+def steep_gate_at(x: np.ndarray, base: np.ndarray, idx: np.ndarray, lag: int, cfg: DropConfig) -> np.ndarray:
+    """For the points ``idx``: is the fall below the baseline steep compared with the decline of the
+    baseline over the last ``lag`` points?"""
+    ok = idx >= lag
+    out = np.zeros(len(idx), dtype=bool)
+    i = idx[ok]
+    prev, b = base[i - lag], base[i]
     with np.errstate(invalid="ignore"):
-        return np.isfinite(prev) & (base - x > cfg.steep_ratio * decline)
+        out[ok] = np.isfinite(prev) & np.isfinite(b) & (b - x[i] > cfg.steep_ratio * np.maximum(prev - b, 0.0))
+    return out
 
 
 class OnlineSteepGate:
@@ -61,7 +64,7 @@ class OnlineSteepGate:
         if len(self._bases) < self._bases.maxlen:
             return False
         prev = self._bases[0]
-        if not (np.isfinite(prev) and np.isfinite(base)):
+        if not (math.isfinite(prev) and math.isfinite(base)):
             return False
         return bool(base - value > self.cfg.steep_ratio * max(prev - base, 0.0))
 

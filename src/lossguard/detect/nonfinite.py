@@ -5,6 +5,7 @@ went NaN at step 1200 and stayed NaN is one incident, not ten thousand.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,7 +57,7 @@ class OnlineNonFinite:
         """Advance by one value (finite or not)."""
         self._i += 1
         value = float(value)
-        if not np.isfinite(value):
+        if not math.isfinite(value):
             if self._run is None:
                 self._run = NonFiniteRun(self._i, self._i, 0, False)
             self._run.stop = self._i

@@ -12,8 +12,8 @@ noise anywhere in a run, but not in the first points after a restart.
   first ``level_points`` points after the boundary is below the pre-boundary trend (extrapolated
   from two medians before the boundary) by ``dip_z`` standard errors and ``dip_rel``; (2) after a
   rollback, the live loss is below the superseded first pass at the same steps; (3) sample-id or
-  batch-hash columns repeat. The end is where the loss steps back up (largest rise between two
-  adjacent medians), when it does.
+  batch-hash columns repeat. The end is where the loss first steps back up (the steepest point of the
+  first rise of at least 3/4 of the dip between two adjacent medians), when it does.
 
 These are offline tests: the guard knows its own resumes and does not need them.
 """
@@ -154,14 +154,19 @@ def repeated_after(x: np.ndarray, b: int, seg: int, cfg: ResumeConfig) -> Bounda
     if len(seg_x) >= 2 * h + 1:
         med = np.median(np.lib.stride_tricks.sliding_window_view(seg_x, h), axis=1)
         rise = med[h:] - med[:-h]           # median of [j, j+h) minus median of [j-h, j)
-        j = int(np.argmax(rise))
-        if rise[j] >= dip / 2:
+        up = np.flatnonzero(rise >= 0.75 * dip)
+        if len(up):                         # the first clear step up, at its steepest
+            j = int(up[0])
+            stop = j
+            while stop + 1 < len(rise) and rise[stop + 1] >= 0.75 * dip:
+                stop += 1
+            j += int(np.argmax(rise[j:stop + 1]))
             end = b + j + h
     peak = b + int(np.argmin(x[b:b + h]))
     return BoundaryFinding("repeated_data", seg, b, b, peak, end, expected, -dip, noise,
                            [f"the loss after the resume is {100 * dip / abs(level):.1f}% "
                             f"({dip / se:.1f} standard errors) below the trend before it"
-                            + (", then steps back up" if end is not None else "")],
+                            + (f", then steps back up {end - b} points after it" if end is not None else "")],
                            {"dip": dip, "dip_se": dip / se, "stepped_back_up": end is not None})
 
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import math
+
 import numpy as np
 
 from ..errors import raise_all
-from .drop import DropConfig, OnlineSteepGate, steep_gate
+from .drop import DropConfig, OnlineSteepGate, steep_gate_at
 from .episode import Episode, EpisodeConfig, OnlineEpisodes, find_episodes
 from .nonfinite import NonFiniteRun, OnlineNonFinite, find_nonfinite
-from .outlier import OnlineOutlier, OutlierConfig, _verdict, score
+from .outlier import OnlineOutlier, OutlierConfig, _verdict, score_finite
 from .trend import Divergence, OnlineTrend, TrendConfig, find_divergences
 
 
@@ -70,25 +72,33 @@ class SeriesEvents:
     all_steps: np.ndarray
 
 
-def detect_series(steps: np.ndarray, values: np.ndarray, cfg: DetectorConfig | None = None) -> SeriesEvents:
-    """Run every per-series detector over a whole series (steps ascending)."""
+def detect_series(steps: np.ndarray, values: np.ndarray, cfg: DetectorConfig | None = None, *,
+                  dips: bool = True, trend: bool = True) -> SeriesEvents:
+    """Run every per-series detector over a whole series (steps ascending).
+
+    ``dips=False`` / ``trend=False`` skip the drop and divergence detectors (the grad norm needs
+    neither); the online twin then simply ignores their results.
+    """
     cfg = cfg or DetectorConfig()
     values = np.asarray(values, dtype=np.float64)
     steps = np.asarray(steps, dtype=np.int64)
     finite = np.isfinite(values)
-    x, fsteps = (values, steps) if finite.all() else (values[finite], steps[finite])
-    up_cfg = replace(cfg.outlier, side="up")
-    sc = score(x, up_cfg)
+    allf = bool(finite.all())
+    x, fsteps = (values, steps) if allf else (values[finite], steps[finite])
+    sc = score_finite(x, cfg.outlier, down=dips)
     base, noise = sc.baseline, sc.noise
-    spikes = find_episodes(x, sc.outlier, base, noise, cfg.spike)
-    ok = np.isfinite(base)
-    warm = np.arange(len(x)) < cfg.outlier.window
-    down = np.zeros(len(x), dtype=bool)
-    down[ok] = _verdict(replace(cfg.outlier, side="down"), x[ok], base[ok], noise[ok], warm[ok])
-    down &= steep_gate(x, base, cfg.outlier.window, cfg.drop)
-    dips = find_episodes(x, down, base, noise, cfg.dip)
-    divergences = find_divergences(base, noise, cfg.trend)
-    return SeriesEvents(fsteps, x, base, noise, spikes, dips, divergences, find_nonfinite(values), steps)
+    spikes = find_episodes(x, sc.up, base, noise, cfg.spike)
+    found_dips: list[Episode] = []
+    if dips:
+        down = sc.down
+        cand = np.flatnonzero(down)
+        down = np.zeros(len(x), dtype=bool)
+        if len(cand):  # the steepness gate only where a point is a down-outlier at all
+            down[cand] = steep_gate_at(x, base, cand, cfg.outlier.window, cfg.drop)
+        found_dips = find_episodes(x, down, base, noise, cfg.dip)
+    divergences = find_divergences(base, noise, cfg.trend) if trend else []
+    return SeriesEvents(fsteps, x, base, noise, spikes, found_dips, divergences,
+                        [] if allf else find_nonfinite(values), steps)
 
 
 class OnlineSeriesDetector:
@@ -101,7 +111,6 @@ class OnlineSeriesDetector:
     def __init__(self, cfg: DetectorConfig | None = None) -> None:
         self.cfg = cfg = cfg or DetectorConfig()
         self.outlier = OnlineOutlier(replace(cfg.outlier, side="up"))
-        self._down_cfg = replace(cfg.outlier, side="down")
         self.spikes = OnlineEpisodes(cfg.spike)
         self.dips = OnlineEpisodes(cfg.dip)
         self.gate = OnlineSteepGate(cfg.outlier.window, cfg.drop)
@@ -125,9 +134,8 @@ class OnlineSeriesDetector:
         if run is not None:
             self._runs.append(run)
             out.append(run)
-        if not np.isfinite(value):
+        if not math.isfinite(value):
             return out
-        n = self.outlier.count
         v = self.outlier.update(value)
         self._steps.append(int(step))
         self._values.append(float(value))
@@ -138,8 +146,8 @@ class OnlineSeriesDetector:
             self._spikes.append(ep)
             out.append(ep)
         down = False
-        if np.isfinite(v.baseline):
-            down = bool(_verdict(self._down_cfg, value, v.baseline, v.noise, n < self.cfg.outlier.window))
+        if v.baseline == v.baseline:  # not NaN: a verdict exists
+            down = bool(_verdict("down", value - v.baseline, v.threshold))
         gated = self.gate.update(value, v.baseline)
         ep = self.dips.update(value, down and gated, v.baseline, v.noise)
         if ep is not None:

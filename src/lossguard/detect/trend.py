@@ -7,14 +7,15 @@ the minimum was) *and* by ``rise_rel`` of the minimum's magnitude: a sustained, 
 climb. This catches the early divergences of BLOOM's 104B attempts (the loss falls, bottoms out,
 then climbs) as well as late ones, and a run that is merely flattening never triggers it.
 
-The onset is placed at the turn: the point where the running minimum was reached (optionally moved
-back by ``lag_points``). The event ends when the
+The onset is placed at the turn: the last point before the trigger where the baseline was still
+near its minimum (within ``near_fraction`` of the threshold). The event ends when the
 baseline falls back below the minimum plus half the threshold (None if it never does); the running
 minimum then restarts. Online (:class:`OnlineTrend`) and vectorised (:func:`find_divergences`)
 paths give the same events.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,6 +31,10 @@ class TrendConfig:
     """Rise of the baseline above its running minimum, in noise units at the minimum."""
     rise_rel: float = 0.05
     """...and as a fraction of |minimum|."""
+    near_fraction: float = 0.0
+    """The onset is the last point before the trigger where the baseline was within this fraction of
+    the threshold of its minimum: on a plateau the minimum itself is wherever the noise put it,
+    the turn is where the baseline leaves the plateau for good."""
     lag_points: int = 0
     """Move the onset this many points before the baseline's minimum. A trailing median lags the curve
     by half its window, but a divergence that starts gently is hidden by the still-falling trend for
@@ -41,6 +46,8 @@ class TrendConfig:
             problems.append(f"rise_z must be > 0, got {self.rise_z}")
         if not self.rise_rel >= 0:
             problems.append(f"rise_rel must be >= 0, got {self.rise_rel}")
+        if not 0 <= self.near_fraction < 1:
+            problems.append(f"near_fraction must be in [0, 1), got {self.near_fraction}")
         if self.lag_points < 0:
             problems.append(f"lag_points must be >= 0, got {self.lag_points}")
         raise_all(problems)
@@ -51,7 +58,7 @@ class Divergence:
     """A sustained climb of the baseline, in finite-point indices.
 
     Attributes:
-        onset: estimated turn point (index of the minimum minus the median's lag).
+        onset: estimated turn: the last point before the trigger with the baseline near its minimum.
         minimum_at: index where the baseline was lowest before the climb.
         trigger: index at which the climb crossed the threshold (decision time online).
         end: index where the baseline came back down, or None.
@@ -74,34 +81,47 @@ def _threshold(cfg: TrendConfig, minimum: float, noise: float) -> float:
 
 
 def find_divergences(base: np.ndarray, noise: np.ndarray, cfg: TrendConfig | None = None) -> list[Divergence]:
-    """Vectorised twin of :class:`OnlineTrend` over per-point baselines (NaN = no verdict yet)."""
+    """Vectorised twin of :class:`OnlineTrend` over per-point baselines (NaN = no verdict yet).
+
+    The baseline is piecewise constant (it is refreshed every few points), so the search runs on the
+    runs of equal (baseline, noise) and maps back to the first point of each run: the state machine
+    can only change its mind where its input changes.
+    """
     cfg = cfg or TrendConfig()
     m = len(base)
-    valid = np.isfinite(base) & np.isfinite(noise)
+    valid_all = np.isfinite(base) & np.isfinite(noise)
     out: list[Divergence] = []
-    start = int(np.argmax(valid)) if valid.any() else m
+    start = int(np.argmax(valid_all)) if valid_all.any() else m
     while start < m:
-        b = np.where(valid[start:], base[start:], np.inf)
+        bs, ns = base[start:], noise[start:]
+        change = np.ones(len(bs), dtype=bool)
+        change[1:] = (bs[1:] != bs[:-1]) | (ns[1:] != ns[:-1])
+        first = np.flatnonzero(change)              # run starts, relative to `start`
+        valid = valid_all[start:][first]
+        b = np.where(valid, bs[first], np.inf)
+        nzr = ns[first]
         runmin = np.minimum.accumulate(b)
-        # index of the (first) point that set the running minimum, for every point
         new_min = np.concatenate([[True], b[1:] < runmin[:-1]])
         at = np.maximum.accumulate(np.where(new_min, np.arange(len(b)), 0))
-        nz = noise[start:][at]
+        nz = nzr[at]
         thr = np.maximum(cfg.rise_z * nz, cfg.rise_rel * np.abs(runmin))
-        hit = np.flatnonzero(valid[start:] & (b - runmin >= thr))
+        hit = np.flatnonzero(valid & (b - runmin >= thr))
         if not len(hit):
             return out
         t = int(hit[0])
         j = int(at[t])
-        minimum, sig, th = float(runmin[t]), float(nz[t]), float(thr[t])
+        minimum, sig, th = float(runmin[t]), float(nzr[j]), float(thr[t])
+        near = j + int(np.flatnonzero(b[j:t] <= minimum + cfg.near_fraction * th)[-1])
+        turn = start + int(first[near + 1]) - 1    # the last point of that run
         after = b[t + 1:]
         back = np.flatnonzero(np.isfinite(after) & (after < minimum + th / 2))
-        end = start + t + 1 + int(back[0]) if len(back) else None
-        out.append(Divergence(max(0, start + j - cfg.lag_points), start + j, start + t, end, minimum, sig, th))
+        end = start + int(first[t + 1 + int(back[0])]) if len(back) else None
+        j_pt = start + int(first[j])
+        out.append(Divergence(max(0, turn - cfg.lag_points), j_pt, start + int(first[t]), end, minimum, sig, th))
         if end is None:
             return out
-        start = end + 1 if end + 1 < m else m
-        while start < m and not valid[start]:
+        start = end + 1
+        while start < m and not valid_all[start]:
             start += 1
     return out
 
@@ -119,6 +139,7 @@ class OnlineTrend:
     _min: float = field(init=False, default=float("inf"))
     _min_at: int = field(init=False, default=-1)
     _min_noise: float = field(init=False, default=float("nan"))
+    _near: int = field(init=False, default=0)
     _active: Divergence | None = field(init=False, default=None)
     _started: bool = field(init=False, default=False)
 
@@ -126,7 +147,7 @@ class OnlineTrend:
         """Advance by one finite point."""
         self._i += 1
         i = self._i
-        if not (np.isfinite(base) and np.isfinite(noise)):
+        if not (math.isfinite(base) and math.isfinite(noise)):
             return None
         if self._active is not None:
             d = self._active
@@ -140,7 +161,9 @@ class OnlineTrend:
             self._min, self._min_at, self._min_noise, self._started = float(base), i, float(noise), True
         th = _threshold(self.config, self._min, self._min_noise)
         if base - self._min >= th:
-            self._active = Divergence(max(0, self._min_at - self.config.lag_points), self._min_at, i, None,
+            self._active = Divergence(max(0, self._near - self.config.lag_points), self._min_at, i, None,
                                       self._min, self._min_noise, th)
             return self._active
+        if base <= self._min + self.config.near_fraction * th:
+            self._near = i
         return None

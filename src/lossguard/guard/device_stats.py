@@ -2,14 +2,15 @@
 
 :class:`DeviceOutlier` is the tensor twin of :class:`lossguard.detect.outlier.OnlineOutlier`: same
 window, same refresh stride, same warm-up, same verdict, computed in float64 with the same median
-definition (mean of the two middle values of an even count, as numpy's). Fed the same values it
+definition (mean of the two middle values of an even count, as numpy's) and the same noise
+estimator (MAD of first differences over the window, in time order). Fed the same values it
 flags exactly the same points as :func:`lossguard.detect.outlier.score` -- a spike in the report is
 a spike the guard acts on, at the same step.
 
 Everything is branch-free tensor arithmetic: the refresh ("every ``stride`` finite points") and the
 "only finite values enter the window" rules are ``torch.where`` selections, so an update never
-reads a value back to the host (no sync on CUDA). Cost per update: two sorts of ``window`` float64
-values, a few scalar kernels.
+reads a value back to the host (no sync on CUDA). Cost per update: one gather and two sorts of
+``window`` float64 values, a few scalar kernels.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..detect.outlier import MAD_TO_SIGMA, OutlierConfig
+from ..detect.outlier import DIFF_TO_SIGMA, OutlierConfig
 
 
 @dataclass
@@ -75,34 +76,40 @@ class DeviceOutlier:
     def update(self, value: torch.Tensor) -> DeviceVerdict:
         """Judge ``value`` (a 0-d tensor) against the current baseline, then add it if finite."""
         cfg = self.config
+        W = cfg.window
         x = value.detach().to(device=self.device, dtype=torch.float64).reshape(())
         finite = torch.isfinite(x)
-        n = torch.clamp(self._count, max=cfg.window)
-        valid = self._idx < n  # the ring fills slots 0..n-1 before it wraps
-        med = self._median_of(self._buf, valid, n)
-        mad = self._median_of(torch.abs(self._buf - med), valid, n)
-        noise = torch.maximum(MAD_TO_SIGMA * mad, cfg.rel_noise_floor * torch.abs(med))
         c = self._count
+        n = torch.clamp(c, max=W)
+        # The window in time order: slot (pos - n + i) mod W holds the i-th oldest of the n values.
+        order = torch.remainder(self._pos - n + self._idx, W)
+        w = self._buf.index_select(0, order)
+        valid = self._idx < n
+        med = self._median_of(w, valid, n)
+        # Noise from first differences, as outlier.py: DIFF_TO_SIGMA * median |w[i+1] - w[i]|.
+        d = torch.abs(w[1:] - w[:-1])
+        dvalid = self._idx[:-1] < (n - 1)
+        mad = self._median_of(d, dvalid, torch.clamp(n - 1, min=0))
+        noise = torch.maximum(DIFF_TO_SIGMA * mad, cfg.rel_noise_floor * torch.abs(med))
         # Refresh schedule of outlier.py: every point while the window fills, then every `stride`.
-        filling = (c >= cfg.min_points) & (c < cfg.window)
-        refresh = finite & (filling | ((c >= cfg.window) & ((c - cfg.window) % cfg.stride == 0)))
+        filling = (c >= cfg.min_points) & (c < W)
+        refresh = finite & (filling | ((c >= W) & ((c - W) % cfg.stride == 0)))
         self._median = torch.where(refresh, med, self._median)
         self._noise = torch.where(refresh, noise, self._noise)
         judged = finite & (c >= cfg.min_points)
-        dev = x - self._median
+        # thresholds(): max(z * noise, rel * |median|), rel doubled while the window fills; the test
+        # abstains (threshold inf) when |median| < min_snr * noise.
         scale = torch.abs(self._median)
-        rel = torch.abs(dev) / torch.clamp(scale, min=1e-12)
+        rel = torch.where(c < W, self._warm_rel, self._rel)
+        thr = torch.maximum(cfg.z_threshold * self._noise, rel * torch.clamp(scale, min=1e-12))
+        thr = torch.where(scale >= cfg.min_snr * self._noise, thr, self._inf)
+        dev = x - self._median
         if cfg.side == "up":
-            far = dev > 0
+            hit = (dev > 0) & (dev >= thr)
         elif cfg.side == "down":
-            far = dev < 0
+            hit = (dev < 0) & (-dev >= thr)
         else:
-            far = dev != 0
-        # The relative threshold is doubled (warmup_rel_factor) while the window fills; the test
-        # abstains when the level cannot be told from the noise (|median| < min_snr * noise).
-        rel_needed = torch.where(c < cfg.window, self._warm_rel, self._rel)
-        hit = (far & (torch.abs(dev) >= cfg.z_threshold * self._noise) & (rel >= rel_needed)
-               & (scale >= cfg.min_snr * self._noise))
+            hit = (dev != 0) & (torch.abs(dev) >= thr)
         outlier = ~finite | (judged & hit)
         nan = torch.full_like(x, float("nan"))
         z = torch.where(judged, dev / self._noise, nan)
@@ -111,7 +118,7 @@ class DeviceOutlier:
         slot = self._pos.reshape(1)
         self._buf.index_copy_(0, slot, torch.where(finite, x, self._buf.index_select(0, slot).reshape(())).reshape(1))
         step = finite.to(torch.long)
-        self._pos = (self._pos + step) % cfg.window
+        self._pos = (self._pos + step) % W
         self._count = self._count + step
         return DeviceVerdict(outlier=outlier, z=z, baseline=baseline, finite=finite)
 

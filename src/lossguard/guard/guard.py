@@ -128,7 +128,7 @@ class StabilityGuard:
             TrainingHalted: the guard halted the run (with ``halt_raises``; else the loop just ends).
         """
         cfg = self.config
-        if self.store is not None and cfg.checkpoint_every and not cfg.shadow \
+        if self.store is not None and cfg.checkpoint_every \
                 and self.store.newest_at_or_before(self.step_count) is None:
             self.save()  # a rollback target from the very start
         it = iter(loader)
@@ -238,7 +238,7 @@ class StabilityGuard:
                 self._process(*prev)
         else:
             self._process(packed, meta)
-        if (self.store is not None and cfg.checkpoint_every and not cfg.shadow and not self.halted
+        if (self.store is not None and cfg.checkpoint_every and not self.halted
                 and self.step_count % cfg.checkpoint_every == 0 and not self._reiter):
             self.save()
 
@@ -262,7 +262,10 @@ class StabilityGuard:
                 m["loss_scale"] = rec.loss_scale
             self.log.metrics(rec.step, m)
         transient = False
-        if rec.bad and meta["replay"] is not None and meta["rng"] is not None and self.config.replay:
+        # Replay only when the update was withheld: in shadow mode the weights already moved, so the
+        # replayed forward would differ for that reason alone.
+        if (rec.bad and meta["replay"] is not None and meta["rng"] is not None and self.config.replay
+                and not self.config.shadow):
             transient = self._replay_check(rec, meta, local_loss=v[9])
         for d in self.policy.observe(rec, transient=transient):
             self._carry_out(d)
@@ -374,6 +377,8 @@ class StabilityGuard:
             "Before resuming: lower the LR, check the data around the episode's batches, or raise max_rollbacks."]
         self.diagnosis = "\n".join(lines)
         path = self._diagnosis_file()
+        if self.config.shadow:  # report only: the event says what would have happened
+            path = None
         if path is not None and self.rank == 0:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(self.diagnosis + "\n", encoding="utf-8")

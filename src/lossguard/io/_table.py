@@ -37,8 +37,10 @@ class Table:
 
     Attributes:
         names: raw column names in file order (numeric and text).
-        numeric: raw name -> float64 values, NaN where the cell is missing (see ``present``).
-        present: raw name -> bool mask, False where the cell was empty or the key absent.
+        numeric: raw name -> float64 values, NaN where the cell is missing (see ``present``); int64
+            for integer columns without gaps (the step column is then used without a copy).
+        present: raw name -> bool mask, False where the cell was empty or the key absent (may be a
+            read-only all-True broadcast view).
         text: raw name -> (cell strings, index of the first non-numeric cell, True when a number
             came before it) for columns that are not numbers.
         lines: int64 line (or record) number of each row, for error messages.
@@ -153,13 +155,18 @@ def to_runlog(table: Table, *, path: Path, format: str, segments: np.ndarray | N
             raise LogFormatError(f"a row with metric values but no {step_col!r}", path=src,
                                  where=f"{unit} {int(table.lines[i])}",
                                  fix=f"give every row its step in column {step_col!r}")
-        usable = step_ok & has_metric
-        bad = usable & ~(np.isfinite(steps_f) & (steps_f == np.floor(steps_f)) & (np.abs(steps_f) < 2.0**62))
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise LogFormatError(f"step {steps_f[i]!r} in column {step_col!r} is not an integer", path=src,
-                                 where=f"{unit} {int(table.lines[i])}", fix="every step must be a whole number")
-    steps = np.where(step_ok, steps_f, 0).astype(np.int64)
+        if steps_f.dtype.kind == "f":
+            usable = step_ok & has_metric
+            bad = usable & ~(np.isfinite(steps_f) & (steps_f == np.floor(steps_f)) & (np.abs(steps_f) < 2.0**62))
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise LogFormatError(f"step {float(steps_f[i])!r} in column {step_col!r} is not an integer",
+                                     path=src, where=f"{unit} {int(table.lines[i])}",
+                                     fix="every step must be a whole number")
+    if steps_f.dtype == np.int64 and step_ok.all():
+        steps = steps_f  # shared by every metric that is logged on every row (no copy)
+    else:
+        steps = np.where(step_ok, steps_f, 0).astype(np.int64)
 
     b = RunLogBuilder(format, unit=unit)
     if metadata:

@@ -69,54 +69,89 @@ def read_bytes(path: Path) -> bytes:
     return data
 
 
-def read_table(path: Path, data: bytes, *, fast: bool = True) -> Table:
-    """Parse CSV/TSV bytes into a :class:`Table` (pyarrow when available and ``fast``)."""
-    header = _first_line(data[:65536]) or ""
+def check_file(path: Path) -> None:
+    """Raise a :class:`LogFormatError` for a file that cannot be opened or holds no bytes."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise LogFormatError(f"cannot read the file: {exc.strerror or exc}", path=str(path),
+                             fix="check the path and its permissions") from exc
+    if size == 0:
+        raise LogFormatError("the file is empty", path=str(path),
+                             fix="point lossguard at a log that has at least a header and one row")
+
+
+def read_table(path: Path, *, fast: bool = True) -> Table:
+    """Parse a CSV/TSV file into a :class:`Table` (pyarrow when available and ``fast``)."""
+    check_file(path)
+    with open(path, "rb") as f:
+        head = f.read(65536)
+    header = _first_line(head) or ""
     delimiter = delimiter_of(header) or ","
     if fast:
-        table = _read_arrow(data, delimiter)
+        table = _read_arrow(path, delimiter)
         if table is not None:
             return table
-    return _read_exact(path, data, delimiter)
+    return _read_exact(path, read_bytes(path), delimiter)
 
 
-def _read_arrow(data: bytes, delimiter: str) -> Table | None:
-    """pyarrow fast path; None when pyarrow is missing or the file needs the exact path."""
-    try:
-        import pyarrow as pa
-        import pyarrow.csv as pacsv
-    except ImportError:
+def arrow_column(col, pa) -> tuple[np.ndarray, np.ndarray] | None:
+    """A numeric pyarrow column as (values, present) without needless copies; None if not numeric.
+
+    Integer columns stay int64 (a step column is then used as is); a column without nulls gets a
+    zero-memory all-True ``present`` view.
+    """
+    typ = col.type
+    n = len(col)
+    if pa.types.is_null(typ):
+        return np.full(n, np.nan), np.zeros(n, dtype=bool)
+    if not (pa.types.is_integer(typ) or pa.types.is_floating(typ)):
         return None
+    if col.null_count == 0:
+        values = col.to_numpy()
+        if values.dtype.kind == "f" and values.dtype != np.float64:
+            values = values.astype(np.float64)
+        elif values.dtype.kind in "iu" and values.dtype != np.int64:
+            values = values.astype(np.int64)
+        if not values.flags.writeable:  # zero-copy view of arrow memory: give callers their own array
+            values = values.copy()
+        return values, np.broadcast_to(np.True_, n)
+    present = col.is_valid().to_numpy(zero_copy_only=False)
+    values = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    return np.where(present, values, np.nan), present
+
+
+def _read_arrow(path: Path, delimiter: str) -> Table | None:
+    """pyarrow fast path; None when pyarrow is missing or anything about the file needs the exact path."""
+    try:
+        return _arrow_table(path, delimiter)
+    except Exception:  # noqa: BLE001 - pyarrow rejects odd bytes in many ways; the exact path explains them
+        return None
+
+
+def _arrow_table(path: Path, delimiter: str) -> Table | None:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
     # Row i is taken to be on line i + 2. Blank lines or quoted newlines break that, but the row
     # lines are only used in error messages, and every error is re-derived on the exact path.
-    try:
-        t = pacsv.read_csv(pa.BufferReader(data),
-                           parse_options=pacsv.ParseOptions(delimiter=delimiter),
-                           convert_options=pacsv.ConvertOptions(null_values=[""], strings_can_be_null=True,
-                                                                true_values=[], false_values=[]))
-    except Exception:  # noqa: BLE001 - any pyarrow complaint: let the exact path name the line
-        return None
+    t = pacsv.read_csv(str(path), parse_options=pacsv.ParseOptions(delimiter=delimiter),
+                       convert_options=pacsv.ConvertOptions(null_values=[""], strings_can_be_null=True,
+                                                            true_values=[], false_values=[]))
     names = [str(n) for n in t.column_names]
     if len(set(names)) != len(names) or any(not n for n in names):
         return None
     table = Table(names=names, lines=np.arange(2, t.num_rows + 2, dtype=np.int64), header=True)
     text: dict[str, list[str]] = {}
     for name, col in zip(names, t.columns):
-        typ = col.type
-        if pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_null(typ):
-            col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-            if pa.types.is_null(typ):
-                table.numeric[name] = np.full(len(col), np.nan)
-                table.present[name] = np.zeros(len(col), dtype=bool)
-                continue
-            present = col.is_valid().to_numpy(zero_copy_only=False)
-            values = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
-            if not present.all():
-                values = np.where(present, values, np.nan)
-            table.numeric[name] = values
-            table.present[name] = present
-        else:
+        parsed = arrow_column(col, pa)
+        if parsed is None:
             text[name] = ["" if v is None else str(v) for v in col.to_pylist()]
+        else:
+            table.numeric[name], table.present[name] = parsed
+    del t
     add_text_columns(table, text)
     return table
 
@@ -205,8 +240,7 @@ def read(path: Path, *, root: Path | None = None, fast: bool = True):
             duplicate or backward steps in one segment; the message names the line.
     """
     path = Path(path)
-    data = read_bytes(path)
-    table = read_table(path, data, fast=fast)
+    table = read_table(path, fast=fast)
     segments, notes = segments_of(table)
     try:
         return to_runlog(table, path=path, format=NAME, segments=segments, segment_notes=notes)

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import LogFormatError
 from ._table import Table, add_text_columns, to_runlog
-from .csv import read_bytes
+from .csv import check_file, read_bytes
 
 NAME = "jsonl"
 EVENT_KEY = "event"
@@ -92,7 +92,7 @@ def split_events(records: list[dict], lines: list[int]) -> tuple[list[dict], lis
             events.append(r)
             if str(r[EVENT_KEY]).lower() in SEGMENT_EVENTS:
                 current += 1
-                notes.append(f"{r[EVENT_KEY]} event at line {line}")
+                notes.append(_note(r))
             continue
         rows.append(r)
         row_lines.append(line)
@@ -120,36 +120,39 @@ def parse_lines(path: Path, data: bytes) -> tuple[list[dict], list[int]]:
     return records, lines
 
 
-def _read_arrow(data: bytes):
-    """pyarrow fast path: (table, segments, notes, events) or None to use the exact path."""
+def _read_arrow(path: Path):
+    """pyarrow fast path: (table, segments, notes, events), or None to use the exact path."""
     try:
-        import pyarrow as pa
-        import pyarrow.json as pajson
-    except ImportError:
+        return _arrow_table(path)
+    except Exception:  # noqa: BLE001 - pyarrow rejects odd bytes in many ways; the exact path explains them
         return None
-    if data.startswith(b"\n") or b"\n\n" in data or b"\r" in data or b"\n " in data:
-        return None  # blank or indented lines: record index != line - 1
-    try:
-        t = pajson.read_json(pa.BufferReader(data))
-    except Exception:  # noqa: BLE001 - anything pyarrow rejects, the exact path explains
-        return None
+
+
+def _arrow_table(path: Path):
+    import pyarrow as pa
+    import pyarrow.json as pajson
+
+    from .csv import arrow_column
+
+    # Record i is taken to be on line i + 1 (blank lines would shift that); lines are only used in
+    # error messages, and every error is re-derived on the exact path.
+    t = pajson.read_json(str(path))
     names = [str(n) for n in t.column_names]
     n = t.num_rows
-    seg = np.zeros(n, dtype=np.int64)
+    seg = None
     notes, events = [""], []
     lines = np.arange(1, n + 1, dtype=np.int64)
-    keep = None
     if EVENT_KEY in names:
-        ev = t.column(EVENT_KEY)
-        is_event = ev.is_valid().to_numpy(zero_copy_only=False)
+        is_event = t.column(EVENT_KEY).is_valid().to_numpy(zero_copy_only=False)
         if is_event.any():
+            seg = np.zeros(n, dtype=np.int64)
             idx = np.flatnonzero(is_event)
             for i, rec in zip(idx.tolist(), t.take(pa.array(idx)).to_pylist()):
                 rec = {k: v for k, v in rec.items() if v is not None}
                 events.append(rec)
                 if str(rec.get(EVENT_KEY)).lower() in SEGMENT_EVENTS:
                     seg[i:] += 1
-                    notes.append(f"{rec[EVENT_KEY]} event at line {i + 1}")
+                    notes.append(_note(rec))
             keep = ~is_event
             t = t.filter(pa.array(keep))
             seg, lines = seg[keep], lines[keep]
@@ -159,21 +162,23 @@ def _read_arrow(data: bytes):
     text: dict[str, list[str]] = {}
     for name, col in zip(names, t.columns):
         typ = col.type
-        if pa.types.is_integer(typ) or pa.types.is_floating(typ):
-            present = col.is_valid().to_numpy(zero_copy_only=False)
-            values = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
-            if not present.all():
-                values = np.where(present, values, np.nan)
-            table.numeric[name], table.present[name] = values, present
+        parsed = arrow_column(col, pa)
+        if parsed is not None:
+            table.numeric[name], table.present[name] = parsed
         elif pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_boolean(typ):
             text[name] = [_cell(v) for v in col.to_pylist()]
-        elif pa.types.is_null(typ) or pa.types.is_nested(typ):
+        elif pa.types.is_nested(typ):
             continue
         else:
             return None
         table.names.append(name)
+    del t
     add_text_columns(table, text)
     return table, seg, notes, events
+
+
+def _note(rec: dict) -> str:
+    return f"{rec.get(EVENT_KEY)} event at step {rec.get('step', '?')}"
 
 
 def read(path: Path, *, root: Path | None = None, fast: bool = True, format: str = NAME, rename=None):
@@ -191,12 +196,12 @@ def read(path: Path, *, root: Path | None = None, fast: bool = True, format: str
             metric value, duplicate or backward steps in one segment; the message names the line.
     """
     path = Path(path)
-    data = read_bytes(path)
-    fast_result = _read_arrow(data) if fast else None
+    check_file(path)
+    fast_result = _read_arrow(path) if fast else None
     if fast_result is not None:
         table, seg, notes, events = fast_result
     else:
-        records, lines = parse_lines(path, data)
+        records, lines = parse_lines(path, read_bytes(path))
         rows, row_lines, seg, notes, events = split_events(records, lines)
         table = records_table(rows, row_lines)
     segments = seg if len(notes) > 1 else None

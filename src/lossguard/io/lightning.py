@@ -13,19 +13,19 @@ import re
 from pathlib import Path
 
 from ._table import to_runlog
-from .csv import _first_line, delimiter_of, read_bytes, read_table
+from .csv import _first_line, delimiter_of, read_table
 
 NAME = "lightning"
 _VERSION = re.compile(r"^version_(\d+)$")
 
 
 def sniff(path: Path, head: bytes) -> bool:
-    """True for a comma-separated header whose columns include both ``epoch`` and ``step``."""
+    """True for a CSVLogger header: comma-separated, sorted (the writer sorts the keys), with ``epoch`` and ``step``."""
     header = _first_line(head)
     if not header or delimiter_of(header) != ",":
         return False
-    names = {n.strip() for n in header.split(",")}
-    return "epoch" in names and "step" in names
+    names = [n.strip() for n in header.split(",")]
+    return "epoch" in names and "step" in names and names == sorted(names)
 
 
 def read(path: Path, *, root: Path | None = None, fast: bool = True):
@@ -38,8 +38,7 @@ def read(path: Path, *, root: Path | None = None, fast: bool = True):
     from ..errors import LogFormatError
 
     path = Path(path)
-    data = read_bytes(path)
-    table = read_table(path, data, fast=fast)
+    table = read_table(path, fast=fast)
     version = _VERSION.match(path.parent.name)
     note = f"Lightning {path.parent.name}" if version else ""
     metadata = {"version": int(version.group(1))} if version else {}

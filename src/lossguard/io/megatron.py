@@ -75,6 +75,7 @@ class _Segment:
         self.pending: list[dict[str, Any]] = []  # overflows waiting for the step they belong to
 
     def put(self, metric: str, step: int, value: float, line: int, prio: int) -> None:
+        """Record a point unless one of higher priority is already there for that step."""
         table = self.points.setdefault(metric, {})
         old = table.get(step)
         if old is None or prio >= old[2]:
@@ -82,6 +83,7 @@ class _Segment:
 
     @property
     def empty(self) -> bool:
+        """True while the launch has produced nothing (a banner then opens no new segment)."""
         return not self.points and not self.pending
 
 

@@ -18,9 +18,14 @@ Files and segments: each event file is a segment (a resumed run writes a new fil
 not increase starts a new segment (a process that restarted and appended; TensorBoard's own
 loader treats it as a restart too), so :func:`lossguard.stitch.stitch` can mark what it superseded.
 
-Metric names: tags go through :func:`lossguard.metrics.canonical_name`. A sub-directory written by
-``add_scalars(main_tag, {key: value})`` (``<main_tag>_<key>/`` holding tag ``main_tag``) becomes a
-stream, so ``add_scalars("loss", {"cm4": ..})`` gives ``loss/cm4``.
+Metric names: tags go through :func:`lossguard.metrics.canonical_name`. The sub-directory that
+``add_scalars(main_tag, {key: value})`` writes (``<main_tag>/<key>/`` with tensorboardX,
+``<main_tag>_<key>/`` with torch.utils.tensorboard, each holding tag ``main_tag``) becomes a
+stream, so ``add_scalars("loss", {"cm4": ..})`` gives ``loss/cm4``. Other sub-directories (run
+versions, resumes) do not change the name: the same tag in them is the same metric. The stream
+writers run concurrently with the main one, so when a directory is read, a stream file joins the
+segment of the main file that was being written when it started rather than being taken for a
+second launch that restarted at step 0.
 
 Truncation: an incomplete *last* record is what a live or killed writer leaves behind (TensorBoard
 itself reads such files and waits for the rest). The intact records are read and the RunLog's
@@ -39,15 +44,10 @@ from ..errors import LogFormatError
 from ..metrics import canonical_name
 from ..runlog import RunLog, RunLogBuilder
 from . import _tfrecord as tfr
-from ._event_proto import ParsedEvent, ProtoError, parse_event
+from ._event_batch import Decoded, corrupt, decode, group_by_value
 
 NAME = "tensorboard"
 """Registry name of this reader."""
-
-_MAX_TEMPLATES = 32  # per length group; beyond this the records are too irregular to batch
-_WIDTH = {"<f4": 4, "<f8": 8, "<f2": 2, "bf16": 2, "zero": 0}
-_FIX_CORRUPT = ("the file is damaged (a disk or copy error, or not an event file); re-copy it from the "
-                "training machine, or move it out of the run directory to read the other files")
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -85,18 +85,31 @@ def read(path: Path, *, root: Path | None = None) -> RunLog:
         if not files:
             raise LogFormatError("no TensorBoard event file (events.out.tfevents.*) in this directory", path=path,
                                  fix="name the run directory that holds the event files, or the files themselves")
+        loaded = []
         for f in files:
             if f.stat().st_size == 0:
                 builder.metadata.setdefault("warnings", []).append(f"{f}: empty event file skipped (writer not flushed yet)")
                 continue
-            _read_file(f, Path(root), builder, names)
+            loaded.append((f, _load(f, builder)))
     else:
-        _read_file(path, path.parent if root is None else Path(root), builder, names)
+        root = path.parent if root is None else Path(root)
+        loaded = [(path, _load(path, builder))]
+    # add_scalars writes each stream with its own writer, concurrently with the main one: those
+    # files join the segment of the main file that was being written when they started, instead of
+    # looking like a second launch that restarted at step 0.
+    streams = [(f, d) for f, d in loaded if d.tags and all(_stream_name(f, root, t) for t in d.tags)]
+    mains = [(f, d) for f, d in loaded if (f, d) not in streams] if len(streams) < len(loaded) else []
+    main_segments: list[tuple[float, int]] = []
+    for f, d in mains or loaded:
+        main_segments += _add_points(f, root, builder, names, d, join=None)
+    if mains:
+        for f, d in streams:
+            _add_points(f, root, builder, names, d, join=main_segments)
     builder.metadata["tags"] = {metric: tag for (_, tag), metric in names.items()}
     return builder.build()
 
 
-def _read_file(path: Path, root: Path, builder: RunLogBuilder, names: dict[tuple[str, str], str]) -> None:
+def _load(path: Path, builder: RunLogBuilder) -> Decoded:
     try:
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
@@ -111,7 +124,7 @@ def _read_file(path: Path, root: Path, builder: RunLogBuilder, names: dict[tuple
     try:
         framing = tfr.frame(buf)
     except tfr.FramingError as exc:
-        raise _corrupt(path, exc.record, exc.offset, exc.what) from None
+        raise corrupt(path, exc.record, exc.offset, exc.what) from None
     if not len(framing.offsets):
         raise LogFormatError(f"no complete record: the file ends inside its first record ({framing.tail_reason})",
                              path=path, where="record 1, byte 0",
@@ -122,215 +135,91 @@ def _read_file(path: Path, root: Path, builder: RunLogBuilder, names: dict[tuple
             f"{path}: the last record (record {n + 1}, byte {framing.tail_offset}) is incomplete "
             f"({framing.tail_reason}); the writer was killed or is still writing. The {n} complete "
             f"records before it were read.")
-    arr = np.frombuffer(buf, dtype=np.uint8)
-    decoded = _decode(path, arr, framing)
-    _add_points(path, root, builder, names, decoded)
+    return decode(path, np.frombuffer(buf, dtype=np.uint8), framing)
 
 
-class _Decoded:
-    """Points of one file in record order: record, tag, step, value; wall time per record."""
-
-    def __init__(self, n_records: int) -> None:
-        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        self.wall = np.full(n_records, np.nan)
-        self.tags: dict[str, int] = {}
-        self.file_version: str | None = None
-        self.errors: list[tuple[int, LogFormatError]] = []
-
-    def tag_id(self, tag: str) -> int:
-        return self.tags.setdefault(tag, len(self.tags))
-
-    def emit(self, records: np.ndarray, ev: ParsedEvent, steps: np.ndarray, values: list[np.ndarray]) -> None:
-        for slot, (v, vals) in enumerate(zip(ev.values, values)):
-            n = len(records)
-            self.parts.append((records, np.full(n, slot, np.int32), np.full(n, self.tag_id(v.tag), np.int32),
-                               steps, vals))
-
-
-def _corrupt(path: Path, record: int, offset: int, what: str) -> LogFormatError:
-    return LogFormatError(what, path=path, where=f"record {record + 1}, byte {offset}", fix=_FIX_CORRUPT)
-
-
-def _decode(path: Path, arr: np.ndarray, framing: tfr.Framing) -> _Decoded:
-    offsets, lengths = framing.offsets, framing.lengths
-    out = _Decoded(len(offsets))
-    order = np.argsort(lengths, kind="stable")
-    cuts = np.flatnonzero(np.diff(lengths[order])) + 1
-    for idx in np.split(order, cuts):
-        length = int(lengths[idx[0]])
-        rows = tfr.gather(arr, offsets[idx] + tfr.HEADER, length)
-        stored = tfr.stored_crcs(arr, offsets[idx], length)
-        _decode_group(path, idx, rows, stored, offsets, out)
-    if out.errors:
-        raise min(out.errors, key=lambda e: e[0])[1]
-    return out
-
-
-def _decode_group(path: Path, idx: np.ndarray, rows: np.ndarray, stored: np.ndarray,
-                  offsets: np.ndarray, out: _Decoded) -> None:
-    """Decode records of one data length: template batches first, then the per-record slow path."""
-    length = rows.shape[1]
-    remaining = np.arange(len(idx))
-    templates = 0
-    while len(remaining):
-        first = int(remaining[0])
-        record = int(idx[first])
-        data = rows[first].tobytes()
-        if tfr.data_crc(data) != int(stored[first]):
-            out.errors.append((record, _corrupt(path, record, int(offsets[record]), "the CRC of the record data is wrong")))
-            remaining = remaining[1:]
-            continue
-        try:
-            ev = parse_event(data)
-        except ProtoError as exc:
-            out.errors.append((record, LogFormatError(
-                f"the record is not a TensorBoard Event: {exc}", path=path,
-                where=f"record {record + 1}, byte {int(offsets[record])}", fix=_FIX_CORRUPT)))
-            remaining = remaining[1:]
-            continue
-        if out.file_version is None and ev.file_version:
-            out.file_version = ev.file_version
-        if not ev.fixed or templates >= _MAX_TEMPLATES or len(remaining) == 1:
-            _emit_one(record, ev, out)
-            remaining = remaining[1:]
-            continue
-        templates += 1
-        varying = _varying_columns(ev)
-        fixed_cols = np.setdiff1d(np.arange(length), varying)
-        template = rows[first]
-        sub = rows if len(remaining) == len(rows) else rows[remaining]
-        match = (sub[:, fixed_cols] == template[fixed_cols]).all(axis=1)
-        for k in range(ev.step_len):  # a varint's length is fixed by its continuation bits
-            match &= (sub[:, ev.step_pos + k] & 0x80) == (template[ev.step_pos + k] & 0x80)
-        members = remaining[match]
-        block = rows[members]
-        # Data CRC of the whole batch: the template with its varying bytes zeroed, plus the
-        # contribution of each varying byte (see tfr.position_table).
-        zeroed = template.copy()
-        zeroed[varying] = 0
-        crc = np.full(len(members), tfr.crc32c(zeroed.tobytes()), dtype=np.uint32)
-        for j in varying:
-            crc ^= tfr.position_table(length - 1 - int(j))[block[:, j]]
-        bad = np.flatnonzero(crc != stored[members])
-        if len(bad):
-            r = int(idx[members[bad[0]]])
-            out.errors.append((r, _corrupt(path, r, int(offsets[r]), "the CRC of the record data is wrong")))
-            keep = np.ones(len(members), dtype=bool)
-            keep[bad] = False
-            members, block = members[keep], block[keep]
-        records = idx[members]
-        if ev.wall_pos >= 0:
-            out.wall[records] = block[:, ev.wall_pos:ev.wall_pos + 8].copy().view("<f8").ravel()
-        steps = _varint_column(block, ev.step_pos, ev.step_len)
-        values = [_value_column(block, v.pos, v.kind) for v in ev.values]
-        out.emit(records, ev, steps, values)
-        remaining = remaining[~match]
-
-
-def _emit_one(record: int, ev: ParsedEvent, out: _Decoded) -> None:
-    out.wall[record] = ev.wall_time if ev.wall_pos >= 0 else np.nan
-    if ev.values:
-        out.emit(np.array([record], np.int64), ev, np.array([ev.step], np.int64),
-                 [np.array([v.value], np.float64) for v in ev.values])
-
-
-def _varying_columns(ev: ParsedEvent) -> np.ndarray:
-    cols: list[int] = []
-    if ev.wall_pos >= 0:
-        cols.extend(range(ev.wall_pos, ev.wall_pos + 8))
-    if ev.step_pos >= 0:
-        cols.extend(range(ev.step_pos, ev.step_pos + ev.step_len))
-    for v in ev.values:
-        cols.extend(range(v.pos, v.pos + _WIDTH[v.kind]))
-    return np.asarray(sorted(cols), dtype=np.int64)
-
-
-def _varint_column(block: np.ndarray, pos: int, width: int) -> np.ndarray:
-    """Decode a protobuf varint of ``width`` bytes at column ``pos`` of every row (int64)."""
-    if pos < 0:
-        return np.zeros(len(block), dtype=np.int64)  # proto3 left step out: it is 0
-    acc = np.zeros(len(block), dtype=np.uint64)
-    for k in range(width):
-        acc |= (block[:, pos + k] & 0x7F).astype(np.uint64) << np.uint64(7 * k)
-    return acc.view(np.int64)
-
-
-def _value_column(block: np.ndarray, pos: int, kind: str) -> np.ndarray:
-    if kind == "zero":
-        return np.zeros(len(block), dtype=np.float64)
-    raw = block[:, pos:pos + _WIDTH[kind]].copy()
-    if kind == "bf16":
-        return (raw.view("<u2").astype(np.uint32) << 16).view(np.float32).ravel().astype(np.float64)
-    return raw.view(kind).ravel().astype(np.float64)
-
-
-def _metric_name(path: Path, root: Path, tag: str) -> str:
-    """Tag (+ an ``add_scalars`` sub-directory) -> canonical metric name."""
+def _stream_name(path: Path, root: Path, tag: str) -> str | None:
+    """The stream metric of a tag in an ``add_scalars`` sub-directory of either writer, else None."""
     try:
         rel = path.parent.resolve().relative_to(root.resolve()).as_posix()
     except (ValueError, OSError):
-        rel = "."
-    if rel not in (".", ""):
-        prefix = tag.replace("/", "_") + "_"
-        sub = rel.rsplit("/", 1)[-1]
-        if sub.startswith(prefix) and len(sub) > len(prefix):
-            return canonical_name(f"{tag}/{sub[len(prefix):]}")
-    return canonical_name(tag)
+        return None
+    if rel in (".", ""):
+        return None
+    parts, tag_parts = rel.split("/"), tag.split("/")
+    # tensorboardX: <logdir>/<main_tag>/<key>/ holds tag main_tag
+    if len(parts) > len(tag_parts) and parts[-1 - len(tag_parts):-1] == tag_parts:
+        return canonical_name(f"{tag}/{parts[-1]}")
+    # torch.utils.tensorboard: <logdir>/<main_tag with '/' -> '_'>_<key>/ holds tag main_tag
+    prefix = tag.replace("/", "_") + "_"
+    if parts[-1].startswith(prefix) and len(parts[-1]) > len(prefix):
+        return canonical_name(f"{tag}/{parts[-1][len(prefix):]}")
+    return None
 
 
 def _add_points(path: Path, root: Path, builder: RunLogBuilder, names: dict[tuple[str, str], str],
-                d: _Decoded) -> None:
+                d: Decoded, *, join: list[tuple[float, int]] | None) -> list[tuple[float, int]]:
+    """Add one file's points; returns its segments as ``(start_time, index)``.
+
+    With ``join`` (the main files' segments), each of this file's stretches goes into the main
+    segment that started last before it instead of a segment of its own.
+    """
     if d.file_version:
         builder.metadata.setdefault("file_version", d.file_version)
     if not d.parts:
-        # Only non-scalar records (graphs, histograms, the file header): an empty segment.
-        builder.start_segment(str(path), start_time=_time(d.wall, 0), note=f"event file {path.name}: no scalars")
-        return
-    rec, slot, tag, steps, values = (np.concatenate(c) for c in zip(*d.parts))
-    order = np.lexsort((slot, rec))
-    rec, tag, steps, values = rec[order], tag[order], steps[order], values[order]
-    boundaries = _restarts(rec, tag, steps)
-    starts = [0] + boundaries
-    seg_ids = []
-    for i, first in enumerate(starts):
-        first_rec = 0 if i == 0 else first
-        note = (f"event file {path.name}" if i == 0 else
-                f"steps restart at record {first_rec + 1} of {path.name}")
-        seg_ids.append(builder.start_segment(str(path), start_time=_time(d.wall, first_rec), note=note))
+        return []  # only non-scalar records (graphs, histograms, the file header)
+    rec, tag, steps, values = d.points()
+    by_tag = dict(zip(range(len(d.tags)), [np.empty(0, np.int64)] * len(d.tags)))
+    by_tag.update((int(tag[g[0]]), g) for g in group_by_value(tag))
+    boundaries = _restarts(rec, steps, by_tag)
+    seg_ids, made = [], []
+    for i, first_rec in enumerate([0] + boundaries):
+        start = _time(d.wall, first_rec)
+        target = _latest_before(join, start) if join else None
+        if target is None:
+            note = (f"event file {path.name}" if i == 0 else
+                    f"steps restart at record {first_rec + 1} of {path.name}")
+            target = builder.start_segment(str(path), start_time=start, note=note)
+            made.append((start if start is not None else np.inf, target))
+        seg_ids.append(target)
     segment_of = np.searchsorted(np.asarray(boundaries, dtype=np.int64), rec, side="right")
-    rel_dir = str(path.parent)
     used = set(names.values())
     for tag_name, tid in d.tags.items():
-        key = (rel_dir, tag_name)
+        key = (str(path.parent), tag_name)
         if key not in names:
-            metric = _metric_name(path, root, tag_name)
+            metric = _stream_name(path, root, tag_name) or canonical_name(tag_name)
             if metric in used and not any(k[1] == tag_name for k, m in names.items() if m == metric):
                 metric = tag_name.strip()  # a second tag with the same canonical name keeps its own
             names[key] = metric
             used.add(metric)
-        sel = np.flatnonzero(tag == tid)
-        if not len(sel):
-            continue
+        sel = by_tag[tid]
         for i, seg in enumerate(seg_ids):
             part = sel[segment_of[sel] == i] if len(seg_ids) > 1 else sel
             if len(part):
                 builder.add(names[key], steps[part], values[part], where=rec[part] + 1, segment=seg)
+    return made
 
 
-def _restarts(rec: np.ndarray, tag: np.ndarray, steps: np.ndarray) -> list[int]:
+def _latest_before(segments: list[tuple[float, int]], start: float | None) -> int | None:
+    """The segment that started last at or before ``start`` (1 s of slack: writers start lazily)."""
+    if start is None:
+        return None
+    earlier = [(t, i) for t, i in segments if t <= start + 1.0]
+    return max(earlier)[1] if earlier else None
+
+
+def _restarts(rec: np.ndarray, steps: np.ndarray, by_tag: dict[int, np.ndarray]) -> list[int]:
     """Records at which some tag's step stops increasing: restarts inside one file."""
-    by_tag = np.argsort(tag, kind="stable")
-    t, s = tag[by_tag], steps[by_tag]
-    cand = np.flatnonzero((t[1:] == t[:-1]) & (s[1:] <= s[:-1])) + 1
-    if not len(cand):
-        return []
-    pairs = sorted(zip(rec[by_tag[cand]].tolist(), rec[by_tag[cand - 1]].tolist()))
+    pairs: list[tuple[int, int]] = []
+    for sel in by_tag.values():
+        s = steps[sel]
+        cand = np.flatnonzero(s[1:] <= s[:-1]) + 1
+        pairs += zip(rec[sel[cand]].tolist(), rec[sel[cand - 1]].tolist())
     accepted: list[int] = []
-    for at, prev in pairs:
+    for at, prev in sorted(pairs):
         # A later tag going back at the same restart is already covered by the boundary found.
-        if not accepted or accepted[-1] <= prev:
-            if at > prev:
-                accepted.append(at)
+        if (not accepted or accepted[-1] <= prev) and at > prev:
+            accepted.append(at)
     return accepted
 
 

@@ -22,7 +22,7 @@ from ..errors import LogFormatError
 from ..metrics import canonical_name
 from . import jsonl
 from ._table import to_runlog
-from .csv import _first_line, delimiter_of, read_bytes, read_table
+from .csv import _first_line, check_file, delimiter_of, read_bytes, read_table
 
 NAME = "wandb"
 _RUN_COLUMN = re.compile(r"^(?P<run>.+?) - (?P<metric>.+?)(?P<agg>__MIN|__MAX)?$")
@@ -53,8 +53,8 @@ def _history_rename(raw: str) -> str | None:
     return canonical_name(raw)
 
 
-def _read_csv(path: Path, data: bytes):
-    table = read_table(path, data)
+def _read_csv(path: Path):
+    table = read_table(path)
     runs: dict[str, None] = {}
     metric_of: dict[str, str | None] = {}
     for col in table.names:
@@ -97,10 +97,11 @@ def read(path: Path, *, root: Path | None = None):
             backward steps; the message names the line or record.
     """
     path = Path(path)
-    data = read_bytes(path)
-    start = data.lstrip()[:1]
+    check_file(path)
+    with open(path, "rb") as f:
+        start = f.read(65536).lstrip()[:1]
     if start == b"[":
-        return _read_json_array(path, data)
+        return _read_json_array(path, read_bytes(path))
     if start == b"{":
         return jsonl.read(path, root=root, format=NAME, rename=_history_rename)
-    return _read_csv(path, data)
+    return _read_csv(path)

@@ -13,6 +13,7 @@ On top of M4 we always keep:
 * every point whose step is in ``keep_steps`` (incident onsets, peaks and ends);
 * every point inside ``keep_ranges`` (windows around incidents, so zooming into one shows the real
   curve, not its buckets);
+* isolated one-step spikes, even when two share a bucket (:func:`isolated_spikes`);
 * non-finite points (NaN/Inf): the first and the last in every bucket, so a chart can mark where the
   run produced NaN even when the line cannot be drawn there.
 
@@ -71,17 +72,51 @@ def bucket_extremes(values: np.ndarray, bucket: np.ndarray) -> np.ndarray:
     return np.unique(np.concatenate([starts, ends, argmin, argmax]).astype(np.int64))
 
 
+def isolated_spikes(values: np.ndarray, *, z: float = 6.0, limit: int | None = None) -> np.ndarray:
+    """Indices of points that stand out from both neighbours by more than ``z`` noise units.
+
+    M4 keeps only the highest point of a bucket; when two one-step spikes share a bucket (two data
+    outliers 100 steps apart in a million-step run), the smaller one would vanish from a zoomed-in
+    view. This O(n) test keeps them: a point's prominence is how far it sticks out above (or below)
+    the nearer of its two neighbours; the noise is the robust sigma of first differences
+    (``1.4826 / sqrt(2) * median |x[t] - x[t-1]|``) over the whole curve.
+
+    Args:
+        values: finite float64 values in step order.
+        z: prominence threshold in noise units.
+        limit: keep at most this many, the most prominent first (None: all).
+
+    Returns:
+        Sorted int64 indices into ``values``.
+    """
+    if len(values) < 3:
+        return np.empty(0, dtype=np.int64)
+    d = np.diff(values)
+    sigma = 1.4826 / np.sqrt(2.0) * float(np.median(np.abs(d)))
+    if sigma <= 0:  # a flat curve with steps: every change is a spike of infinite z; M4 keeps those
+        return np.empty(0, dtype=np.int64)
+    mid, left, right = values[1:-1], values[:-2], values[2:]
+    prominence = np.maximum(mid - np.maximum(left, right), np.minimum(left, right) - mid) / sigma
+    idx = np.flatnonzero(prominence > z)
+    if limit is not None and len(idx) > limit:
+        idx = np.sort(idx[np.argsort(prominence[idx])[::-1][:limit]])
+    return (idx + 1).astype(np.int64)
+
+
 def downsample(steps: np.ndarray, values: np.ndarray, *, buckets: int = 2000,
-               keep_steps: Iterable[int] = (), keep_ranges: Iterable[tuple[int, int]] = ()) -> np.ndarray:
+               keep_steps: Iterable[int] = (), keep_ranges: Iterable[tuple[int, int]] = (),
+               spike_z: float | None = 6.0) -> np.ndarray:
     """Choose the points of one curve to draw.
 
     Args:
         steps: int64 steps, sorted ascending (a live timeline, or one segment's points).
         values: float64 values of the same length; NaN and Inf are allowed.
-        buckets: number of equal-width step buckets; about 4 points are kept per bucket. Use at
+        buckets: number of equal-width step buckets; 4 points are kept per bucket (plus spikes). Use at
             least the chart's width in pixels for a drawing identical to the full curve.
         keep_steps: steps whose points must be kept (e.g. an incident's onset and peak).
         keep_ranges: inclusive ``(first, last)`` step ranges kept whole.
+        spike_z: also keep every point that sticks out of both neighbours by this many noise
+            units (:func:`isolated_spikes`), at most ``buckets`` of them; None to turn off.
 
     Returns:
         Sorted unique int64 indices into ``steps``/``values``. When the curve has no more than
@@ -108,11 +143,12 @@ def downsample(steps: np.ndarray, values: np.ndarray, *, buckets: int = 2000,
 
     finite = np.isfinite(values)
     parts = []
-    if finite.all():
-        parts.append(bucket_extremes(values, bucket))
-    else:
-        where_finite = np.flatnonzero(finite)
-        parts.append(where_finite[bucket_extremes(values[where_finite], bucket[where_finite])])
+    where_finite = np.flatnonzero(finite)
+    fvalues = values if len(where_finite) == n else values[where_finite]
+    parts.append(where_finite[bucket_extremes(fvalues, bucket[where_finite])])
+    if spike_z is not None:
+        parts.append(where_finite[isolated_spikes(fvalues, z=spike_z, limit=buckets)])
+    if len(where_finite) < n:
         where_bad = np.flatnonzero(~finite)
         parts.append(_first_per_group(where_bad, bucket[where_bad]))
         parts.append(_last_per_group(where_bad, bucket[where_bad]))

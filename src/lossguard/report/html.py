@@ -5,10 +5,13 @@ downsampled with :mod:`lossguard.report.downsample`, incidents, plans in words, 
 the guard's actions) and pours it, plotly.js and a short script (``assets/report.js``) into
 ``assets/report.html``. Nothing is fetched when the file is viewed.
 
-Why plotly.js: it ships inside the ``plotly`` wheel (``plotly.offline.get_plotlyjs()``), so there is no
-extra vendored asset to keep up to date; it gives zoom, pan, hover and log axes for free and draws
-~10k points per chart without effort. Its cost is size: ~4.8 MB of the file is plotly.js, whatever the
-length of the run (see ``benchmarks/RESULTS.md``).
+Why plotly.js, and its *basic* bundle: plotly.js gives zoom, pan, hover, log axes and SVG shapes out of
+the box, and draws ~10k points per chart without effort; its SVG output is what the browser tests
+inspect. The basic bundle (npm ``plotly.js-basic-dist-min`` 4.1.1, MIT, scatter/bar/pie only; we
+draw only scatter) is vendored as ``assets/plotly-basic.min.js``: 1.2 MB instead of the 4.8 MB full
+bundle in the ``plotly`` wheel, which made a 1,000,000-step report open ~2.5x faster in headless
+Chromium (``benchmarks/RESULTS.md``). If the vendored file is missing, the full bundle from the
+``plotly`` package (``pip install 'lossguard[report]'``) is used instead.
 """
 from __future__ import annotations
 
@@ -33,6 +36,9 @@ BUCKETS = 2000
 WINDOW_MAX_STEPS = 40_000
 """Around each incident the curve is kept at full resolution over at most this many steps."""
 
+PLOTLY_ASSET = "plotly-basic.min.js"
+"""The vendored plotly.js bundle (npm plotly.js-basic-dist-min 4.1.1, MIT; licence beside it)."""
+
 _PLACEHOLDER = re.compile(r"{{(\w+)}}")
 
 
@@ -52,17 +58,23 @@ def _clean(a: np.ndarray) -> list[float | None]:
     return [float(f"{v:.6g}") if math.isfinite(v) else None for v in a.tolist()]
 
 
-def _windows(analysis: Analysis, first: int, last: int) -> list[tuple[int, int]]:
-    """Step ranges around each incident that are drawn at full resolution."""
-    out = []
-    for inc in analysis.incidents:
-        x1 = inc.end if inc.end is not None else inc.peak
-        pad = max(100, min(x1 - inc.onset, WINDOW_MAX_STEPS // 4))
-        lo, hi = max(first, inc.onset - pad), min(last, x1 + pad)
-        if hi - lo > WINDOW_MAX_STEPS:
-            lo, hi = max(first, inc.peak - WINDOW_MAX_STEPS // 2), min(last, inc.peak + WINDOW_MAX_STEPS // 2)
-        out.append((lo, hi))
-    return out
+def _zoom(inc, first: int, last: int, interval: int) -> tuple[float, float]:
+    """The step range a click on the incident zooms to: the episode plus context on both sides.
+
+    A spike that never recovered is shown well past its peak, so the new level is visible. The
+    range is at least ~60 logged points wide.
+    """
+    z1 = inc.end if inc.end is not None else min(last, inc.peak + max(5 * (inc.peak - inc.onset), 60 * interval))
+    width = max(z1 - inc.onset, 60 * interval)
+    return max(first, inc.onset - 1.5 * width), min(last, z1 + 1.5 * width)
+
+
+def _window(zoom: tuple[float, float], peak: int) -> tuple[int, int]:
+    """The step range drawn at full resolution for an incident: its zoom range, capped in width."""
+    lo, hi = int(math.floor(zoom[0])), int(math.ceil(zoom[1]))
+    if hi - lo > WINDOW_MAX_STEPS:
+        lo, hi = max(lo, peak - WINDOW_MAX_STEPS // 2), min(hi, peak + WINDOW_MAX_STEPS // 2)
+    return lo, hi
 
 
 def _value_at(steps: np.ndarray, values: np.ndarray, step: int) -> float:
@@ -114,8 +126,10 @@ def _chart(analysis: Analysis, metric: str, keep_steps: list[int], windows: list
     for i, inc in enumerate(analysis.incidents):
         if inc.metric != metric:
             continue
-        for label, step, value in (("onset", inc.onset, _value_at(steps, values, inc.onset)),
-                                   ("peak", inc.peak, inc.peak_value)):
+        points = [("peak", inc.peak, inc.peak_value)]
+        if inc.onset != inc.peak:  # a one-step spike needs one marker, not two on top of each other
+            points.insert(0, ("onset", inc.onset, _value_at(steps, values, inc.onset)))
+        for label, step, value in points:
             mx.append(int(step))
             my.append(value if math.isfinite(value) else top)
             point.append(label)
@@ -124,6 +138,10 @@ def _chart(analysis: Analysis, metric: str, keep_steps: list[int], windows: list
         traces.append({"role": "incident", "name": "incidents", "x": mx, "y": _clean(np.asarray(my)),
                        "point": point, "incident": which})
     return {"metric": metric, "title": _TITLES.get(metric, metric), "log": metric in (M.GRAD_NORM, M.LOSS_SCALE),
+            # Loss curves start with a plunge from ~ln(vocab); fitting the whole-run y axis to it
+            # squeezes every later spike flat. Like TensorBoard's "ignore outliers in chart
+            # scaling", the whole-run view fits the y axis after the first 3% of steps.
+            "fit_after": int(steps[0] + 0.03 * (steps[-1] - steps[0])) if M.is_loss(metric) and len(steps) else None,
             "traces": traces}
 
 
@@ -147,7 +165,10 @@ def report_data(analysis: Analysis, *, title: str | None = None) -> dict[str, An
     lasts = [int(s.steps.max()) for s in log.series.values() if len(s)]
     first, last = (min(firsts), max(lasts)) if firsts else (0, 1)
     total = max(last - first, 1)
-    windows = _windows(analysis, first, last)
+    main = log.series.get(M.LOSS) or next(iter(log.series.values()))
+    interval = max(1, int(np.median(np.diff(main.steps[:10_000])))) if len(main) > 1 else 1  # logging period
+    zooms = [_zoom(inc, first, last, interval) for inc in analysis.incidents]
+    windows = [_window(z, inc.peak) for z, inc in zip(zooms, analysis.incidents)]
 
     incidents = []
     for i, inc in enumerate(analysis.incidents):
@@ -156,14 +177,12 @@ def report_data(analysis: Analysis, *, title: str | None = None) -> dict[str, An
         if x1 - x0 < total * 0.004:  # make a one-step incident visible at full zoom
             mid, half = (x0 + x1) / 2, total * 0.002
             x0, x1 = mid - half, mid + half
-        z1 = inc.end if inc.end is not None else inc.peak
-        width = max(z1 - inc.onset, 20)
         plans = [p for p in analysis.plans if p.incident == i]
         incidents.append({
             "index": i, "kind": inc.kind.value, "metric": inc.metric, "onset": inc.onset, "peak": inc.peak,
             "end": inc.end, "severity": inc.severity, "summary": incident_summary(inc),
             "evidence": inc.evidence, "span": [x0, x1],
-            "zoom": [max(first, inc.onset - 1.5 * width), min(last, z1 + 1.5 * width)],
+            "zoom": list(zooms[i]),
             "plan": [describe_plan(p) for p in plans], "reasons": [r for p in plans for r in p.reasons],
         })
     kinds = {k: {"label": KIND_STYLE[k][0], "colour": KIND_STYLE[k][1]}
@@ -191,13 +210,20 @@ def _asset(name: str) -> str:
     return resources.files("lossguard.report").joinpath("assets", name).read_text(encoding="utf-8")
 
 
+def plotly_bundle() -> str:
+    """The plotly.js source embedded in reports: the vendored basic bundle, else the ``plotly`` wheel's."""
+    try:
+        return _asset(PLOTLY_ASSET)
+    except FileNotFoundError:
+        return require("plotly.offline", "report", "the HTML report").get_plotlyjs()
+
+
 def render_html(analysis: Analysis, *, title: str | None = None) -> str:
     """The report as one HTML string (see :func:`write_html`)."""
-    plotly_offline = require("plotly.offline", "report", "the HTML report")
     data = report_data(analysis, title=title)
     # "</" inside a <script> would end it early; JSON allows the escaped form "<\/".
     payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
-    plotly_js = plotly_offline.get_plotlyjs()
+    plotly_js = plotly_bundle()
     values = {
         "TITLE": html.escape(data["title"]), "HEADLINE": html.escape(data["headline"]),
         "SEVERITY": data["severity"], "FACTS": html.escape(data["facts"]), "CSS": _asset("report.css"),

@@ -36,7 +36,8 @@ def _xy(trace: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
 def _draw_chart(ax, spec: dict[str, Any], data: dict[str, Any], first: bool) -> None:
     kinds = data["kinds"]
     for inc in data["incidents"]:
-        ax.axvspan(*inc["span"], color=kinds[inc["kind"]]["colour"], alpha=0.16, lw=0, zorder=0)
+        alpha = {"critical": 0.22, "warning": 0.16}.get(inc["severity"], 0.09)  # as in the HTML
+        ax.axvspan(*inc["span"], color=kinds[inc["kind"]]["colour"], alpha=alpha, lw=0, zorder=0)
     for seg in data["segments"]:
         rb = seg["kind"] == "rollback"
         ax.axvline(seg["step"], color="#c62828" if rb else "#555555", lw=1.1, ls="--", zorder=1)
@@ -72,6 +73,15 @@ def _draw_chart(ax, spec: dict[str, Any], data: dict[str, Any], first: bool) -> 
             ax.yaxis.set_major_formatter(plain)
             if spec["metric"] != "loss_scale":
                 ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:.4g}" if str(f"{v:.1e}")[0] in "25" else ""))
+    if spec.get("fit_after") is not None:  # same y fit as the HTML: leave out the warm-up plunge
+        ys = [_xy(t) for t in spec["traces"] if t["role"] in ("live", "dead", "val", "incident")]
+        y = np.concatenate([yy[(xx >= spec["fit_after"]) | (t["role"] == "incident")]
+                            for (xx, yy), t in zip(ys, [t for t in spec["traces"]
+                                                       if t["role"] in ("live", "dead", "val", "incident")])])
+        y = y[np.isfinite(y)]
+        if len(y) and ax.get_yscale() == "linear":
+            pad = (y.max() - y.min()) * 0.06 or abs(y.max()) * 0.05 or 0.5
+            ax.set_ylim(y.min() - pad, y.max() + pad)
     ax.set_ylabel(spec["title"], fontsize=9)
     ax.grid(True, color="#eef0f2", lw=0.8)
     ax.tick_params(labelsize=8)
@@ -120,11 +130,13 @@ def write_png(analysis: Analysis, path: str | Path, *, title: str | None = None,
 
     data = report_data(analysis, title=title)
     charts = data["charts"]
-    heights = [3.0 if i == 0 else 1.7 for i in range(len(charts))]
+    heights = [(3.0 if len(charts) > 1 else 4.0) if i == 0 else 1.7 for i in range(len(charts))]
     if data["guard"]:
         heights.insert(1, 0.45 + 0.25 * len({g["event"] for g in data["guard"]}))
     lines = []
-    for inc in data["incidents"][:MAX_LISTED]:
+    rank = {"critical": 0, "warning": 1, "info": 2}
+    worst_first = sorted(data["incidents"], key=lambda d: (rank.get(d["severity"], 3), d["onset"]))
+    for inc in worst_first[:MAX_LISTED]:
         plan = f" \u2014 {inc['plan'][0]}" if inc["plan"] else ""
         lines += textwrap.wrap(f"\u2022 {inc['summary']} [{inc['severity']}]{plan}", width=int(width * 14),
                                subsequent_indent="   ")

@@ -11,6 +11,7 @@ parent waits at most ``timeout`` seconds, and ranks still alive then are killed 
 from __future__ import annotations
 
 import os
+import pickle
 import queue as queue_mod
 import socket
 import time
@@ -43,7 +44,9 @@ def _worker(fn, rank: int, world_size: int, port: int, backend: str, timeout: fl
         dist.init_process_group(backend, rank=rank, world_size=world_size,
                                 timeout=timedelta(seconds=max(timeout, 1.0)))
         try:
-            results.put((rank, "ok", fn(rank, world_size, *args)))
+            # Plain pickle (not the queue's ForkingPickler): tensors are copied, not shared through
+            # file descriptors that die with this process.
+            results.put((rank, "ok", pickle.dumps(fn(rank, world_size, *args))))
         finally:
             dist.destroy_process_group()
     except BaseException:  # report everything, including KeyboardInterrupt, to the parent
@@ -82,7 +85,7 @@ def run_distributed(fn: Callable[..., Any], *, world_size: int = 2, args: tuple 
                     break  # every rank exited; whoever did not report died hard
                 continue
             if status == "ok":
-                got[rank] = value
+                got[rank] = pickle.loads(value)
             else:
                 errors.append(f"rank {rank}:\n{value}")
     finally:

@@ -30,13 +30,15 @@
     item("line", LINE, "live curve");
     var dead = data.charts.some(function (c) { return c.traces.some(function (t) { return t.role === "dead"; }); });
     if (dead) item("line", "rgba(31,78,121,0.3)", "superseded by a rollback (faded)");
+    if (data.charts.some(function (c) { return c.traces.some(function (t) { return t.role === "val"; }); }))
+      item("line", VAL, "validation loss");
     var kinds = {};
     data.segments.forEach(function (s) { kinds[s.kind] = true; });
     if (kinds.resume) item("vline", null, "resume");
     if (kinds.rollback) item("vline rollback", null, "rollback");
     Object.keys(data.kinds).forEach(function (k) { item("", kind(k).colour, kind(k).label); });
     if (data.charts.some(function (c) { return c.traces.some(function (t) { return t.role === "nonfinite"; }); }))
-      item("", NAN, "\u2716 non-finite value (NaN/Inf)");
+      item("", NAN, "\u2716 NaN/Inf point");
     if (data.incidents.length) item("", null, "\u25CB onset  \u25C6 peak");
   }
 
@@ -49,25 +51,30 @@
       list.appendChild(el("li", { "class": "none" }, "None found. The run looks healthy."));
       return;
     }
+    // With many incidents, the routine ones (severity info) show their details only when selected.
+    var compact = data.incidents.length > 5;
     data.incidents.forEach(function (inc) {
-      var li = el("li", { "class": "incident", "data-index": inc.index, "tabindex": "0" });
+      var cls = "incident" + (compact && inc.severity === "info" ? " compact" : "");
+      var li = el("li", { "class": cls, "data-index": inc.index, "tabindex": "0" });
       li.style.setProperty("--kind", kind(inc.kind).colour);
       var what = el("div", { "class": "what" }, inc.summary);
       what.appendChild(el("span", { "class": "badge " + inc.severity }, inc.severity));
       li.appendChild(what);
       var end = inc.end === null ? "never recovered" : "back at " + inc.end;
       li.appendChild(el("div", { "class": "where" },
-        inc.metric + " \u00b7 onset " + inc.onset + " \u00b7 peak " + inc.peak + " \u00b7 " + end));
-      if (inc.evidence) li.appendChild(el("div", { "class": "evidence" }, inc.evidence));
+        "#" + inc.index + " \u00b7 " + inc.metric + " \u00b7 onset " + inc.onset + " \u00b7 peak " + inc.peak + " \u00b7 " + end));
+      var more = el("div", { "class": "details" });
+      li.appendChild(more);
+      if (inc.evidence) more.appendChild(el("div", { "class": "evidence" }, inc.evidence));
       inc.plan.forEach(function (p) {
         var d = el("div", { "class": "plan" });
         d.appendChild(el("b", {}, "Plan: ")); d.appendChild(document.createTextNode(p));
-        li.appendChild(d);
+        more.appendChild(d);
       });
       if (inc.reasons.length) {
         var ul = el("ul", { "class": "reasons" });
         inc.reasons.forEach(function (r) { ul.appendChild(el("li", {}, r)); });
-        li.appendChild(ul);
+        more.appendChild(ul);
       }
       li.addEventListener("click", function () { select(inc.index, true); });
       li.addEventListener("keydown", function (e) { if (e.key === "Enter") select(inc.index, true); });
@@ -90,7 +97,8 @@
     var out = [], notes = [];
     data.incidents.forEach(function (inc) {
       out.push({ type: "rect", xref: "x", yref: "paper", x0: inc.span[0], x1: inc.span[1], y0: 0, y1: 1,
-                 fillcolor: kind(inc.kind).colour, opacity: 0.16, line: { width: 0 }, layer: "below" });
+                 fillcolor: kind(inc.kind).colour, opacity: { critical: 0.22, warning: 0.16 }[inc.severity] || 0.09,
+                 line: { width: 0 }, layer: "below" });
     });
     data.segments.forEach(function (s) {
       var rb = s.kind === "rollback";
@@ -148,13 +156,16 @@
   }
 
   // The y range that shows every drawn point of the curves inside [x0, x1] (null = no point there).
-  function fitY(gd, range, log) {
+  // Whole-run view (range null): loss charts skip their warm-up (spec.fit_after), except markers.
+  function fitY(gd, range, log, fitAfter) {
     var lo = Infinity, hi = -Infinity;
     gd.data.forEach(function (t) {
       if (t.meta === "nonfinite" || t.meta === "guard") return;
+      var from = range ? range[0] : (t.meta === "incident" || fitAfter === null ? -Infinity : fitAfter);
+      var to = range ? range[1] : Infinity;
       for (var i = 0; i < t.x.length; i++) {
         var x = t.x[i], y = t.y[i];
-        if (x === null || y === null || (range && (x < range[0] || x > range[1]))) continue;
+        if (x === null || y === null || x < from || x > to) continue;
         if (log && y <= 0) continue;
         if (y < lo) lo = y; if (y > hi) hi = y;
       }
@@ -167,7 +178,7 @@
 
   function yUpdate(c, range) {
     if (c.spec.guard) return {};
-    var r = fitY(c.gd, range, c.log);
+    var r = fitY(c.gd, range, c.log, c.spec.fit_after === undefined ? null : c.spec.fit_after);
     return r ? { "yaxis.range": r, "yaxis.autorange": false } : { "yaxis.autorange": true };
   }
 
@@ -212,8 +223,9 @@
     charts.push(c);
 
     var sh = shapes(i === 0);
-    var height = spec.guard ? 46 + 26 * spec.rows.length : (i === 0 ? 330 : 210);
-    var yaxis = { type: spec.log ? "log" : "linear", zeroline: false, gridcolor: "#eef0f2", exponentformat: "power" };
+    var single = data.charts.length === 1;
+    var height = spec.guard ? 46 + 26 * spec.rows.length : (i === 0 ? (single ? 460 : 330) : 210);
+    var yaxis = { type: spec.log ? "log" : "linear", zeroline: false, gridcolor: "#eef0f2", exponentformat: "e" };
     // Log axes: ticks at 1, 2, 5 x 10^k (no crowd of minor labels); the loss scale at powers of two.
     c.logAxis = spec.metric === "loss_scale" ? { dtick: Math.log10(2), tick0: 0, tickformat: "d" }
                                              : { dtick: "D2", tick0: null, tickformat: null };
@@ -221,10 +233,10 @@
     if (spec.guard) yaxis = { type: "category", categoryorder: "array", categoryarray: spec.rows.slice().reverse(),
                               gridcolor: "#eef0f2", fixedrange: true };
     var layout = {
-      height: height, margin: { l: 64, r: 16, t: i === 0 ? 20 : 8, b: 28 },
+      height: height, margin: { l: 82, r: 16, t: i === 0 ? 20 : 8, b: 28 },
       showlegend: false, hovermode: "x unified", dragmode: "zoom",
       xaxis: { range: data.range.slice(), showspikes: true, spikemode: "across", spikethickness: 1,
-               spikecolor: "#999", zeroline: false, gridcolor: "#eef0f2", hoverformat: "d" },
+               spikecolor: "#999", zeroline: false, gridcolor: "#eef0f2", hoverformat: "d", tickformat: "d" },
       yaxis: yaxis,
       shapes: sh.shapes, annotations: sh.annotations, plot_bgcolor: "#fff", paper_bgcolor: "#fff",
       font: { family: "system-ui, sans-serif", size: 11.5 }

@@ -1,0 +1,49 @@
+"""Where a trend turned: the knot of the best continuous two-piece linear fit.
+
+A divergence is declared once the robust baseline has risen clearly above its minimum, which is
+well after the curve actually turned: a loss that starts diverging gently keeps falling for a while
+because its power-law decline still dominates, and on a flat, noisy tail the minimum of a trailing
+median sits wherever the noise put it. The turn is better estimated from the shape of the curve:
+fit ``y = a + b1 * (t - k) + (b2 - b1) * max(0, t - k)`` (continuous, slope b1 before the knot k and
+b2 after it) for every candidate knot, by least squares with prefix sums (no loop per candidate),
+and take the knot with the smallest residual. Offline only: it refines the onset a report shows,
+not the step at which the online detector fires.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def best_knot(y: np.ndarray, t: np.ndarray | None = None, *, margin: int = 5) -> int | None:
+    """Index of the knot of the best continuous two-piece linear fit of ``y`` against ``t``
+    (default: the index), or None if there are too few points."""
+    y = np.asarray(y, dtype=np.float64)
+    n = len(y)
+    if n < 2 * margin + 4:
+        return None
+    t = np.arange(n, dtype=np.float64) if t is None else np.asarray(t, dtype=np.float64) - float(t[0])
+    ks = np.arange(margin, n - margin)
+    # Columns: 1, t, h = max(0, t - k). (A knot-centred basis spans the same space.) Sums over all
+    # points for the first two columns; sums over the suffix t >= k for anything with h.
+    S1, St, Stt = float(n), t.sum(), (t * t).sum()
+    Sy, Sty, Syy = y.sum(), (t * y).sum(), (y * y).sum()
+    suf = lambda a: np.concatenate([np.cumsum(a[::-1])[::-1], [0.0]])  # noqa: E731
+    c1, ct, ctt, cy, cty = suf(np.ones(n)), suf(t), suf(t * t), suf(y), suf(t * y)
+    k = t[ks]
+    # h = t - k on the suffix
+    Sh = ct[ks] - k * c1[ks]
+    Shh = ctt[ks] - 2 * k * ct[ks] + k * k * c1[ks]
+    Sht = ctt[ks] - k * ct[ks]
+    Shy = cty[ks] - k * cy[ks]
+    # Normal equations A beta = b for each candidate, A symmetric 3x3.
+    A = np.empty((len(ks), 3, 3))
+    A[:, 0, 0], A[:, 0, 1], A[:, 0, 2] = S1, St, Sh
+    A[:, 1, 0], A[:, 1, 1], A[:, 1, 2] = St, Stt, Sht
+    A[:, 2, 0], A[:, 2, 1], A[:, 2, 2] = Sh, Sht, Shh
+    b = np.stack([np.full(len(ks), Sy), np.full(len(ks), Sty), Shy], axis=1)
+    try:
+        beta = np.linalg.solve(A, b[:, :, None])[:, :, 0]
+    except np.linalg.LinAlgError:
+        return None
+    sse = Syy - np.einsum("ij,ij->i", beta, b)  # residual sum of squares = y'y - beta'X'y
+    return int(ks[int(np.argmin(sse))])
