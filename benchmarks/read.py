@@ -40,7 +40,10 @@ CANDIDATES = {
                                      "r.read(Path(path), fast=False)"),
     "pyarrow.json.read_json": ("jsonl", "import pyarrow.json as pj", "pj.read_json(path)"),
 }
-REFERENCE = {"csv": "pyarrow.csv.read_csv", "jsonl": "pyarrow.json.read_json"}
+REFERENCE = {"csv": "pyarrow.csv.read_csv", "jsonl": "pyarrow.json.read_json",
+             "tensorboard": "tensorboard EventAccumulator (size_guidance 0)"}
+TB_NAMES = {"lossguard": "lossguard tensorboard.read", "EventAccumulator": REFERENCE["tensorboard"],
+            "tbparse": "tbparse SummaryReader.scalars"}
 
 
 def write_logs(n: int, workdir: Path) -> dict[str, Path]:
@@ -76,11 +79,11 @@ def run_one(name: str, path: str, repeat: int) -> dict:
     fmt, setup, stmt = CANDIDATES[name]
     scope: dict = {"path": path}
     exec(setup, scope)
-    # Warm-up on a 3-step file so that lazy imports (pyarrow inside read_log) are not counted as
-    # memory of the read; the reported time is the best of the timed reads anyway.
-    tiny = Path(tempfile.mkdtemp()) / f"tiny.{fmt}"
-    tiny.write_text("step,loss,grad_norm,lr\n0,1.0,1.0,1.0\n1,1.0,1.0,1.0\n" if fmt == "csv" else
-                    "".join(f'{{"step": {i}, "loss": 1.0, "grad_norm": 1.0, "lr": 1.0}}\n' for i in range(2)))
+    # Warm-up on the file's first 20,000 lines, so that lazy imports (pyarrow inside read_log) and
+    # the first-use paging-in of pyarrow's parser code are not counted as memory of the read.
+    tiny = Path(tempfile.mkdtemp()) / f"warmup.{fmt}"
+    with open(path, "rb") as src, open(tiny, "wb") as dst:
+        dst.writelines(line for _, line in zip(range(20_000), src))
     eval(stmt, {**scope, "path": str(tiny)})
     base = _rss_now()
     best = float("inf")
@@ -126,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="reads per reader (best time is reported)")
     ap.add_argument("--workdir", type=Path, default=None, help="where to write the logs (default: a temp dir)")
     ap.add_argument("--no-losslint", action="store_true", help="skip losslint (it is slow on large files)")
+    ap.add_argument("--no-tensorboard", action="store_true", help="skip the TensorBoard rows")
+    ap.add_argument("--only", default=None, help="run only readers whose name contains this text")
     ap.add_argument("--run-one", help=argparse.SUPPRESS)
     ap.add_argument("--file", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -136,26 +141,41 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="lossguard-bench-read-"))
     workdir.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
-    paths = write_logs(args.steps, workdir)
+    marker = workdir / f"steps-{args.steps}"
+    if marker.exists():  # same --workdir and --steps: reuse the logs written last time
+        paths = {"csv": workdir / "log.csv", "jsonl": workdir / "log.jsonl"}
+    else:
+        paths = write_logs(args.steps, workdir)
+        marker.touch()
     print(f"wrote {args.steps:,}-step logs in {time.perf_counter() - t:.1f}s: "
           + ", ".join(f"{k} {p.stat().st_size / 1e6:.0f} MB" for k, p in paths.items()), file=sys.stderr)
     raw = args.steps * RAW_BYTES_PER_STEP
     rows = []
+    def done(row: dict) -> None:
+        rows.append(row)
+        print(f"    {json.dumps(row)}", file=sys.stderr, flush=True)
+
     for name, (fmt, _, _) in CANDIDATES.items():
+        if args.only and args.only not in name:
+            continue
         print(f"  {name} ...", file=sys.stderr, flush=True)
-        rows.append({"format": fmt, "reader": name, **measure(name, paths[fmt], args.repeat)})
-    if not args.no_losslint:
+        done({"format": fmt, "reader": name, **measure(name, paths[fmt], args.repeat)})
+    if not args.no_losslint and not args.only:
         for fmt in ("csv", "jsonl"):
             print(f"  losslint check ({fmt}) ...", file=sys.stderr, flush=True)
-            rows.append({"format": fmt, "reader": f"losslint check ({fmt}, CLI)", **measure_losslint(paths[fmt])})
+            done({"format": fmt, "reader": f"losslint check ({fmt}, CLI)", **measure_losslint(paths[fmt])})
+    print(table(rows, raw, args.steps), file=sys.stderr, flush=True)  # in case the TensorBoard part is slow
     tb = HERE / "read_tensorboard.py"
-    if tb.exists():
+    if tb.exists() and not args.no_tensorboard and not args.only:
         sys.path.insert(0, str(HERE))
         try:
             from read_tensorboard import bench_tensorboard  # helper B's benchmark
 
             print("  tensorboard (benchmarks/read_tensorboard.py) ...", file=sys.stderr, flush=True)
-            rows.extend({"format": "tensorboard", **r} for r in bench_tensorboard(args.steps, workdir))
+            for r in bench_tensorboard(args.steps, workdir):  # rows: tool, seconds, points, peak_mb
+                row = {"format": "tensorboard", "reader": TB_NAMES.get(r["tool"], r["tool"]), "seconds": r["seconds"],
+                       "peak_bytes": r["peak_mb"] * 1e6}
+                done({**row, "error": r["error"]} if "error" in r else row)
         except Exception as exc:  # noqa: BLE001 - report, do not lose the other numbers
             rows.append({"format": "tensorboard", "reader": "bench_tensorboard", "error": repr(exc)})
     print(table(rows, raw, args.steps))

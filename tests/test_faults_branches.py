@@ -168,8 +168,8 @@ def test_replay_tells_a_transient_fault_from_a_reproducible_one(tmp_path):
 
 @pytest.mark.parametrize("defer", [False, True])
 def test_device_gate_with_and_without_deferred_read(tmp_path, defer):
-    guard, loader = make(tmp_path, opt="skipadamw", defer_host_read=defer)
-    assert guard.gate == "device"
+    guard, loader = make(tmp_path, opt="skipadamw", stats="device", defer_host_read=defer)
+    assert guard.gate == "device" and not guard._host_stats
     train(guard, loader, [Fault(kind="nan_grad", step=50),
                           Fault(kind="bad_data", batches=(120, 130), factor=5.0)], steps=200, replay=False)
     assert 50 in [e["step"] for e in events(guard, "skip")]

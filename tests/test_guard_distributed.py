@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 
 from lossguard.testing.distributed import run_distributed  # noqa: E402
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]  # spawns 2 fresh torch processes
 
 
 def _ddp_worker(rank: int, world: int, tmpdir: str):
@@ -64,3 +64,24 @@ def test_fault_on_one_rank_makes_both_ranks_act_at_the_same_step(tmp_path):
     for a, b in zip(r0["params"], r1["params"]):
         assert torch.equal(a, b)  # the ranks never diverged
     assert (tmp_path / "run.jsonl").exists() and not (tmp_path / "rank1").joinpath("run.jsonl").exists()
+
+
+def _one_rank_skips_a_collective(rank: int, world: int):
+    import torch.distributed as dist
+
+    if rank == 0:
+        t = torch.zeros(1)
+        dist.all_reduce(t)  # rank 1 never joins: this would wait forever without timeouts
+    return rank
+
+
+def test_launcher_kills_a_hung_run_and_says_so():
+    import time
+
+    from lossguard.testing.distributed import DistributedRunError
+
+    t0 = time.monotonic()
+    with pytest.raises(DistributedRunError) as e:
+        run_distributed(_one_rank_skips_a_collective, world_size=2, timeout=15)
+    assert time.monotonic() - t0 < 60  # bounded: the launcher never hangs
+    assert "rank" in str(e.value)

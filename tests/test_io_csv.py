@@ -126,14 +126,19 @@ def test_empty_or_binary_files(tmp_path, body):
         csv_reader.read(p)
 
 
-def test_paths_agree_on_a_random_log(tmp_path):
+@pytest.mark.parametrize("chunk", [1 << 20, 100], ids=["one-chunk", "many-chunks"])
+def test_paths_agree_on_a_random_log(tmp_path, monkeypatch, chunk):
+    monkeypatch.setattr("lossguard.io._table.CHUNK_BYTES", chunk)  # the fast path parses in chunks
     rng = np.random.default_rng(7)
     n = 2000
     vals = rng.lognormal(size=(n, 3))
     vals[rng.random((n, 3)) < 0.1] = np.nan  # written as empty cells below
     rows = [[i] + ["" if np.isnan(v) else repr(float(v)) for v in r] for i, r in enumerate(vals)]
-    p = write_rows(tmp_path / "m.csv", ["step", "loss", "grad_norm", "lr"], rows)
+    rows = [r + [f"launch {1 + (i >= n // 2)}"] for i, r in enumerate(rows)]  # a text column across chunks
+    rows[n // 2:] = [[i - 100] + r[1:] for i, r in zip(range(n // 2, n), rows[n // 2:])]  # relaunch at -100
+    p = write_rows(tmp_path / "m.csv", ["step", "loss", "grad_norm", "lr", "segment"], rows)
     a, b = csv_reader.read(p, fast=True), csv_reader.read(p, fast=False)
+    assert len(a.segments) == len(b.segments) == 2
     for name in (LOSS, GRAD_NORM, LR):
         np.testing.assert_array_equal(a.series[name].steps, b.series[name].steps)
         np.testing.assert_array_equal(a.series[name].values, b.series[name].values)

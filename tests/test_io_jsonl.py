@@ -97,10 +97,15 @@ def test_bad_input_names_the_line(tmp_path, fast, body, where, what):
     assert e.value.where == where and what in e.value.what and e.value.fix
 
 
-def test_paths_agree(tmp_path):
+@pytest.mark.parametrize("chunk", [1 << 20, 100], ids=["one-chunk", "many-chunks"])
+def test_paths_agree(tmp_path, monkeypatch, chunk):
+    monkeypatch.setattr("lossguard.io._table.CHUNK_BYTES", chunk)  # the fast path parses in chunks
     rng = np.random.default_rng(3)
     recs = [{"step": i, "loss": float(rng.normal()), **({"grad_norm": float(rng.random())} if i % 3 else {})}
             for i in range(3000)]
+    recs[2000:] = [{**r, "step": r["step"] - 500} for r in recs[2000:]]
+    recs.insert(2000, {"step": 1999, "event": "rollback", "to_step": 1500})
+    recs.insert(500, {"step": 499, "event": "skip"})
     p = write(tmp_path / "m.jsonl", recs)
     a, b = jsonl.read(p, fast=True), jsonl.read(p, fast=False)
     assert set(a.series) == set(b.series) == {LOSS, GRAD_NORM}
@@ -108,6 +113,9 @@ def test_paths_agree(tmp_path):
         np.testing.assert_array_equal(a.series[name].steps, b.series[name].steps)
         np.testing.assert_array_equal(a.series[name].values, b.series[name].values)
     assert LR not in a.series
+    assert [e["event"] for e in a.events] == [e["event"] for e in b.events] == ["skip", "rollback"]
+    assert [g.first_step for g in a.segments] == [g.first_step for g in b.segments] == [0, 1500]
+    assert a.segments[1].note == b.segments[1].note == "rollback event at step 1999"
 
 
 def test_sniff(tmp_path):

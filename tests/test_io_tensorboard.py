@@ -294,7 +294,9 @@ def test_truncated_last_record_reads_intact_prefix_with_warning(small_file):
     assert f"record {len(offsets)}" in warning and "incomplete" in warning
     assert f"{len(offsets) - 1} complete records" in warning
     small_file.write_bytes(data[:offsets[-1] + 5])  # cut inside the 12-byte header
-    assert len(tb.read(small_file).live("loss")[0]) == 39
+    log = tb.read(small_file)
+    assert len(log.live("loss")[0]) == 39
+    assert "12-byte record header expected, 5 bytes present" in log.metadata["warnings"][0]
 
 
 def test_truncated_inside_first_record_is_an_error(small_file):
@@ -420,3 +422,21 @@ def test_fast_path_equals_written_values_for_random_layouts(tmp_path):
             np.testing.assert_array_equal(values, [p[1] for p in pts])
 
     check()
+
+
+def test_crc32c_and_its_affine_decomposition():
+    """The pure-numpy CRC equals google-crc32c, and the per-byte tables rebuild any CRC."""
+    from lossguard.io import _tfrecord as tfr
+
+    google_crc32c = pytest.importorskip("google_crc32c")
+    rng = np.random.default_rng(5)
+    for length in (0, 1, 7, 8, 33, 200):
+        data = rng.integers(0, 256, length, dtype=np.uint8).tobytes()
+        assert tfr.crc32c(data) == google_crc32c.value(data)
+        if length:
+            crc = tfr.crc32c(bytes(length))  # all zeros, then each byte's contribution
+            for j, b in enumerate(data):
+                crc ^= int(tfr.position_table(length - 1 - j)[b])
+            assert crc == google_crc32c.value(data)
+    masked = np.array([tfr.masked_crc32c(b"abc")], dtype=np.uint32)
+    assert int(tfr.unmask(masked)[0]) == google_crc32c.value(b"abc")

@@ -28,7 +28,12 @@ def browser():
         if os.environ.get("CI") == "true":
             pytest.fail(f"{CHROMIUM} is missing in CI; .ci/run must install Debian's chromium")
         pytest.skip("chromium is not installed (apt-get install -y chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api")
+    try:
+        from playwright import sync_api
+    except ImportError:
+        if os.environ.get("CI") == "true":
+            pytest.fail("playwright is missing in CI; it is in the 'test' extra")
+        pytest.skip("playwright is not installed (pip install 'lossguard[test]')")
     with sync_api.sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium"),
                                args=ARGS)
@@ -132,6 +137,26 @@ def test_clicking_an_incident_zooms_every_chart_to_it(loaded, analysis):
     assert _ranges(page)[0] == [0, 19_999]
 
 
+def test_drag_zoom_on_one_chart_zooms_all_and_double_click_resets(loaded):
+    page, _, _ = loaded
+    page.evaluate("window.scrollTo(0, 0)")
+    page.wait_for_function("document.body.dataset.xrange === 'all'")
+    box = page.query_selector("#chart-0 .nsewdrag").bounding_box()
+    y = box["y"] + box["height"] * 0.5
+    page.mouse.move(box["x"] + box["width"] * 0.4, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.6, y + 2, steps=8)  # a horizontal drag: x-only zoom
+    page.mouse.up()
+    page.wait_for_function("document.body.dataset.xrange !== 'all'")
+    ranges = _ranges(page)
+    lo, hi = ranges[0]
+    assert 7_000 < lo < 9_000 and 11_000 < hi < 13_000, (lo, hi)
+    assert all(r == ranges[0] for r in ranges), ranges  # every chart follows, guard strip included
+    page.mouse.dblclick(box["x"] + box["width"] * 0.5, y)
+    page.wait_for_function("document.body.dataset.xrange === 'all'")
+    assert all(r == [0, 19_999] for r in _ranges(page))
+
+
 def test_hover_shows_step_and_value_and_log_toggle_works(loaded):
     page, _, _ = loaded
     page.evaluate("window.scrollTo(0, 0)")
@@ -167,4 +192,30 @@ def test_a_million_step_report_opens(browser, tmp_path):
     elapsed = time.perf_counter() - t0
     assert errors == []
     assert elapsed < 30, f"took {elapsed:.1f} s to open"  # generous: 2 shared cores; see RESULTS.md
+    page.close()
+
+
+def test_a_real_run_read_and_analysed_end_to_end(browser, real_logs, tmp_path):
+    """megatron_mixtral8x7b_v0p8_a100.csv (NVIDIA's CI golden values): every incident the analyser
+    found on the loss has its peak marker in the DOM, and the list has one entry per incident."""
+    from lossguard.analysis import analyze
+    from lossguard.io import read_log
+    from lossguard.report.html import write_html
+
+    analysis = analyze(read_log(real_logs / "megatron_mixtral8x7b_v0p8_a100.csv"))
+    assert analysis.incidents, "the Mixtral run has known spikes (see real-logs/README.md)"
+    path = write_html(analysis, tmp_path / "mixtral.html")
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(path.resolve().as_uri())
+    page.wait_for_selector("body[data-ready='1']", timeout=60_000)
+    assert errors == []
+    assert len(page.query_selector_all("li.incident")) == len(analysis.incidents)
+    peaks = page.evaluate("""() => { const gd = document.querySelector('.chart[data-metric="loss"]');
+        const i = gd.data.findIndex(t => t.meta === 'incident');
+        return gd.querySelectorAll('.scatterlayer .trace')[i].querySelectorAll('path.point').length; }""")
+    on_loss = [inc for inc in analysis.incidents if inc.metric == "loss"]
+    assert peaks == len(on_loss) + sum(inc.onset != inc.peak for inc in on_loss)
     page.close()

@@ -194,3 +194,30 @@ def test_script_terminators_in_names_cannot_break_the_page():
 def test_unwritable_path_is_a_clear_error(analysis, tmp_path):
     with pytest.raises(LossguardError, match="cannot write the HTML report"):
         write_html(analysis, tmp_path / "missing-dir" / "r.html")
+
+
+def _one_segment(**metrics) -> Analysis:
+    b = RunLogBuilder("csv")
+    b.start_segment("edge.csv")
+    for name, (steps, values) in metrics.items():
+        b.add(name.replace("__", "/"), steps, values)
+    return Analysis(log=stitch(b.build()), incidents=[])
+
+
+@pytest.mark.parametrize("metrics, charts, headline", [
+    ({"loss": ([5], [2.0])}, ["loss"], "No incidents: loss 2 \u2192 2 over steps 5\u20135"),
+    ({"loss": (np.arange(100), np.r_[np.full(10, np.nan), np.linspace(3, 2, 80), np.full(10, np.inf)])},
+     ["loss"], "No incidents: loss 3 \u2192 2 over steps 10\u201389"),
+    ({"loss": (np.arange(9), np.full(9, np.nan))}, ["loss"], "No incidents found"),
+    ({"loss__web": (np.arange(50), np.ones(50)), "loss__code": (np.arange(50), np.ones(50)),
+      "grad_norm": (np.arange(50), np.ones(50))}, ["loss/code", "loss/web", "grad_norm"], "No incidents found"),
+    ({"val_loss": (np.arange(0, 100, 10), np.ones(10))}, ["val_loss"], "No incidents found"),
+    ({"tokens": (np.arange(10), np.arange(10.0))}, ["tokens"], "No incidents found"),
+])
+def test_unusual_runs_still_render(metrics, charts, headline):
+    a = _one_segment(**metrics)
+    text = render_html(a)
+    data = _embedded_data(text)
+    assert [c["metric"] for c in data["charts"]] == charts
+    assert data["headline"] == headline
+    assert data["range"][1] > data["range"][0]

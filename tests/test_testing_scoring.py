@@ -89,6 +89,11 @@ def test_divergence_slack_and_run_level_claims():
     assert score_run(run, [(K.DIVERGENCE, 5610)]).per_kind[K.DIVERGENCE].tp == 0
     c = score_run(run, [(K.DIVERGENCE, None)]).per_kind[K.DIVERGENCE]
     assert (c.tp, c.fp, c.delays) == (1, 0, [])
+    gradual = TrueEvent(K.DIVERGENCE, "loss", 5000, 9000, None, window=(4000, 7000))
+    assert score_run(_run(gradual), [(K.DIVERGENCE, 3900)]).per_kind[K.DIVERGENCE].tp == 1
+    assert score_run(_run(gradual), [(K.DIVERGENCE, 7100)]).per_kind[K.DIVERGENCE].tp == 1
+    assert score_run(_run(gradual), [(K.DIVERGENCE, 7101)]).per_kind[K.DIVERGENCE].tp == 0
+    assert score_run(_run(gradual), [(K.DIVERGENCE, 3899)]).per_kind[K.DIVERGENCE].tp == 0
     collapse = TrueEvent(K.LOSS_SCALE_COLLAPSE, "loss_scale", 5000, 5400, None)
     assert score_run(_run(collapse), [(K.LOSS_SCALE_COLLAPSE, 5450)]).per_kind[K.LOSS_SCALE_COLLAPSE].tp == 1
 

@@ -81,8 +81,11 @@ def test_level_shift_stays_and_divergence_keeps_rising():
         assert e.end is None and e.magnitude >= 1.06
         run, steps, ratio = _twin(K.DIVERGENCE, seed)
         e = run.events[0]
-        after = ratio[np.searchsorted(steps, e.onset):]
+        start, visible = e.window
+        assert ratio[:np.searchsorted(steps, start)].max() == pytest.approx(1.0)
+        after = ratio[np.searchsorted(steps, start):]
         assert (np.diff(after) >= -1e-12).all() and after[-1] == pytest.approx(e.magnitude)
+        assert start <= e.onset <= visible     # cause, turn upward, visible rise
 
 
 def test_no_recovery_spike_settles_above_its_trend():

@@ -111,3 +111,19 @@ def test_real_training_loop_passes_and_its_broken_variant_fails(capsys):
     assert main(["verify-resume", "--stop-at", "9", "--", *TRAIN, "--broken-resume"]) == 1
     out = capsys.readouterr().out
     assert "DIFFERS from step 10" in out and "repeated data" in out and "already seen at step 1" in out
+
+
+def test_logs_without_batch_ids_compare_losses_only(tmp_path):
+    from lossguard.checkpoint.verify import read_steps
+    from lossguard.errors import LogFormatError
+
+    log = tmp_path / "run.jsonl"
+    log.write_text('{"step": 1, "loss": 0.5}\n{"step": 1, "event": "resume"}\n{"step": 2, "loss": null}\n'
+                   '{"step": 2, "loss": NaN}\n')
+    steps = read_steps(log)
+    assert list(steps) == [1, 2] and steps[1] == (0.5, None)
+    d = compare(steps, {1: steps[1]}, {2: steps[2]}, stop_at=1)
+    assert d.ok and not d.has_ids  # NaN == NaN counts as reproduced
+    log.write_text('{"step": 1, "loss": 0.5}\n{"step": 2, "loss": \n')
+    with pytest.raises(LogFormatError, match="line 2"):
+        read_steps(log)

@@ -29,7 +29,7 @@ class CheckpointInfo:
     protected: bool = False
 
 
-class _HashingFile:
+class HashingFile:
     """File-like object for ``torch.save`` that hashes the bytes on their way to disk."""
 
     def __init__(self, raw) -> None:
@@ -45,7 +45,8 @@ class _HashingFile:
         self.raw.flush()
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """fsync a directory, so a rename or a new entry in it survives a power loss."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -53,7 +54,8 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True when a process with this id exists on this host (a writer that may still be writing)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

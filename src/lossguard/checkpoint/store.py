@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError, ConfigError, raise_all
-from .files import CheckpointInfo, _fsync_dir, _HashingFile, _pid_alive
+from .files import CheckpointInfo, fsync_dir, HashingFile, pid_alive
 
 __all__ = ["CheckpointInfo", "CheckpointStore"]
 
@@ -181,7 +181,7 @@ class CheckpointStore:
             pid = int(match.group(3))
             # Saves are synchronous, so our own side directories are leftovers too; another live
             # process's are its work in progress.
-            if pid != os.getpid() and _pid_alive(pid):
+            if pid != os.getpid() and pid_alive(pid):
                 continue
             kind, step = match.group(1), int(match.group(2))
             if kind == "old" and not self.path_of(step).exists():
@@ -198,7 +198,7 @@ class CheckpointStore:
         import torch
 
         with open(path, "wb") as raw:
-            hashing = _HashingFile(raw)
+            hashing = HashingFile(raw)
             torch.save(state, hashing)
             raw.flush()
             os.fsync(raw.fileno())
@@ -232,12 +232,12 @@ class CheckpointStore:
                 json.dump(manifest, fh, indent=1)
                 fh.flush()
                 os.fsync(fh.fileno())
-            _fsync_dir(tmp)
+            fsync_dir(tmp)
             final = self.path_of(step)
             if final.exists():
                 self._discard(final, "old")
             os.rename(tmp, final)
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -1,0 +1,1 @@
+"""Classification: detector events -> incidents of one taxonomy, with evidence in words."""

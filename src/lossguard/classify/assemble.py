@@ -7,20 +7,21 @@ non-finite runs and fp16 loss-scale collapses become incidents of their own.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .. import metrics as M
 from ..detect.drop import is_drop
-from ..detect.loss_scale import find_collapses
-from ..detect.nonfinite import find_nonfinite
 from ..detect.resume import boundary_indices, dead_vs_live, repeated_after, repeated_ids, resume_spike
+from ..detect.outlier import refresh_counts
 from ..detect.series import SeriesEvents, detect_series
+from ..detect.shift import find_shifts
 from ..detect.trend import Divergence
 from ..errors import LossguardError
 from ..runlog import RunLog
 from .classifier import divergence_incident, drop_incident, spike_incident
+from .companions import grad_norm_spikes, loss_scale_collapses, nonfinite_incidents, stream_spikes
 from .incident import Incident, IncidentKind as K
 from .settings import AnalyzeConfig
 
@@ -57,6 +58,24 @@ def pick_metric(log: RunLog, metric: str | None) -> str:
 def log_interval(steps: np.ndarray) -> int:
     """Typical steps between logged points (median gap, at least 1)."""
     return max(1, int(np.median(np.diff(steps)))) if len(steps) > 1 else 1
+
+
+def _warmup_end(log: RunLog, steps: np.ndarray, window: int) -> int:
+    """Last step of the LR warm-up (where the logged LR first peaks, plus one window), or, without an
+    LR series, the step two windows into the run."""
+    fallback = int(steps[min(len(steps) - 1, 2 * window)]) if len(steps) else 0
+    if M.LR not in log.series:
+        return fallback
+    s, v = log.live(M.LR)
+    ok = np.isfinite(v)
+    if ok.sum() < 3:
+        return fallback
+    s, v = s[ok], v[ok]
+    peak = int(np.argmax(v >= 0.999 * v.max()))
+    if peak == 0:  # no warm-up (constant or decaying from the start)
+        return int(steps[min(len(steps) - 1, window)]) if len(steps) else 0
+    i = int(np.searchsorted(steps, s[peak]))
+    return int(steps[min(len(steps) - 1, i + window)])
 
 
 def _gradual(ev: SeriesEvents, ep) -> bool:
@@ -112,7 +131,14 @@ def find_incidents(log: RunLog, cfg: AnalyzeConfig) -> Found:
         # A consistent gap (median well above its spread), not one first-pass spike the rollback erased.
         dl_hit = dl is not None and dl["median_diff"] > max(3 * dl["spread"] / np.sqrt(dl["matched"]),
                                                             1.5 * dl["spread"], 0.01 * abs(dl["level"]))
-        if f is None and not dl_hit:
+        if f is None:
+            # A live pass below the first pass alone is also what a rollback over a spike looks like
+            # (the first pass was the elevated one). Repeated data must also sit below the trend.
+            if dl_hit:
+                found.notes.append(
+                    f"The rollback to step {dl['first_step']} replaced a first pass that ran {dl['median_diff']:.3g} "
+                    f"higher over steps {dl['first_step']}-{dl['last_step']} (superseded points are not analysed): "
+                    "the rollback removed an excursion.")
             continue
         st = ev.steps
         evidence = []
@@ -203,134 +229,39 @@ def find_incidents(log: RunLog, cfg: AnalyzeConfig) -> Found:
     # Drops (dips at a resume are repeated data, not drops).
     persist = dcfg.drop.persist_points
     w = dcfg.outlier.window
+    warm_end = _warmup_end(log, st, w)
     for ep in ev.dips:
         b = at_boundary(ep.onset, cfg.resume.level_points)
-        if b is not None or not is_drop(ep, dcfg.drop) or ep.onset < 2 * w:
-            continue  # (the first windows are warm-up: a flat start then a steep fall is the LR warm-up)
+        if b is not None or not is_drop(ep, dcfg.drop) or int(st[ep.onset]) <= warm_end:
+            continue  # a flat start then a steep fall is the LR warm-up, not grokking
         if any(_overlap(int(st[ep.onset]), int(st[ep.onset]), s0, s1 + w * k) for s0, s1 in spans + quiet):
             continue  # the way back down from a spike or shift, measured from a raised baseline
         inc = drop_incident(ev, ep, metric, persist, streams)
         if -inc.magnitude < dcfg.outlier.rel_threshold * abs(ep.base) or -inc.magnitude_sigma < dcfg.outlier.z_threshold:
             continue  # the level after the fall is not far enough below: one deep point, not a drop
         out.append(inc)
-    _streams(log, metric, ev, dcfg, cfg, k, out, explained)
-    _grad_norm(log, dcfg, cfg, k, out)
-    _nonfinite(log, metric, out)
-    _loss_scale(log, cfg, out)
+    # Level shifts too small for the point test: steps in the window medians that stay.
+    refresh = refresh_counts(len(ev.values), dcfg.outlier)
+    for sh in find_shifts(ev.values, ev.baseline, ev.noise, refresh, dcfg.outlier.window, cfg.shift):
+        a = int(st[max(0, sh.at - w)])
+        z = int(st[min(len(st) - 1, sh.at + w)])
+        if any(_overlap(a, z, s0, s1) for s0, s1 in spans + quiet + explained) \
+                or any(_overlap(a, z, int(st[d.minimum_at]), int(st[-1]) if d.end is None else int(st[d.end]))
+                       for d in standing) or at_boundary(sh.at, w) is not None:
+            continue
+        onset = sh.at
+        while onset > 0 and ev.values[onset - 1] - sh.level_before > 0.5 * sh.jump and sh.at - onset < 16:
+            onset -= 1
+        out.append(Incident(K.LEVEL_SHIFT, metric, int(st[onset]), int(st[sh.at]), None, sh.level_before,
+                            sh.level_before + sh.jump, sh.jump, sh.jump / sh.noise if sh.noise > 0 else float("inf"),
+                            None, streams, "warning",
+                            f"The {metric} stepped up by {sh.jump:.3g} ({sh.jump / abs(sh.level_before):.0%}) against its "
+                            f"trend around step {int(st[sh.at])} and stayed there a window later: a new level, too "
+                            "small for a spike, seen in the medians of whole windows.",
+                            {"jump": sh.jump, "test": "window-median step"}))
+    stream_spikes(log, metric, dcfg, cfg, k, out, explained)
+    grad_norm_spikes(log, dcfg, cfg, k, out)
+    nonfinite_incidents(log, metric, out)
+    loss_scale_collapses(log, cfg, out)
     out.sort(key=lambda i: (i.onset, i.kind.value))
     return found
-
-
-def _streams(log, metric, ev, dcfg, cfg, k, out, explained) -> None:
-    """Spikes on one stream of a mix (and not on the others) are stream spikes."""
-    names = [m for m in log.metrics if M.stream_of(m) is not None and m != metric]
-    if len(names) < 2:
-        return
-    found = {}
-    for name in names:
-        s, v = log.live(name)
-        sev = detect_series(s, v, dcfg, dips=False, trend=False)
-        found[name] = [(int(sev.steps[e.onset]), int(sev.steps[e.closed]), e, sev) for e in sev.spikes]
-    tol = 2 * k
-    for name, eps in found.items():
-        for a, z, e, sev in eps:
-            if any(x0 <= a <= x1 for x0, x1 in explained):
-                continue
-            single = e.end is not None and e.end - e.onset <= dcfg.spike.settle // 2 + 1
-            if single and (e.peak_value - e.base) < cfg.stream_single_z * e.noise:
-                continue  # one noisy point of a noisier per-stream loss, not a data-specific spike
-            others = [o for o in names if o != name and any(_overlap(a - tol, z + tol, a2, z2) for a2, z2, _, _ in found[o])]
-            if len(others) + 1 == len(names):
-                continue  # every stream spiked: the loss incident covers it
-            if any(M.stream_of(o) < M.stream_of(name) for o in others):
-                continue  # reported once, under the first stream of the group
-            group = sorted([M.stream_of(name)] + [M.stream_of(o) for o in others])
-            inc = spike_incident(sev, e, name, cfg, k, group)
-            quiet = [M.stream_of(o) for o in names if M.stream_of(o) not in group]
-            inc.evidence += f" Only stream(s) {', '.join(group)} spiked; {', '.join(quiet)} did not."
-            inc.details["recovery"] = inc.kind.value
-            inc.kind = K.STREAM_SPIKE
-            # The mixed loss may show the same event: fold it in.
-            for other in list(out):
-                if other.metric == metric and other.kind in (K.SPIKE_FAST, K.SPIKE_SLOW, K.SPIKE_NO_RECOVERY) \
-                        and _overlap(inc.onset - tol, (inc.end or inc.peak) + tol, other.onset, other.end or other.peak):
-                    out.remove(other)
-            out.append(inc)
-
-
-def _grad_norm(log, dcfg, cfg, k, out) -> None:
-    if M.GRAD_NORM not in log.series:
-        return
-    s, v = log.live(M.GRAD_NORM)
-    # A norm is >= 0 by definition: its level is its scale, so the near-zero abstention does not apply.
-    gev = detect_series(s, v, replace(dcfg, outlier=replace(dcfg.outlier, rel_threshold=cfg.grad_norm_rel, min_snr=0.0)),
-                        dips=False, trend=False)
-    lead = cfg.grad_lead_points * k
-    for e in gev.spikes:
-        a, z = int(gev.steps[e.onset]), int(gev.steps[e.closed])
-        owner = next((i for i in out if i.kind not in (K.GRAD_NORM_SPIKE, K.NON_FINITE)
-                      and _overlap(a, z, i.onset - lead, (i.end if i.end is not None else i.peak) + lead)), None)
-        excess = e.peak_value - e.base
-        if owner is not None:
-            owner.details.setdefault("grad_norm", {"onset": a, "peak": int(gev.steps[e.peak]), "ratio": e.peak_value / e.base})
-            if a < owner.onset:
-                owner.evidence += f" The grad norm rose first, at step {a} ({e.peak_value / e.base:.1f}x at step {int(gev.steps[e.peak])})."
-            continue
-        inc = spike_incident(gev, e, M.GRAD_NORM, cfg, k, [])
-        inc.kind = K.GRAD_NORM_SPIKE
-        inc.severity = "warning" if e.peak_value >= 10 * e.base else "info"
-        inc.evidence += " The loss did not move (yet): grad-norm spikes often build up before a loss spike."
-        inc.magnitude = excess
-        out.append(inc)
-
-
-def _nonfinite(log, metric, out) -> None:
-    for name in [metric, M.GRAD_NORM] + [m for m in log.metrics if M.stream_of(m) is not None and m != metric]:
-        if name not in log.series:
-            continue
-        steps, values = log.live(name)
-        for r in find_nonfinite(values):
-            a, z = int(steps[r.start]), int(steps[r.stop])
-            if any(i.kind == K.NON_FINITE and _overlap(a, z, i.onset, i.peak if i.end is None else i.end) for i in out):
-                continue
-            n = r.stop - r.start + 1
-            end = int(steps[r.stop + 1]) if r.recovered else None
-            what = "NaN" if r.nan == n else ("Inf" if r.nan == 0 else "NaN/Inf")
-            ev = (f"The {name} was {what} at {n} logged point(s) from step {a}" +
-                  (f"; finite again at step {end}." if end is not None else " to the end of the log."))
-            out.append(Incident(K.NON_FINITE, name, a, a, end, float("nan"), float("nan"), float("nan"),
-                                float("nan"), None, [], "critical", ev, {"points": n, "nan": r.nan}))
-    if M.NAN_ITERS in log.series:
-        steps, values = log.live(M.NAN_ITERS)
-        for i in np.flatnonzero(np.nan_to_num(values) > 0):
-            a = int(steps[i])
-            if not any(x.kind == K.NON_FINITE and abs(x.onset - a) <= 0 for x in out):
-                out.append(Incident(K.NON_FINITE, M.NAN_ITERS, a, a, None, float("nan"), float("nan"),
-                                    float(values[i]), float("nan"), None, [], "critical",
-                                    f"The log counts {int(values[i])} NaN iteration(s) at step {a}.", {}))
-
-
-def _loss_scale(log, cfg, out) -> None:
-    if M.LOSS_SCALE not in log.series:
-        return
-    steps, scale = log.live(M.LOSS_SCALE)
-    skipped = None
-    if M.SKIPPED_ITERS in log.series:
-        ss, sv = log.live(M.SKIPPED_ITERS)
-        skipped = (ss, np.nan_to_num(sv))
-    for c in find_collapses(scale, cfg.loss_scale):
-        onset = c.trigger
-        while onset > 0 and scale[onset - 1] > scale[onset] and onset > c.onset:
-            onset -= 1
-        a = int(steps[onset])
-        note = ""
-        if skipped is not None:
-            win = (skipped[0] >= a) & (skipped[0] <= int(steps[c.stop]))
-            note = f"; {int(skipped[1][win].sum())} iterations were skipped from step {a} on"
-        ev = (f"The fp16 loss scale fell from {scale[onset - 1] if onset else c.peak_scale:.4g} to {c.min_scale:.4g} "
-              f"(floor {cfg.loss_scale.floor:g}) at step {int(steps[c.trigger])}{note}: overflows on most steps, "
-              "updates are being skipped.")
-        out.append(Incident(K.LOSS_SCALE_COLLAPSE, M.LOSS_SCALE, a, int(steps[c.trigger]),
-                            int(steps[c.stop + 1]) if c.recovered else None, float(c.peak_scale), c.min_scale,
-                            c.min_scale - c.peak_scale, float("nan"), None, [], "critical", ev,
-                            {"floor": cfg.loss_scale.floor}))

@@ -37,22 +37,29 @@ def refine_onset(ev: SeriesEvents, ep: Episode, sign: float, lookback: int) -> i
     return lo + (int(inside[-1]) + 1 if len(inside) else 0)
 
 
-def expected_level(ev: SeriesEvents, ep: Episode, step: int) -> float:
-    """The pre-event trend extrapolated to ``step``: linear in log(step), declining only.
+def expected_level(ev: SeriesEvents, ep: Episode, step) -> float | np.ndarray:
+    """The pre-event trend extrapolated to ``step`` (scalar or array): linear in log(step), declining only.
 
-    The frozen baseline is the median of the window before onset, centred half a window earlier;
-    the window before that gives the slope. A loss curve is close to linear in log(step) over a
-    few windows (a power law flattens, so this errs towards expecting a little more decline).
+    The frozen baseline is the median of the window before onset, centred half a window earlier.
+    The slope is the smaller decline of the two windows before that (a drop or a bump in one of them
+    must not be extrapolated), per unit of log(step). A loss curve is close to linear in log(step)
+    over a few windows; a power law flattens, so this errs towards expecting a little more decline.
     """
     w = 128
     i = ep.onset
-    if i < 2 * w or not np.isfinite(ev.baseline[i - w]):
-        return ep.base
-    t1, t0 = float(ev.steps[i - w // 2]), float(ev.steps[i - w - w // 2])
-    if t0 <= 0 or t1 <= t0 or step <= t1:
-        return ep.base
-    slope = min(0.0, (ep.base - float(ev.baseline[i - w])) / np.log(t1 / t0))
-    return ep.base + slope * float(np.log(step / t1))
+    scalar = np.ndim(step) == 0
+    step = np.asarray(step, dtype=np.float64)
+    flat = np.full(step.shape, ep.base)
+    if i < 3 * w or not (np.isfinite(ev.baseline[i - w]) and np.isfinite(ev.baseline[i - 2 * w])):
+        return float(flat) if scalar else flat
+    t1, t0, tm = (float(ev.steps[i - w // 2]), float(ev.steps[i - w - w // 2]), float(ev.steps[i - 2 * w - w // 2]))
+    if not (0 < tm < t0 < t1):
+        return float(flat) if scalar else flat
+    s1 = (ep.base - float(ev.baseline[i - w])) / np.log(t1 / t0)
+    s0 = (float(ev.baseline[i - w]) - float(ev.baseline[i - 2 * w])) / np.log(t0 / tm)
+    slope = min(0.0, max(s1, s0))  # the gentler of the two declines; never a rise
+    out = ep.base + slope * np.log(np.maximum(step, t1) / t1)
+    return float(out) if scalar else out
 
 
 def _magnitude(ep: Episode) -> tuple[float, float]:
@@ -70,13 +77,37 @@ def spike_incident(ev: SeriesEvents, ep: Episode, metric: str, cfg: AnalyzeConfi
     details = {"relative": rel, "ratio": ep.peak_value / ep.base if ep.base else None, "status": ep.status,
                "detected_at": int(st[ep.onset]), "closed_at": int(st[ep.closed])}
     what = f"rose {rel:.0%} ({sigma:.1f} sigma) above its pre-event level {ep.base:.4g} at step {int(st[ep.peak])}"
-    if ep.end is not None:
-        rec = int(st[ep.end] - st[ep.peak])
+    settled_higher = None
+    end = ep.end
+    if end is not None:
+        # Back on the frozen pre-event *level*; when was it back on the pre-event *trend*? A loss that
+        # kept falling before the spike should keep falling after it; the frozen level (a trailing
+        # median, half a window behind) is lenient. Search from the online end for the first
+        # 5-point median within the band of the extrapolated trend.
+        x = ev.values
+        h = 5
+        seg = x[end:end + cfg.for_interval(interval).spike.budget_points]
+        if len(seg) >= h:
+            med = np.median(np.lib.stride_tricks.sliding_window_view(seg, h), axis=1)
+            exp = expected_level(ev, ep, st[end + h // 2:end + h // 2 + len(med)])
+            band = max(3 * 1.2533 * ep.noise / np.sqrt(h), cfg.detectors.spike.end_rel * abs(ep.base))
+            back = np.flatnonzero(med - exp <= band)
+            if len(back):
+                end = end + int(back[0])  # windows slide from the online end: 0 = agreed
+            else:
+                d = max(10, cfg.settle_steps // interval)
+                level = float(np.median(seg[:d]))
+                settled_higher = (level, float(expected_level(ev, ep, int(st[min(len(st) - 1, ep.end + d // 2)]))))
+                if level - settled_higher[1] <= cfg.settled_rel * abs(ep.base):
+                    settled_higher = None  # within the extrapolation's own error: call it recovered
+        details["online_end"] = int(st[ep.end])
+    if end is not None and settled_higher is None:
+        rec = int(st[end] - st[ep.peak])
         fast = rec <= cfg.fast_steps
         kind = K.SPIKE_FAST if fast else K.SPIKE_SLOW
-        evidence = f"The {metric} {what} and was back on that level {rec} steps later ({'within' if fast else 'beyond'} the {cfg.fast_steps}-step fast budget)."
+        evidence = f"The {metric} {what} and was back on its pre-event trend {rec} steps later ({'within' if fast else 'beyond'} the {cfg.fast_steps}-step fast budget)."
         sev = "warning" if (not fast or rel >= 0.5) else "info"
-        return Incident(kind, metric, int(st[onset]), int(st[ep.peak]), int(st[ep.end]), ep.base, ep.peak_value,
+        return Incident(kind, metric, int(st[onset]), int(st[ep.peak]), int(st[end]), ep.base, ep.peak_value,
                         excess, sigma, rec, streams, sev, evidence, details)
     x = ev.values
     early = float(np.max(x[ep.onset:ep.onset + 3])) - ep.base
@@ -89,6 +120,9 @@ def spike_incident(ev: SeriesEvents, ep: Episode, metric: str, cfg: AnalyzeConfi
         t_settled = st[max(ep.onset, ep.closed - cfg.detectors.spike.tail_points // 2)]
     expected = expected_level(ev, ep, int(t_settled))
     settled_excess = settled - expected
+    if settled_higher is not None:
+        settled, expected = settled_higher
+        settled_excess = settled - expected
     kept = settled_excess / early if early > 0 else 0.0
     rising = ep.tail_rise > max(3.0 * ep.noise, 0.02 * abs(ep.base))
     details.update(settled=settled, expected=expected, kept_fraction=kept, tail_rise=ep.tail_rise)
@@ -147,7 +181,7 @@ def divergence_incident(ev: SeriesEvents, d: Divergence, metric: str, lag: int,
     lo = max(0, d.minimum_at - (d.trigger - d.minimum_at))
     k = best_knot(_smooth(x[lo:d.trigger + 1]), np.log(np.maximum(st[lo:d.trigger + 1], 1)))
     if k is not None:
-        onset = min(lo + k, d.onset)  # never later than the baseline's own turn
+        onset = lo + k
         details["knot_step"] = int(st[lo + k])
     evidence = (f"The {metric}'s robust baseline turned upward after its minimum {d.minimum:.4g} "
                 f"(step {int(st[d.minimum_at])}) and rose {rise_total:.3g} ({sigma:.1f} sigma, "

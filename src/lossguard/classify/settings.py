@@ -7,6 +7,7 @@ from ..detect.episode import EpisodeConfig
 from ..detect.loss_scale import LossScaleConfig
 from ..detect.resume import ResumeConfig
 from ..detect.series import DetectorConfig
+from ..detect.shift import ShiftConfig
 from ..errors import raise_all
 
 
@@ -36,6 +37,11 @@ class AnalyzeConfig:
     settle_steps: int = 400
     """An unrecovered excursion's settled level is measured between this many and twice as many steps
     after onset (past the decay of a spike, short enough to extrapolate the pre-event trend)."""
+    settled_rel: float = 0.08
+    """A slow spike whose level after "recovery" is still this fraction above the extrapolated
+    pre-event trend did not recover: it settled higher."""
+    shift: ShiftConfig = field(default_factory=ShiftConfig)
+    """Window-median step test for level shifts too small for the point test."""
     resume: ResumeConfig = field(default_factory=ResumeConfig)
     """Boundary tests (resume spike, repeated data)."""
     loss_scale: LossScaleConfig = field(default_factory=LossScaleConfig)

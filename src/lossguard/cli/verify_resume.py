@@ -21,8 +21,11 @@ def register(subparsers) -> None:
     """Add the ``verify-resume`` verb."""
     p = subparsers.add_parser(
         "verify-resume", help="run a training script straight and with a forced resume; compare data and losses",
-        description=__doc__.splitlines()[0] + " The script reads LOSSGUARD_LOG, LOSSGUARD_CKPT_DIR, "
-        "LOSSGUARD_STOP_AT (and optionally LOSSGUARD_RESUME) from its environment; see docs/resume.md.")
+        usage="lossguard verify-resume [options] -- COMMAND...",
+        description="Is the script's resume exact? Runs COMMAND straight through, then stopped after "
+        "step K and resumed, and compares per-step batch ids and losses (exit 0 exact, 1 not, 2 error). "
+        "The script reads LOSSGUARD_LOG, LOSSGUARD_CKPT_DIR, LOSSGUARD_STOP_AT (and optionally "
+        "LOSSGUARD_RESUME) from its environment; see docs/resume.md.")
     p.add_argument("--stop-at", type=int, default=None, metavar="K",
                    help="force the resume after step K (default: half of the straight run)")
     p.add_argument("--rtol", type=float, default=0.0, help="relative loss tolerance (default 0: bitwise)")

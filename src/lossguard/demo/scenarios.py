@@ -72,6 +72,9 @@ class Scenario:
     """Linear warm-up steps."""
     min_lr_frac: float = 0.1
     """Cosine decay ends at ``lr * min_lr_frac`` at the last step."""
+    lr_jumps: tuple = ()
+    """``((step, factor), ...)``: from ``step`` on the scheduled LR is multiplied by ``factor``
+    (a run resumed with the wrong LR, a schedule bug); empty for a plain schedule."""
     optimizer: str = "adamw"
     """One of :data:`OPTIMIZERS`."""
     weight_decay: float = 0.1
@@ -108,11 +111,16 @@ class Scenario:
         raise_all(problems, fix=f"correct the Scenario fields of {self.name!r} listed above")
 
     def lr_at(self, step: int) -> float:
-        """Learning rate of ``step``: linear warm-up then cosine to ``lr * min_lr_frac``."""
+        """Learning rate of ``step``: linear warm-up, cosine to ``lr * min_lr_frac``, times jumps."""
+        factor = 1.0
+        for at, f in self.lr_jumps:
+            if step >= at:
+                factor *= f
         if step < self.warmup:
-            return self.lr * (step + 1) / self.warmup
+            return factor * self.lr * (step + 1) / self.warmup
         t = (step - self.warmup) / max(1, self.steps - self.warmup)
-        return self.lr * (self.min_lr_frac + (1 - self.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * t)))
+        return factor * self.lr * (self.min_lr_frac
+                                   + (1 - self.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * t)))
 
     def with_(self, **changes) -> "Scenario":
         """A copy with ``changes``; ``model=`` is merged into the model dict."""

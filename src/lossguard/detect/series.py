@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import copy
 import math
 
 import numpy as np
@@ -159,6 +160,16 @@ class OnlineSeriesDetector:
                 self._div.append(d)
             out.append(d)
         return out
+
+    def state_dict(self) -> dict:
+        """Everything needed to continue exactly where this left off (detector windows, open episodes,
+        events so far), as plain Python objects; goes into the guard's checkpoint."""
+        return {k: copy.deepcopy(v) for k, v in self.__dict__.items() if k != "cfg"}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` returned (the config stays this object's own)."""
+        for k, v in state.items():
+            setattr(self, k, copy.deepcopy(v))
 
     def finish(self) -> SeriesEvents:
         """Close open events and return everything found, in the whole-log form."""

@@ -27,6 +27,12 @@ class GuardConfig:
     selects with ``torch.where`` (needs :class:`SkipStepAdamW` or any optimizer whose ``step``
     accepts ``gate=``; no host sync). ``"host"``: read the verdict once per step (one scalar
     transfer) and do not call ``optimizer.step()``. ``"auto"``: device when the optimizer supports it."""
+    stats: str = "auto"
+    """Where the outlier statistics run. ``"device"``: :class:`DeviceOutlier` tensors on the model's
+    device (no host sync; the choice for GPUs). ``"host"``: the analyser's own
+    :class:`OnlineOutlier` on floats read back each step (on a CPU the "device" is the host, and
+    ~60 tiny tensor ops cost more than a few Python floats). ``"auto"``: host on CPU, else device.
+    Both give the same verdicts as ``score()``, bit for bit."""
     shadow: bool = False
     """Report only: log what the guard would do, never withhold a step or roll back."""
     max_grad_norm: float | None = None
@@ -71,6 +77,8 @@ class GuardConfig:
 
     def __post_init__(self) -> None:
         p = []
+        if self.stats not in ("auto", "device", "host"):
+            p.append(f"stats must be 'auto', 'device' or 'host', got {self.stats!r}")
         if self.gate not in GATES:
             p.append(f"gate must be one of {GATES}, got {self.gate!r}")
         for name in ("episode_gap", "rollback_after", "max_overflow_streak", "lr_cut_steps"):

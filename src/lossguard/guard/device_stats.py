@@ -123,15 +123,21 @@ class DeviceOutlier:
         return DeviceVerdict(outlier=outlier, z=z, baseline=baseline, finite=finite)
 
     def state_dict(self) -> dict:
-        """The window and statistics as CPU tensors (checkpointable, exact)."""
-        return {"buf": self._buf.cpu().clone(), "pos": int(self._pos), "count": int(self._count),
+        """The window in time order and the statistics, in :class:`OnlineOutlier`'s format, so a
+        checkpoint moves between the device twin and the host twin (a GPU run resumed on CPU)."""
+        n = min(int(self._count), self.config.window)
+        order = torch.remainder(self._pos - n + torch.arange(n, device=self.device), self.config.window)
+        return {"window": self._buf.index_select(0, order).cpu().tolist(), "count": int(self._count),
                 "median": float(self._median), "noise": float(self._noise)}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore what :meth:`state_dict` returned (onto this detector's device)."""
-        dev = self.device
-        self._buf = state["buf"].to(device=dev, dtype=torch.float64).clone()
-        self._pos = torch.tensor(int(state["pos"]), dtype=torch.long, device=dev)
+        """Restore :meth:`state_dict` (or ``OnlineOutlier.state_dict``) output onto this device."""
+        dev, W = self.device, self.config.window
+        window = [float(v) for v in state["window"]][-W:]
+        self._buf = torch.zeros(W, dtype=torch.float64, device=dev)
+        if window:
+            self._buf[: len(window)] = torch.tensor(window, dtype=torch.float64, device=dev)
+        self._pos = torch.tensor(len(window) % W, dtype=torch.long, device=dev)
         self._count = torch.tensor(int(state["count"]), dtype=torch.long, device=dev)
         self._median = torch.tensor(float(state["median"]), dtype=torch.float64, device=dev)
         self._noise = torch.tensor(float(state["noise"]), dtype=torch.float64, device=dev)

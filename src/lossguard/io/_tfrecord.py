@@ -152,9 +152,9 @@ def frame(buf) -> Framing:
                 break
             block = min(block * 2, 1 << 20)
         if off + HEADER > n:
-            if off < n:
-                tail_offset, tail_reason = off, f"a 12-byte record header expected, {n - off} bytes present"
             break
+    if tail_offset < 0 and off < n:
+        tail_offset, tail_reason = off, f"a 12-byte record header expected, {n - off} bytes present"
     offsets = np.concatenate(off_parts)
     lengths = np.concatenate(len_parts)
     _check_lengths(arr, offsets, lengths)

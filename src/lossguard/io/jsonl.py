@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import LogFormatError
-from ._table import Table, add_text_columns, to_runlog
+from ._table import Piece, Table, add_text_columns, chunks, join_pieces, to_runlog
 from .csv import check_file, read_bytes
 
 NAME = "jsonl"
@@ -88,7 +88,7 @@ def split_events(records: list[dict], lines: list[int]) -> tuple[list[dict], lis
     rows, row_lines, seg, notes, events = [], [], [], [""], []
     current = 0
     for r, line in zip(records, lines):
-        if EVENT_KEY in r:
+        if r.get(EVENT_KEY) is not None:
             events.append(r)
             if str(r[EVENT_KEY]).lower() in SEGMENT_EVENTS:
                 current += 1
@@ -134,47 +134,57 @@ def _arrow_table(path: Path):
 
     from .csv import arrow_column
 
-    # Record i is taken to be on line i + 1 (blank lines would shift that); lines are only used in
-    # error messages, and every error is re-derived on the exact path.
-    t = pajson.read_json(str(path))
-    names = [str(n) for n in t.column_names]
-    n = t.num_rows
-    seg = None
-    notes, events = [""], []
-    lines = np.arange(1, n + 1, dtype=np.int64)
-    if EVENT_KEY in names:
-        is_event = t.column(EVENT_KEY).is_valid().to_numpy(zero_copy_only=False)
-        if is_event.any():
-            seg = np.zeros(n, dtype=np.int64)
-            idx = np.flatnonzero(is_event)
-            for i, rec in zip(idx.tolist(), t.take(pa.array(idx)).to_pylist()):
-                rec = {k: v for k, v in rec.items() if v is not None}
-                events.append(rec)
-                if str(rec.get(EVENT_KEY)).lower() in SEGMENT_EVENTS:
-                    seg[i:] += 1
-                    notes.append(_note(rec))
-            keep = ~is_event
-            t = t.filter(pa.array(keep))
-            seg, lines = seg[keep], lines[keep]
-        t = t.drop_columns([EVENT_KEY])
-        names = [c for c in names if c != EVENT_KEY]
-    table = Table(names=[], lines=lines)
-    text: dict[str, list[str]] = {}
-    for name, col in zip(names, t.columns):
-        typ = col.type
-        parsed = arrow_column(col, pa)
-        if parsed is not None:
-            table.numeric[name], table.present[name] = parsed
-        elif pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_boolean(typ):
-            text[name] = [_cell(v) for v in col.to_pylist()]
-        elif pa.types.is_nested(typ):
-            continue
-        else:
-            return None
-        table.names.append(name)
-    del t
-    add_text_columns(table, text)
-    return table, seg, notes, events
+    # Parsed in chunks of whole lines so that peak memory stays near the output arrays. Record i is
+    # taken to be on line i + 1 (blank lines would shift that); lines are only used in error
+    # messages, and every error is re-derived on the exact path.
+    pieces: list[Piece] = []
+    names: dict[str, None] = {}
+    events: list[tuple[int, dict]] = []
+    kept_rows: list[np.ndarray] = []
+    row0 = 0
+    for _, chunk in chunks(path, skip_first_line=False):
+        t = pajson.read_json(pa.BufferReader(chunk))
+        n = t.num_rows
+        keep = None
+        if EVENT_KEY in t.column_names:
+            is_event = t.column(EVENT_KEY).is_valid().to_numpy(zero_copy_only=False)
+            if is_event.any():
+                idx = np.flatnonzero(is_event)
+                for i, rec in zip(idx.tolist(), t.take(pa.array(idx)).to_pylist()):
+                    events.append((row0 + i, {k: v for k, v in rec.items() if v is not None}))
+                keep = ~is_event
+                t = t.filter(pa.array(keep))
+            t = t.drop_columns([EVENT_KEY])
+        rows = np.arange(row0, row0 + n, dtype=np.int64)
+        kept_rows.append(rows if keep is None else rows[keep])
+        piece = Piece(rows=t.num_rows)
+        for name, col in zip(t.column_names, t.columns):
+            typ = col.type
+            parsed = arrow_column(col, pa)
+            if parsed is not None:
+                piece.numeric[name], piece.present[name] = parsed
+            elif pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_boolean(typ):
+                piece.text[name] = [_cell(v) for v in col.to_pylist()]
+            elif pa.types.is_nested(typ):
+                continue
+            else:
+                return None
+            names.setdefault(name, None)
+        del t
+        pieces.append(piece)
+        row0 += n
+    rows = np.concatenate(kept_rows) if kept_rows else np.zeros(0, dtype=np.int64)
+    table = join_pieces(pieces, list(names), Table(names=[], lines=rows + 1))
+    if table is None:
+        return None
+    notes = [""]
+    boundaries = []
+    for i, rec in events:
+        if str(rec.get(EVENT_KEY)).lower() in SEGMENT_EVENTS:
+            boundaries.append(i)
+            notes.append(_note(rec))
+    seg = np.searchsorted(np.asarray(boundaries, dtype=np.int64), rows) if boundaries else None
+    return table, seg, notes, [rec for _, rec in events]
 
 
 def _note(rec: dict) -> str:

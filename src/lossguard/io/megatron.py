@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -222,14 +223,15 @@ def _fields(text: str):
         key, sep, rest = part.partition(":")
         if not sep:
             continue
-        token = rest.strip().split(" ", 1)[0] if rest.strip() else ""
+        token = rest.split(None, 1)[0] if rest and not rest.isspace() else ""
         try:
-            value = finite_or_nan(token)
+            value = float(token)  # also reads nan, inf, -inf, as PyTorch prints them
         except ValueError:
             continue
-        yield key.strip(), value
+        yield key, value
 
 
+@lru_cache(maxsize=1024)
 def _metric(key: str) -> tuple[str | None, float]:
     """Iteration-line key -> (metric name, factor to the metric's unit)."""
     scale = 1.0
@@ -237,17 +239,19 @@ def _metric(key: str) -> tuple[str | None, float]:
     if unit is not None:
         if unit.group(1).strip().lower() == "ms":
             scale = 1e-3
-        key = _UNIT.sub(" ", key).strip()
-    if not key:
-        return None, scale
+        key = _UNIT.sub(" ", key)
     low = " ".join(key.lower().split())
+    if not low:
+        return None, scale
     if low.startswith("lm loss ") and len(low) > len("lm loss "):
         stream = low[len("lm loss "):].replace(" ", "_")
         return f"{LOSS}/{stream}", scale
     return canonical_name(low), scale
 
 
+@lru_cache(maxsize=1024)
 def _validation_metric(key: str, test: bool) -> str | None:
+    """Validation-line key -> metric name (``val_*``, or ``test_*`` for the test set), or None."""
     low = " ".join(key.lower().split())
     prefix = "test" if test else "val"
     if low == "lm loss value":

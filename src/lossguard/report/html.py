@@ -32,7 +32,7 @@ from .downsample import downsample
 from .words import KIND_STYLE, describe_plan, headline, incident_summary, run_facts
 
 BUCKETS = 2000
-"""Step buckets per curve for the overview; ~4 points each (M4), so ~8k points per curve at most."""
+"""Step buckets per curve for the overview: 4 points each (M4) plus isolated spikes, so <= ~10k points."""
 WINDOW_MAX_STEPS = 40_000
 """Around each incident the curve is kept at full resolution over at most this many steps."""
 
@@ -91,7 +91,13 @@ def _chart(analysis: Analysis, metric: str, keep_steps: list[int], windows: list
     series = log.series[metric]
     steps, values = series.live()
     finite = np.isfinite(values)
-    top = float(values[finite].max()) if finite.any() else 1.0
+    # Loss curves start with a plunge from ~ln(vocab); fitting the whole-run y axis to it squeezes
+    # every later spike flat. Like TensorBoard's "ignore outliers in chart scaling", the whole-run
+    # view fits the y axis after the first 3% of steps (the browser does the fitting).
+    fit_after = int(steps[0] + 0.03 * (steps[-1] - steps[0])) if M.is_loss(metric) and len(steps) else None
+    shown = finite & (steps >= fit_after) if fit_after is not None else finite
+    # NaN/Inf markers sit at the top of the visible curve (they have no value of their own).
+    top = float(values[shown].max()) if shown.any() else (float(values[finite].max()) if finite.any() else 1.0)
     traces: list[dict[str, Any]] = []
 
     kept = downsample(steps, values, buckets=BUCKETS, keep_steps=keep_steps, keep_ranges=windows)
@@ -137,11 +143,10 @@ def _chart(analysis: Analysis, metric: str, keep_steps: list[int], windows: list
     if mx:
         traces.append({"role": "incident", "name": "incidents", "x": mx, "y": _clean(np.asarray(my)),
                        "point": point, "incident": which})
-    return {"metric": metric, "title": _TITLES.get(metric, metric), "log": metric in (M.GRAD_NORM, M.LOSS_SCALE),
-            # Loss curves start with a plunge from ~ln(vocab); fitting the whole-run y axis to it
-            # squeezes every later spike flat. Like TensorBoard's "ignore outliers in chart
-            # scaling", the whole-run view fits the y axis after the first 3% of steps.
-            "fit_after": int(steps[0] + 0.03 * (steps[-1] - steps[0])) if M.is_loss(metric) and len(steps) else None,
+    stream = M.stream_of(metric)
+    title = _TITLES.get(metric, f"Training loss: {stream} stream" if stream else metric)
+    return {"metric": metric, "title": title, "log": metric in (M.GRAD_NORM, M.LOSS_SCALE),
+            "fit_after": fit_after,
             "traces": traces}
 
 
@@ -179,10 +184,10 @@ def report_data(analysis: Analysis, *, title: str | None = None) -> dict[str, An
             x0, x1 = mid - half, mid + half
         plans = [p for p in analysis.plans if p.incident == i]
         incidents.append({
-            "index": i, "kind": inc.kind.value, "metric": inc.metric, "onset": inc.onset, "peak": inc.peak,
-            "end": inc.end, "severity": inc.severity, "summary": incident_summary(inc),
-            "evidence": inc.evidence, "span": [x0, x1],
-            "zoom": list(zooms[i]),
+            "index": i, "kind": inc.kind.value, "metric": inc.metric, "onset": int(inc.onset), "peak": int(inc.peak),
+            "end": None if inc.end is None else int(inc.end), "severity": inc.severity, "summary": incident_summary(inc),
+            "evidence": str(inc.evidence), "span": [float(x0), float(x1)],
+            "zoom": [float(z) for z in zooms[i]],
             "plan": [describe_plan(p) for p in plans], "reasons": [r for p in plans for r in p.reasons],
         })
     kinds = {k: {"label": KIND_STYLE[k][0], "colour": KIND_STYLE[k][1]}
@@ -194,7 +199,7 @@ def report_data(analysis: Analysis, *, title: str | None = None) -> dict[str, An
         "headline": headline(analysis),
         "severity": next((s for s in ("critical", "warning", "info") if s in severities), "ok"),
         "facts": run_facts(analysis),
-        "range": [first, last],
+        "range": [first, last] if last > first else [first - 1, first + 1],  # a one-step run still has an axis
         "kinds": {k.value: v for k, v in kinds.items()},
         "incidents": incidents,
         "segments": [{"step": g.first_step, "kind": g.kind, "superseded": g.superseded, "source": g.source,

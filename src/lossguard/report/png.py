@@ -8,7 +8,6 @@ writes a 1,000,000-step picture in about a second.
 """
 from __future__ import annotations
 
-import math
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -164,7 +163,8 @@ def write_png(analysis: Analysis, path: str | Path, *, title: str | None = None,
             continue
         _draw_chart(ax, charts[k], data, first=k == 0)
         k += 1
-    axes[0].set_xlim(*data["range"])
+    lo, hi = data["range"]
+    axes[0].set_xlim(lo - 1, hi + 1) if hi <= lo else axes[0].set_xlim(lo, hi)
     axes[-1].set_xlabel("step", fontsize=9)
     handles = [Patch(color=v["colour"], alpha=0.6, label=v["label"]) for v in data["kinds"].values()]
     if handles:

@@ -7,6 +7,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
+
+from .. import metrics as M
 from ..analysis import Analysis
 from ..classify.incident import Incident, IncidentKind as K
 from ..plan import RecoveryPlan
@@ -80,14 +83,13 @@ def headline(analysis: Analysis, *, limit: int = 2) -> str:
     incs = analysis.incidents
     log = analysis.log
     if not incs:
-        from .. import metrics as M
-
         if M.LOSS in log.series:
             steps, values = log.live(M.LOSS)
-            ok = values[[0, -1]] if len(values) else []
-            if len(ok):
-                return (f"No incidents: loss {_num(float(ok[0]))} \u2192 {_num(float(ok[1]))} over steps "
-                        f"{int(steps[0])}\u2013{int(steps[-1])}")
+            finite = np.flatnonzero(np.isfinite(values))
+            if len(finite):
+                i, j = finite[0], finite[-1]
+                return (f"No incidents: loss {_num(float(values[i]))} \u2192 {_num(float(values[j]))} over steps "
+                        f"{int(steps[i])}\u2013{int(steps[j])}")
         return "No incidents found"
     rank = {sev: i for i, sev in enumerate(SEVERITY_ORDER)}
     worst = sorted(incs, key=lambda inc: (rank.get(inc.severity, len(rank)), inc.onset))

@@ -19,12 +19,16 @@ Both decouple weight decay as AdamW does (Loshchilov & Hutter 2019): ``p *= 1 - 
 """
 from __future__ import annotations
 
-import math
+from lossguard.errors import require
 
-import torch
-from torch.optim import Optimizer
+require("torch", "torch", "The eps-free Adam optimizers")
 
-from lossguard.errors import raise_all
+import math  # noqa: E402
+
+import torch  # noqa: E402
+from torch.optim import Optimizer  # noqa: E402
+
+from lossguard.errors import raise_all  # noqa: E402
 
 
 def _check(lr, betas, weight_decay, extra=()) -> None:

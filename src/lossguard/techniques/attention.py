@@ -19,11 +19,15 @@ Two ways to keep the attention logits ``q.k / sqrt(d)`` in range:
 """
 from __future__ import annotations
 
-import math
+from lossguard.errors import require
 
-import torch
-from torch import nn
-from torch.nn import functional as F
+require("torch", "torch", "Attention with Q/K pre-scaling")
+
+import math  # noqa: E402
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
 
 
 def scores_postscaled(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:

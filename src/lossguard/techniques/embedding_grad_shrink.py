@@ -8,9 +8,13 @@ embedding's gradient by exactly ``alpha``.
 """
 from __future__ import annotations
 
-from torch import nn
+from lossguard.errors import require
 
-from lossguard.errors import ConfigError
+require("torch", "torch", "The embedding gradient shrink")
+
+from torch import nn  # noqa: E402
+
+from lossguard.errors import ConfigError  # noqa: E402
 
 #: GLM-130B's value.
 DEFAULT_ALPHA = 0.1

@@ -7,7 +7,11 @@ the scale of what enters the first block however large individual embedding rows
 """
 from __future__ import annotations
 
-from torch import nn
+from lossguard.errors import require
+
+require("torch", "torch", "Embedding LayerNorm")
+
+from torch import nn  # noqa: E402
 
 
 class EmbeddingLayerNorm(nn.Module):

@@ -8,7 +8,11 @@ logit divergence of small-scale proxies. Gradient w.r.t. the logits of one posit
 """
 from __future__ import annotations
 
-import torch
+from lossguard.errors import require
+
+require("torch", "torch", "The z-loss")
+
+import torch  # noqa: E402
 
 #: PaLM's coefficient.
 DEFAULT_COEF = 1e-4

@@ -9,7 +9,10 @@ break, each break counts once):
   ``[onset - margin, onset + margin + slack]``, with ``margin = max(10 logged points, 1% of the run's
   steps)``. ``slack`` is 0 except for the two kinds without a sharp start: a divergence (a gradual
   turn upward, which no one can see before it leaves the noise; slack = 5% of the run) and a
-  loss-scale collapse (the overflow cascade from its first overflow to the minimum scale).
+  loss-scale collapse (the overflow cascade from its first overflow to the minimum scale). An event
+  that carries its own ``window`` (a divergence: from the step its rising factor starts to the step
+  its rise is 3 noise units above the minimum) widens that range to ``[earliest - margin,
+  latest + margin]`` where that is wider.
 * **One-to-one.** Pairs are taken closest first; a true event is found at most once, and a second
   detection of the same event (a double detection) is a false alarm.
 * **Wrong kind.** In the strict score a detection of the wrong kind is a false alarm of its kind
@@ -116,7 +119,10 @@ def window(event: TrueEvent, *, span: int, log_every: int) -> tuple[int, int]:
         slack = int(0.05 * span)
     elif event.kind == K.LOSS_SCALE_COLLAPSE:
         slack = max(0, event.peak - event.onset)
-    return event.onset - m, event.onset + m + slack
+    lo, hi = event.onset - m, event.onset + m + slack
+    if event.window is not None:
+        lo, hi = min(lo, event.window[0] - m), max(hi, event.window[1] + m)
+    return lo, hi
 
 
 def _group(kind: K) -> str:

@@ -41,6 +41,8 @@ class TrueEvent:
         magnitude: peak / trend (>1 up, <1 down); for the loss-scale collapse, the final scale.
         ignore: a "don't care" label (see the module docstring): neither a hit nor a miss.
         note: the variant generated, in words.
+        window: for an event without a sharp start, the steps ``(earliest, latest)`` in which a
+            claimed onset is right before the scorer's margin is added; None for sharp events.
     """
 
     kind: K
@@ -52,6 +54,7 @@ class TrueEvent:
     magnitude: float = float("nan")
     ignore: bool = False
     note: str = ""
+    window: tuple[int, int] | None = None
 
 
 class RunDraft:
@@ -226,10 +229,16 @@ class RunDraft:
         # The label is where the expected loss turns upward (its minimum), which is what "the trend
         # turns upward" means and what can be seen; the multiplier starts earlier, while the
         # power-law decay still outweighs it.
-        turn = i + int(np.argmin(self.trend[i:] * self.mult[i:]))
-        self.truth.append(TrueEvent(K.DIVERGENCE, M.LOSS, int(self.steps[turn]), int(self.steps[-1]), None,
+        expected = self.trend[i:] * self.mult[i:]
+        turn = int(np.argmin(expected))
+        # No sharp start: the cause begins at i, the turn is at the minimum, and the rise becomes
+        # visible once the expected loss is 3 noise units (at least 3%) above that minimum.
+        up = np.flatnonzero(expected[turn:] > expected[turn] * (1 + max(0.03, 3 * self.sigma)))
+        visible = i + turn + (int(up[0]) if len(up) else len(expected) - 1 - turn)
+        self.truth.append(TrueEvent(K.DIVERGENCE, M.LOSS, int(self.steps[i + turn]), int(self.steps[-1]), None,
                                     streams=tuple(self.streams), magnitude=F,
-                                    note=f"power {p:.2f}, rising factor from step {int(self.steps[i])}"))
+                                    note=f"power {p:.2f}, rising factor from step {int(self.steps[i])}",
+                                    window=(int(self.steps[i]), int(self.steps[visible]))))
 
     def level_shift(self, i: int) -> None:
         """The loss steps up by 6-30% (>= 5 noise units) over 1-3 points and stays there."""

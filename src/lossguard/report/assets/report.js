@@ -203,8 +203,10 @@
     if ("xaxis.range[0]" in ev) r = [ev["xaxis.range[0]"], ev["xaxis.range[1]"]];
     else if (ev["xaxis.range"]) r = ev["xaxis.range"];
     else if (!ev["xaxis.autorange"]) return;
-    var keepY = "yaxis.range[0]" in ev;   // the user box-zoomed y too: respect it on that chart
-    setRange(r, gd, keepY);
+    // A double-click resets to the initial range, which is the whole run: treat it as "Whole run".
+    var whole = !r || (Number(r[0]) === data.range[0] && Number(r[1]) === data.range[1]);
+    var keepY = !whole && "yaxis.range[0]" in ev;  // the user box-zoomed y too: respect it on that chart
+    setRange(whole ? null : r, gd, keepY);
   }
 
   function chart(spec, i) {

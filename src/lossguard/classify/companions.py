@@ -1,0 +1,142 @@
+"""The companion series of a run: loss streams of a data mix, the grad norm, NaN counters and the
+fp16 loss scale. Each function appends incidents to the list :func:`.assemble.find_incidents` builds
+from the loss, folding what belongs to a loss event into it (a grad-norm spike that led a loss
+spike, the mixed loss's view of a one-stream spike).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from .. import metrics as M
+from ..detect.loss_scale import find_collapses
+from ..detect.nonfinite import find_nonfinite
+from ..detect.series import detect_series
+from ..runlog import RunLog
+from .classifier import spike_incident
+from .incident import Incident, IncidentKind as K
+from .settings import AnalyzeConfig
+
+
+def _overlap(a0: int, a1: int, b0: int, b1: int) -> bool:
+    return a0 <= b1 and b0 <= a1
+
+
+def stream_spikes(log: RunLog, metric: str, dcfg, cfg: AnalyzeConfig, k: int, out: list[Incident],
+                  explained: list[tuple[int, int]]) -> None:
+    """Spikes on one stream of a mix (and not on the others) are stream spikes."""
+    names = [m for m in log.metrics if M.stream_of(m) is not None and m != metric]
+    if len(names) < 2:
+        return
+    found = {}
+    for name in names:
+        s, v = log.live(name)
+        sev = detect_series(s, v, dcfg, dips=False, trend=False)
+        found[name] = [(int(sev.steps[e.onset]), int(sev.steps[e.closed]), e, sev) for e in sev.spikes]
+    tol = 2 * k
+    for name, eps in found.items():
+        for a, z, e, sev in eps:
+            if any(x0 <= a <= x1 for x0, x1 in explained):
+                continue
+            single = e.end is not None and e.end - e.onset <= dcfg.spike.settle // 2 + 1
+            if single and (e.peak_value - e.base) < cfg.stream_single_z * e.noise:
+                continue  # one noisy point of a noisier per-stream loss, not a data-specific spike
+            others = [o for o in names if o != name and any(_overlap(a - tol, z + tol, a2, z2) for a2, z2, _, _ in found[o])]
+            if len(others) + 1 == len(names):
+                continue  # every stream spiked: the loss incident covers it
+            if any(M.stream_of(o) < M.stream_of(name) for o in others):
+                continue  # reported once, under the first stream of the group
+            group = sorted([M.stream_of(name)] + [M.stream_of(o) for o in others])
+            inc = spike_incident(sev, e, name, cfg, k, group)
+            quiet = [M.stream_of(o) for o in names if M.stream_of(o) not in group]
+            inc.evidence += f" Only stream(s) {', '.join(group)} spiked; {', '.join(quiet)} did not."
+            inc.details["recovery"] = inc.kind.value
+            inc.kind = K.STREAM_SPIKE
+            # The mixed loss may show the same event: fold it in.
+            for other in list(out):
+                if other.metric == metric and other.kind in (K.SPIKE_FAST, K.SPIKE_SLOW, K.SPIKE_NO_RECOVERY) \
+                        and _overlap(inc.onset - tol, (inc.end or inc.peak) + tol, other.onset, other.end or other.peak):
+                    out.remove(other)
+            out.append(inc)
+
+
+def grad_norm_spikes(log: RunLog, dcfg, cfg: AnalyzeConfig, k: int, out: list[Incident]) -> None:
+    """Grad-norm episodes: evidence on the loss event they lead, else grad-norm spikes of their own."""
+    if M.GRAD_NORM not in log.series:
+        return
+    s, v = log.live(M.GRAD_NORM)
+    # A norm is >= 0 by definition: its level is its scale, so the near-zero abstention does not apply.
+    gev = detect_series(s, v, replace(dcfg, outlier=replace(dcfg.outlier, rel_threshold=cfg.grad_norm_rel, min_snr=0.0)),
+                        dips=False, trend=False)
+    lead = cfg.grad_lead_points * k
+    for e in gev.spikes:
+        a, z = int(gev.steps[e.onset]), int(gev.steps[e.closed])
+        owner = next((i for i in out if i.kind not in (K.GRAD_NORM_SPIKE, K.NON_FINITE)
+                      and _overlap(a, z, i.onset - lead, (i.end if i.end is not None else i.peak) + lead)), None)
+        excess = e.peak_value - e.base
+        if owner is not None:
+            owner.details.setdefault("grad_norm", {"onset": a, "peak": int(gev.steps[e.peak]), "ratio": e.peak_value / e.base})
+            if a < owner.onset:
+                owner.evidence += f" The grad norm rose first, at step {a} ({e.peak_value / e.base:.1f}x at step {int(gev.steps[e.peak])})."
+            continue
+        inc = spike_incident(gev, e, M.GRAD_NORM, cfg, k, [])
+        inc.kind = K.GRAD_NORM_SPIKE
+        inc.severity = "warning" if e.peak_value >= 10 * e.base else "info"
+        inc.evidence += " The loss did not move (yet): grad-norm spikes often build up before a loss spike."
+        inc.magnitude = excess
+        out.append(inc)
+
+
+def nonfinite_incidents(log: RunLog, metric: str, out: list[Incident]) -> None:
+    """Runs of NaN/Inf in the loss, the grad norm or a stream, and NaN-iteration counters."""
+    for name in [metric, M.GRAD_NORM] + [m for m in log.metrics if M.stream_of(m) is not None and m != metric]:
+        if name not in log.series:
+            continue
+        steps, values = log.live(name)
+        for r in find_nonfinite(values):
+            a, z = int(steps[r.start]), int(steps[r.stop])
+            if any(i.kind == K.NON_FINITE and _overlap(a, z, i.onset, i.peak if i.end is None else i.end) for i in out):
+                continue
+            n = r.stop - r.start + 1
+            end = int(steps[r.stop + 1]) if r.recovered else None
+            what = "NaN" if r.nan == n else ("Inf" if r.nan == 0 else "NaN/Inf")
+            ev = (f"The {name} was {what} at {n} logged point(s) from step {a}" +
+                  (f"; finite again at step {end}." if end is not None else " to the end of the log."))
+            out.append(Incident(K.NON_FINITE, name, a, a, end, float("nan"), float("nan"), float("nan"),
+                                float("nan"), None, [], "critical", ev, {"points": n, "nan": r.nan}))
+    if M.NAN_ITERS in log.series:
+        steps, values = log.live(M.NAN_ITERS)
+        for i in np.flatnonzero(np.nan_to_num(values) > 0):
+            a = int(steps[i])
+            if not any(x.kind == K.NON_FINITE and abs(x.onset - a) <= 0 for x in out):
+                out.append(Incident(K.NON_FINITE, M.NAN_ITERS, a, a, None, float("nan"), float("nan"),
+                                    float(values[i]), float("nan"), None, [], "critical",
+                                    f"The log counts {int(values[i])} NaN iteration(s) at step {a}.", {}))
+
+
+def loss_scale_collapses(log: RunLog, cfg: AnalyzeConfig, out: list[Incident]) -> None:
+    """fp16 loss-scale collapses, with the skipped iterations counted where the log has them."""
+    if M.LOSS_SCALE not in log.series:
+        return
+    steps, scale = log.live(M.LOSS_SCALE)
+    skipped = None
+    if M.SKIPPED_ITERS in log.series:
+        ss, sv = log.live(M.SKIPPED_ITERS)
+        skipped = (ss, np.nan_to_num(sv))
+    for c in find_collapses(scale, cfg.loss_scale):
+        onset = c.trigger
+        while onset > 0 and scale[onset - 1] > scale[onset] and onset > c.onset:
+            onset -= 1
+        a = int(steps[onset])
+        note = ""
+        if skipped is not None:
+            win = (skipped[0] >= a) & (skipped[0] <= int(steps[c.stop]))
+            note = f"; {int(skipped[1][win].sum())} iterations were skipped from step {a} on"
+        ev = (f"The fp16 loss scale fell from {scale[onset - 1] if onset else c.peak_scale:.4g} to {c.min_scale:.4g} "
+              f"(floor {cfg.loss_scale.floor:g}) at step {int(steps[c.trigger])}{note}: overflows on most steps, "
+              "updates are being skipped.")
+        out.append(Incident(K.LOSS_SCALE_COLLAPSE, M.LOSS_SCALE, a, int(steps[c.trigger]),
+                            int(steps[c.stop + 1]) if c.recovered else None, float(c.peak_scale), c.min_scale,
+                            c.min_scale - c.peak_scale, float("nan"), None, [], "critical", ev,
+                            {"floor": cfg.loss_scale.floor}))
