@@ -1,13 +1,16 @@
 """Guard overhead: guarded vs unguarded training step on the tiny GPT, and per-call cost on a no-op model.
 
 Configurations, interleaved round-robin (so load changes on the shared machine hit all alike) and
-reported as the median step time over all rounds:
+reported as the median step time over all rounds, both as CPU time of the (single) torch thread
+(``time.thread_time``: what the step costs, little affected by other jobs on a shared machine) and
+as wall time:
 
 - ``plain``: backward; ``clip_grad_norm_``; ``AdamW.step``; scheduler; ``zero_grad`` -- the loop a
   user writes without lossguard (with the gradient clipping most LLM loops have).
-- ``guard host``: the same model and AdamW under ``StabilityGuard`` (host gate: one scalar read per
-  step), the guard doing the clipping (``max_grad_norm``).
-- ``guard device``: :class:`SkipStepAdamW` with the device gate (no sync on GPU).
+- ``guard (CPU default)``: the same model and AdamW under ``StabilityGuard`` with its CPU defaults
+  (host statistics = the analyser's ``OnlineOutlier``, host gate), the guard doing the clipping.
+- ``guard (GPU design)``: :class:`SkipStepAdamW` with the device gate and ``DeviceOutlier``
+  statistics (no sync on a GPU), measured here on the CPU.
 - ``plain SkipStepAdamW``: SkipStepAdamW without the guard (separates the optimizer's own cost).
 
 Checkpointing is off in every configuration (``checkpoint_every=None``): writing a checkpoint costs
@@ -36,21 +39,23 @@ def _data(cfg: GPTConfig, batch: int, n: int) -> list[tuple[torch.Tensor, torch.
 def _setup(kind: str, gcfg: GPTConfig):
     torch.manual_seed(0)
     model = TinyGPT(gcfg)
-    opt_cls = SkipStepAdamW if kind in ("guard device", "plain SkipStepAdamW") else torch.optim.AdamW
+    gpu = kind in ("guard (GPU design)", "plain SkipStepAdamW")
+    opt_cls = SkipStepAdamW if gpu else torch.optim.AdamW
     opt = opt_cls(model.parameters(), lr=3e-4, weight_decay=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     guard = None
     if kind.startswith("guard"):
         guard = StabilityGuard(model, opt, scheduler=sched, config=GuardConfig(
-            checkpoint_every=None, max_grad_norm=1.0, replay=False, log_metrics=False))
+            checkpoint_every=None, max_grad_norm=1.0, replay=False, log_metrics=False,
+            stats="device" if gpu else "auto"))
     return model, opt, sched, guard
 
 
-def _time_steps(kind, state, batches) -> list[float]:
+def _time_steps(kind, state, batches) -> list[tuple[float, float]]:
     model, opt, sched, guard = state
     out = []
     for x, y in batches:
-        t0 = time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         _, loss = model(x, y)
         loss.backward()
         if guard is not None:
@@ -60,45 +65,47 @@ def _time_steps(kind, state, batches) -> list[float]:
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
-        out.append(time.perf_counter() - t0)
+        out.append((time.thread_time() - c0, time.perf_counter() - t0))
     return out
 
 
-def tiny_gpt(steps: int, rounds: int, batch: int) -> dict[str, float]:
+def tiny_gpt(steps: int, rounds: int, batch: int) -> dict[str, tuple[float, float]]:
     gcfg = GPTConfig()
-    kinds = ["plain", "guard host", "guard device", "plain SkipStepAdamW"]
+    kinds = ["plain", "guard (CPU default)", "guard (GPU design)", "plain SkipStepAdamW"]
     states = {k: _setup(k, gcfg) for k in kinds}
     data = _data(gcfg, batch, steps)
     for k in kinds:  # warm-up: allocator, first-call paths
         _time_steps(k, states[k], data[:5])
-    times: dict[str, list[float]] = {k: [] for k in kinds}
+    times: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}
     for _ in range(rounds):
         for k in kinds:
             times[k] += _time_steps(k, states[k], data)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return {k: (statistics.median(c for c, _ in v), statistics.median(w for _, w in v)) for k, v in times.items()}
 
 
 def per_call(calls: int) -> dict[str, float]:
-    """Cost of one guard.step on a model with one scalar parameter (everything but the guard ~0)."""
+    """CPU time of one guard.step on a model with one scalar parameter (everything but the guard ~0)."""
     res = {}
-    for kind in ("optimizer only", "guard host", "guard device"):
+    for kind in ("optimizer only", "guard (CPU default)", "guard (GPU design)"):
         torch.manual_seed(0)
         p = torch.nn.Parameter(torch.ones(1))
         model = torch.nn.ParameterList([p])
-        opt = (SkipStepAdamW if kind == "guard device" else torch.optim.AdamW)([p], lr=1e-3)
+        gpu = kind == "guard (GPU design)"
+        opt = (SkipStepAdamW if gpu else torch.optim.AdamW)([p], lr=1e-3)
         guard = None if kind == "optimizer only" else StabilityGuard(
-            model, opt, config=GuardConfig(checkpoint_every=None, replay=False, log_metrics=False))
+            model, opt, config=GuardConfig(checkpoint_every=None, replay=False, log_metrics=False,
+                                           stats="device" if gpu else "auto"))
         samples = []
         for i in range(calls):
             loss = (p * 1.0).sum() + 1.0 + 1e-3 * (i % 7)
             loss.backward()
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             if guard is None:
                 opt.step()
                 opt.zero_grad(set_to_none=True)
             else:
                 guard.step(loss)
-            samples.append(time.perf_counter() - t0)
+            samples.append(time.thread_time() - t0)
         res[kind] = statistics.median(samples[50:])
     return res
 
@@ -114,13 +121,13 @@ def main() -> None:
     print(f"torch {torch.__version__}, threads 1, tiny GPT default config, batch {args.batch}, "
           f"{args.rounds} rounds x {args.steps} steps per configuration (interleaved)")
     med = tiny_gpt(args.steps, args.rounds, args.batch)
-    base = med["plain"]
-    print("\n| configuration | median step (ms) | vs plain |")
-    print("|---|---:|---:|")
-    for k, v in med.items():
-        print(f"| {k} | {v * 1e3:.2f} | {v / base:.3f}x |")
+    cbase, wbase = med["plain"]
+    print("\n| configuration | CPU ms/step | vs plain | wall ms/step | vs plain |")
+    print("|---|---:|---:|---:|---:|")
+    for k, (c, w) in med.items():
+        print(f"| {k} | {c * 1e3:.2f} | {c / cbase:.3f}x | {w * 1e3:.2f} | {w / wbase:.3f}x |")
     pc = per_call(args.calls)
-    print("\n| no-op model, per call | median (us) |")
+    print("\n| no-op model, per call | median CPU (us) |")
     print("|---|---:|")
     for k, v in pc.items():
         print(f"| {k} | {v * 1e6:.0f} |")

@@ -115,6 +115,7 @@ def test_zscore_flags_four_sigma_both_ways():
 
 
 def test_ruptures_finds_a_level_shift_and_a_late_drop():
+    pytest.importorskip("ruptures", reason="the ruptures baseline needs lossguard[bench]")
     rng = np.random.default_rng(0)
     x = np.concatenate([np.full(400, 2.0), np.full(400, 2.4), np.full(400, 1.6)]) + rng.normal(0, 0.01, 1200)
     claims = ruptures_cp.detect(_log(x))
@@ -126,6 +127,7 @@ def test_ruptures_finds_a_level_shift_and_a_late_drop():
 
 
 def test_losslint_cli_findings_map_to_claims():
+    pytest.importorskip("losslint", reason="the losslint baseline needs lossguard[bench]")
     x = _wiggle(200)
     x[100] = 40.0                         # > 10x the local median
     x[150] = np.nan

@@ -267,7 +267,7 @@ class Piece:
     text: dict[str, list[str]] = field(default_factory=dict)
 
 
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 1 << 20
 """Bytes parsed at a time by the pyarrow fast paths: memory stays near the size of the output arrays."""
 
 
