@@ -1,7 +1,7 @@
 """What exact resume costs: atomic checkpoint save/load and resuming deep into an epoch.
 
-1. Save: ``CheckpointStore.save`` (temp dir, SHA-256 while writing, fsync file + dirs, rename)
-   against plain ``torch.save(path)`` and ``torch.save`` + ``fsync``; load: ``store.load`` (SHA-256
+1. Save: ``CheckpointStore.save`` (temp dir, CRC-32 while writing, fsync file + dirs, rename)
+   against plain ``torch.save(path)`` and ``torch.save`` + ``fsync``; load: ``store.load`` (CRC-32
    verified, weights_only) against plain ``torch.load``. State = a model's weights plus AdamW's two
    moments (3 x the parameter bytes), like a real optimizer checkpoint.
 2. Resume at batch k of an epoch: ``ResumableSampler.load_state_dict`` (O(1)) against torchdata's
@@ -56,7 +56,7 @@ def bench_checkpoint(mb: int, repeat: int) -> None:
                 ("CheckpointStore.save", _median(lambda: store.save(next(step), state), repeat))]
         newest = store.steps()[-1]
         rows += [("torch.load", _median(lambda: torch.load(d / "plain.pt", weights_only=True), repeat)),
-                 ("CheckpointStore.load (SHA-256 verified)", _median(lambda: store.load(newest), repeat))]
+                 ("CheckpointStore.load (CRC-32 verified)", _median(lambda: store.load(newest), repeat))]
     print(f"\ncheckpoint of {mb} MiB (weights + AdamW moments), median of {repeat}, page cache warm")
     base = {"save": rows[0][1], "load": rows[3][1]}
     for name, t in rows:

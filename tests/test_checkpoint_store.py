@@ -84,12 +84,12 @@ def test_damaged_checkpoints_are_reported_and_skipped(tmp_path):
     (tmp_path / "step-00000002" / "state.pt").write_bytes(b"PK")
     with pytest.raises(CheckpointError) as err:
         store.load(3)
-    assert "step-00000003" in str(err.value) and "SHA-256" in str(err.value) and "fix:" in str(err.value)
+    assert "step-00000003" in str(err.value) and "CRC-32" in str(err.value) and "fix:" in str(err.value)
     with pytest.raises(CheckpointError, match="manifest recorded"):
         store.load(2)
     assert store.load()["step"] == 1  # newest that verifies
     report = {i.step: (i.valid, i.reason) for i in store.validate()}
-    assert report[1] == (True, "") and not report[2][0] and "SHA-256" in report[3][1]
+    assert report[1] == (True, "") and not report[2][0] and "CRC-32" in report[3][1]
     with pytest.raises(CheckpointError, match="no checkpoint of step 9"):
         store.load(9)
 

@@ -3,19 +3,18 @@
 Layout of the directory::
 
     step-00000200/state.pt        the torch.save payload
-    step-00000200/manifest.json   {"format", "step", "created", "files": {"state.pt": {size, sha256}}}
+    step-00000200/manifest.json   {"format", "step", "created", "files": {"state.pt": {size, crc32}}}
     .tmp-step-00000200-<pid>-<n>/ a checkpoint being written (never read; removed once its writer is dead)
 
 A checkpoint is written into a ``.tmp-*`` directory in the same directory, every file is fsynced,
 the directory is fsynced, then it is renamed to its final name (rename is atomic on POSIX) and the
 parent is fsynced. A process killed at any moment therefore leaves either the complete checkpoint
-under its final name or nothing under that name; the manifest's size and SHA-256 additionally catch
+under its final name or nothing under that name; the manifest's size and CRC-32 additionally catch
 a payload damaged after the fact (disk, copy, truncation). Only rank 0 should write under
 torch.distributed.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError, ConfigError, raise_all
-from .files import CheckpointInfo, fsync_dir, HashingFile, pid_alive
+from .files import CheckpointInfo, Checksum, HashingFile, fsync_dir, pid_alive
 
 __all__ = ["CheckpointInfo", "CheckpointStore"]
 
@@ -94,19 +93,19 @@ class CheckpointStore:
         if size != expected.get("size"):
             return bad(f"{PAYLOAD} has {size} bytes, the manifest recorded {expected.get('size')}", size)
         if checksum:
-            sha = hashlib.sha256()
+            crc = Checksum()
             with open(payload, "rb") as fh:
                 for block in iter(lambda: fh.read(1 << 22), b""):
-                    sha.update(block)
-            if sha.hexdigest() != expected.get("sha256"):
-                return bad(f"{PAYLOAD} does not match its SHA-256 in {MANIFEST} (corrupted)", size)
+                    crc.update(block)
+            if crc.hexdigest() != expected.get(Checksum.NAME):
+                return bad(f"{PAYLOAD} does not match its CRC-32 in {MANIFEST} (corrupted)", size)
         return CheckpointInfo(step, path, True, "", size, step in self._protected)
 
     def list(self, *, checksum: bool = False) -> list[CheckpointInfo]:
         """Every checkpoint directory, oldest first, with its validity.
 
         Args:
-            checksum: also verify each payload's SHA-256 (reads every byte); without it only the
+            checksum: also verify each payload's CRC-32 (reads every byte); without it only the
                 manifest and the payload size are checked.
         """
         found = []
@@ -126,7 +125,7 @@ class CheckpointStore:
         return older[-1] if older else None
 
     def validate(self) -> list[CheckpointInfo]:
-        """Check every checkpoint fully (manifest, size, SHA-256); returns the full listing."""
+        """Check every checkpoint fully (manifest, size, CRC-32); returns the full listing."""
         return self.list(checksum=True)
 
     # ------------------------------------------------------------------ protection and pruning
@@ -191,7 +190,7 @@ class CheckpointStore:
 
     # ------------------------------------------------------------------ save and load
     def _write_payload(self, path: Path, state: dict) -> tuple[int, str]:
-        """Write ``state`` to ``path`` with torch.save, fsync it; returns (size, sha256 hex).
+        """Write ``state`` to ``path`` with torch.save, fsync it; returns (size, CRC-32 hex).
 
         A separate method so tests can slow it down and kill the process in the middle of a write.
         """
@@ -202,7 +201,7 @@ class CheckpointStore:
             torch.save(state, hashing)
             raw.flush()
             os.fsync(raw.fileno())
-        return hashing.size, hashing.sha.hexdigest()
+        return hashing.size, hashing.crc.hexdigest()
 
     def save(self, step: int, state: dict[str, Any]) -> Path:
         """Write ``state`` as the checkpoint of ``step`` atomically, then prune.
@@ -225,9 +224,9 @@ class CheckpointStore:
         tmp = self.directory / f".tmp-step-{step:08d}-{os.getpid()}-{self._counter}"
         tmp.mkdir()
         try:
-            size, sha = self._write_payload(tmp / PAYLOAD, state)
+            size, crc = self._write_payload(tmp / PAYLOAD, state)
             manifest = {"format": FORMAT, "step": step, "created": time.time(),
-                        "files": {PAYLOAD: {"size": size, "sha256": sha}}}
+                        "files": {PAYLOAD: {"size": size, Checksum.NAME: crc}}}
             with open(tmp / MANIFEST, "w") as fh:
                 json.dump(manifest, fh, indent=1)
                 fh.flush()
@@ -246,7 +245,7 @@ class CheckpointStore:
         return final
 
     def load(self, step: int | None = None, *, map_location: Any = "cpu", weights_only: bool | None = None) -> dict:
-        """Load a checkpoint after verifying its size and SHA-256.
+        """Load a checkpoint after verifying its size and CRC-32.
 
         Args:
             step: the step to load; None loads the newest checkpoint that verifies, passing over
@@ -270,7 +269,7 @@ class CheckpointStore:
                 full = self._inspect(info.step, info.path, checksum=True)
                 if full.valid:
                     return self._torch_load(full.path / PAYLOAD, map_location, weights_only)
-            raise CheckpointError("every checkpoint failed its SHA-256 check", path=self.directory,
+            raise CheckpointError("every checkpoint failed its CRC-32 check", path=self.directory,
                                   fix="restore the directory from a backup or start from scratch")
         info = self._inspect(int(step), self.path_of(step), checksum=True)
         if not info.path.exists():

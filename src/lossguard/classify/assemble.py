@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import metrics as M
-from ..detect.drop import is_drop
+from ..detect.drop import drop_threshold, is_drop
 from ..detect.resume import boundary_indices, dead_vs_live, repeated_after, repeated_ids, resume_spike
 from ..detect.outlier import refresh_counts
 from ..detect.series import SeriesEvents, detect_series
@@ -197,6 +197,9 @@ def find_incidents(log: RunLog, cfg: AnalyzeConfig) -> Found:
             b = ev.baseline[lo:ep.onset + 1]
             if np.isfinite(b).any():
                 low = lo + int(np.nanargmin(b))
+                if any(e.onset < ep.onset and _overlap(int(st[low]), int(st[ep.onset]), int(st[e.onset]),
+                                                       int(st[e.closed]) + lag * k) for e in ev.spikes):
+                    continue  # the climb continues an earlier spike (one that turned into divergence)
                 mn, nz = float(ev.baseline[low]), float(ev.noise[low])
                 th = max(dcfg.trend.rise_z * nz, dcfg.trend.rise_rel * abs(mn))
                 near = np.flatnonzero(ev.baseline[low:ep.onset + 1] <= mn + dcfg.trend.near_fraction * th)
@@ -207,6 +210,9 @@ def find_incidents(log: RunLog, cfg: AnalyzeConfig) -> Found:
                 spans.append((int(st[turn]), int(st[ep.closed])))
                 continue
         inc = spike_incident(ev, ep, metric, cfg, k, streams)
+        if inc.kind in (K.LEVEL_SHIFT, K.SPIKE_NO_RECOVERY) and any(
+                d.trigger <= ep.onset and (d.end is None or ep.onset <= d.end) for d in standing):
+            continue  # "settled higher" than a trend that was already diverging: part of the divergence
         b = at_boundary(ep.onset, cfg.resume.spike_points)
         if b is not None and inc.end is not None:
             inc.kind = K.RESUME_SPIKE
@@ -236,9 +242,9 @@ def find_incidents(log: RunLog, cfg: AnalyzeConfig) -> Found:
             continue  # a flat start then a steep fall is the LR warm-up, not grokking
         if any(_overlap(int(st[ep.onset]), int(st[ep.onset]), s0, s1 + w * k) for s0, s1 in spans + quiet):
             continue  # the way back down from a spike or shift, measured from a raised baseline
-        inc = drop_incident(ev, ep, metric, persist, streams)
-        if -inc.magnitude < dcfg.outlier.rel_threshold * abs(ep.base) or -inc.magnitude_sigma < dcfg.outlier.z_threshold:
-            continue  # the level after the fall is not far enough below: one deep point, not a drop
+        inc = drop_incident(ev, ep, metric, dcfg.drop, streams)
+        if not -inc.magnitude >= float(drop_threshold(dcfg.outlier, dcfg.drop, ep.base, ep.noise, False)):
+            continue  # the level after the fall is not far enough below: one deep stretch, not a drop
         out.append(inc)
     # Level shifts too small for the point test: steps in the window medians that stay.
     refresh = refresh_counts(len(ev.values), dcfg.outlier)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..detect.drop import DropConfig
 from ..detect.episode import Episode
 from ..detect.knot import best_knot
 from ..detect.series import SeriesEvents
@@ -200,17 +201,26 @@ def _smooth(y: np.ndarray, h: int = 9) -> np.ndarray:
     return np.concatenate([np.full(h // 2, med[0]), med, np.full(len(y) - len(med) - h // 2, med[-1])])
 
 
-def drop_incident(ev: SeriesEvents, ep: Episode, metric: str, persist: int, streams: list[str]) -> Incident:
-    """A steep, persistent fall after a slow stretch."""
+def drop_incident(ev: SeriesEvents, ep: Episode, metric: str, cfg: DropConfig, streams: list[str]) -> Incident:
+    """A steep, persistent fall after a slow stretch.
+
+    The detector decides once the median of the last few points is below the baseline, part-way
+    down. The onset reported is where the fall began: the knot of the best continuous two-piece
+    linear fit (slow stretch, then the fall) over the span before the decision up to where 90% of
+    the fall was reached.
+    """
     x, st = ev.values, ev.steps
-    onset = refine_onset(ev, ep, -1.0, 100)
+    persist = cfg.persist_points
     a, b = ep.onset + persist // 2, min(len(x), ep.onset + persist)
     fall = ep.base - float(np.median(x[a:b])) if b > a else ep.base - ep.peak_value
-    reach = np.flatnonzero(ep.base - x[ep.onset:b] >= 0.9 * fall)
+    reach = np.flatnonzero(ep.base - _smooth(x[ep.onset:b], 5) >= 0.9 * fall)
     peak = ep.onset + int(reach[0]) if len(reach) else ep.peak
+    lo = max(0, ep.onset - cfg.span_points - cfg.smooth_points)
+    k = best_knot(_smooth(x[lo:peak + 1], 5), margin=2)
+    onset = lo + k if k is not None else refine_onset(ev, ep, -1.0, 100)
     sigma = fall / ep.noise if ep.noise > 0 else float("inf")
     evidence = (f"The {metric} fell {fall:.3g} ({fall / abs(ep.base):.0%}, {sigma:.1f} sigma) below its level "
                 f"{ep.base:.4g} within {int(st[peak] - st[onset])} steps, after a slow stretch, and stayed down.")
     return Incident(K.SUDDEN_DROP, metric, int(st[onset]), int(st[peak]), int(st[peak]), ep.base, float(x[peak]),
                     -fall, -sigma, int(st[peak] - st[onset]), streams, "info", evidence,
-                    {"relative": -fall / abs(ep.base) if ep.base else None})
+                    {"relative": -fall / abs(ep.base) if ep.base else None, "detected_at": int(st[ep.onset])})

@@ -133,6 +133,8 @@ class ResumableSampler:
 
     def seek(self, position: int) -> None:
         """Make ``position`` the next batch (a rollback restores it through load_state_dict)."""
+        if not isinstance(position, (int, np.integer)) or position < 0:
+            raise ConfigError(f"seek needs a batch index >= 0, got {position!r}", fix="pass a global batch index")
         self._position = int(position)
         self._generation += 1
 

@@ -187,7 +187,7 @@ def _train_plain(sc, model, opt, sched, data, evaluate, res, log_path, on_step) 
             _, loss = model(x, y)
             loss.backward()
             gn = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip))
-            lv, lr = float(loss), float(opt.param_groups[0]["lr"])
+            lv, lr = loss.item(), float(opt.param_groups[0]["lr"])
             res.computed_steps += 1
             if fh is not None:
                 fh.write(json.dumps({"step": step, "loss": lv, "grad_norm": gn, "lr": lr}) + "\n")
@@ -233,7 +233,7 @@ def _train_guarded(sc, model, opt, sched, data, evaluate, res, log_path, ckpt_di
         for step, (x, y) in guard.batches(_IndexedBatches(data, sampler), steps=sc.steps):
             _, loss = model(x, y)
             loss.backward()
-            lv = float(loss)
+            lv = loss.item()
             guard.step(loss, replay=lambda x=x, y=y: model(x, y)[1])
             res.computed_steps += 1
             if on_step is not None:

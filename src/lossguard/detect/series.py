@@ -16,10 +16,10 @@ import math
 import numpy as np
 
 from ..errors import raise_all
-from .drop import DropConfig, OnlineSteepGate, steep_gate_at
+from .drop import DropConfig, OnlineDropGate, smoothed_down, steep_gate_at
 from .episode import Episode, EpisodeConfig, OnlineEpisodes, find_episodes
 from .nonfinite import NonFiniteRun, OnlineNonFinite, find_nonfinite
-from .outlier import OnlineOutlier, OutlierConfig, _verdict, score_finite
+from .outlier import OnlineOutlier, OutlierConfig, score_finite
 from .trend import Divergence, OnlineTrend, TrendConfig, find_divergences
 
 
@@ -32,7 +32,7 @@ class DetectorConfig:
     spike: EpisodeConfig = field(default_factory=EpisodeConfig)
     """Grouping of upward outliers into spike episodes."""
     dip: EpisodeConfig = field(default_factory=lambda: EpisodeConfig(side="down", refractory=128))
-    """Grouping of (steep-gated) downward outliers into drop / dip episodes."""
+    """Grouping of steep, smoothed downward outliers (:mod:`.drop`) into drop / dip episodes."""
     drop: DropConfig = field(default_factory=DropConfig)
     """Steepness gate and persistence of sudden drops."""
     trend: TrendConfig = field(default_factory=TrendConfig)
@@ -86,16 +86,16 @@ def detect_series(steps: np.ndarray, values: np.ndarray, cfg: DetectorConfig | N
     finite = np.isfinite(values)
     allf = bool(finite.all())
     x, fsteps = (values, steps) if allf else (values[finite], steps[finite])
-    sc = score_finite(x, cfg.outlier, down=dips)
+    sc = score_finite(x, cfg.outlier)
     base, noise = sc.baseline, sc.noise
     spikes = find_episodes(x, sc.up, base, noise, cfg.spike)
     found_dips: list[Episode] = []
     if dips:
-        down = sc.down
-        cand = np.flatnonzero(down)
+        warm = np.arange(len(x)) < cfg.outlier.window
+        cand, _ = smoothed_down(x, base, noise, warm, cfg.outlier, cfg.drop)
         down = np.zeros(len(x), dtype=bool)
-        if len(cand):  # the steepness gate only where a point is a down-outlier at all
-            down[cand] = steep_gate_at(x, base, cand, cfg.outlier.window, cfg.drop)
+        if len(cand):  # the steepness gate only where the smoothed curve is below the baseline at all
+            down[cand] = steep_gate_at(x, noise, cand, cfg.drop)
         found_dips = find_episodes(x, down, base, noise, cfg.dip)
     divergences = find_divergences(base, noise, cfg.trend) if trend else []
     return SeriesEvents(fsteps, x, base, noise, spikes, found_dips, divergences,
@@ -114,7 +114,7 @@ class OnlineSeriesDetector:
         self.outlier = OnlineOutlier(replace(cfg.outlier, side="up"))
         self.spikes = OnlineEpisodes(cfg.spike)
         self.dips = OnlineEpisodes(cfg.dip)
-        self.gate = OnlineSteepGate(cfg.outlier.window, cfg.drop)
+        self.gate = OnlineDropGate(cfg.outlier, cfg.drop)
         self.trend = OnlineTrend(cfg.trend)
         self.nonfinite = OnlineNonFinite()
         self._steps: list[int] = []
@@ -146,11 +146,8 @@ class OnlineSeriesDetector:
         if ep is not None:
             self._spikes.append(ep)
             out.append(ep)
-        down = False
-        if v.baseline == v.baseline:  # not NaN: a verdict exists
-            down = bool(_verdict("down", value - v.baseline, v.threshold))
-        gated = self.gate.update(value, v.baseline)
-        ep = self.dips.update(value, down and gated, v.baseline, v.noise)
+        gated = self.gate.update(value, v.baseline, v.noise, self.outlier.count - 1 < self.cfg.outlier.window)
+        ep = self.dips.update(value, gated, v.baseline, v.noise)
         if ep is not None:
             self._dips.append(ep)
             out.append(ep)

@@ -11,7 +11,8 @@ second difference of non-overlapping window medians::
 (the change from the previous window to the next, minus the change the trend already made). A shift
 is declared where ``J`` exceeds ``z`` standard errors and ``rel`` of the level, the level one window
 further on is still as high against the extrapolated trend (it *stays*), and the curve is not still
-climbing (that would be a divergence). Whole-log only: it needs a window of the future, and the
+climbing (that would be a divergence), and somewhere near it the median of 16 points rose by at least
+half the jump over the 16 before (a step, not a decline that stopped). Whole-log only: it needs a window of the future, and the
 guard does not act on a level shift before it has persisted anyway.
 """
 from __future__ import annotations
@@ -88,5 +89,10 @@ def find_shifts(x: np.ndarray, base: np.ndarray, noise: np.ndarray, refresh: np.
             mm = np.median(np.lib.stride_tricks.sliding_window_view(seg, h), axis=1)
             d = mm[h:] - mm[:-h]
             at = lo + int(np.argmax(d)) + h
+            # A step is a local jump up: somewhere the median of h points rose by most of the jump
+            # over the h before it. A decline that merely stops (a kink into a plateau) has the same
+            # second difference of window medians but no such jump: it never rose.
+            if float(d.max()) < 0.5 * float(jump[k]):
+                continue
         out.append(Shift(b, at, float(jump[k]), float(med[b]), float(sig[b])))
     return out

@@ -99,6 +99,12 @@ class RecoveryActions:
 
     def _rollback(self, d: Decision) -> None:
         target = self._target(d.numbers["onset"])
+        if self._external and not self.config.shadow:  # framework mode: the framework owns the data
+            rng = d.numbers.get("skip_batches")
+            self._halt(Decision(Action.HALT, d.step, d.reasons + [
+                "a rollback is needed, but the framework owns the data loader: resume from the checkpoint "
+                f"below and skip batches {rng}"], d.numbers))
+            return
         if self.config.shadow:
             self._emit(d, would_roll_back_to=target)
             for f in self.policy.rolled_back(d, d.step):

@@ -111,6 +111,7 @@ class StabilityGuard(RecoveryActions):
         self._pending = None      # deferred (record tensor, meta) of the previous step
         self._reiter = False      # batches() must re-create its iterator (after a rollback)
         self.last_record: StepRecord | None = None
+        self._external = False    # framework mode (before_optimizer_step): no rollback in process
 
     # ------------------------------------------------------------------ data
     @property
@@ -228,7 +229,7 @@ class StabilityGuard(RecoveryActions):
         self.step_count += 1
         self.state.step = self.step_count
         if self._defer:
-            host = packed.to("cpu", non_blocking=True)
+            host = self._copy_to_host(packed)
             prev, self._pending = self._pending, (host, meta)
             if prev is not None:
                 self._process(*prev)
@@ -237,6 +238,49 @@ class StabilityGuard(RecoveryActions):
         if (self.store is not None and cfg.checkpoint_every and not self.halted
                 and self.step_count % cfg.checkpoint_every == 0 and not self._reiter):
             self.save()
+
+    def before_optimizer_step(self, loss) -> bool:
+        """Framework mode: judge this step when a framework (Lightning, ...) calls ``optimizer.step()``
+        itself. Call after backward, before the optimizer step.
+
+        A bad step's gradients are dropped (``zero_grad(set_to_none=True)``): torch's optimizers skip
+        every parameter without a gradient, so weights, moments, Adam's ``t`` and weight decay stay
+        exactly as they were and no NaN reaches them. The framework still steps its scheduler (the
+        accounting of a skip is as in :meth:`step`). The framework owns the data loader, so the
+        guard cannot rewind or skip data: where it would roll back it halts instead, naming the
+        checkpoint to resume from and the batches to skip.
+
+        Returns:
+            True if the update may be applied (always True in shadow mode or once halted).
+        """
+        import torch
+
+        if self.halted:
+            return True
+        self._external = True
+        with torch.no_grad():
+            local = loss.detach().to(torch.float64).reshape(())
+            glob = local.clone()
+            if self._world > 1:
+                torch.distributed.all_reduce(glob)
+                glob /= self._world
+            from .gate import grad_norm
+            gn = grad_norm(self._params).to(torch.float64)
+            if self._host_stats:
+                bad, _, packed = self._judge_on_host(glob, gn, local)
+            else:
+                bad_t, _, packed = self._judge_on_device(glob, gn, local)
+                bad = bool(bad_t)  # framework mode needs the verdict now: one sync
+        lr = float(self.optimizer.param_groups[0]["lr"]) if self.optimizer.param_groups else math.nan
+        meta = {"step": self.step_count, "batch_index": self.step_count, "lr": lr,
+                "loss_scale": float(self.scaler.get_scale()) if self.scaler is not None else math.nan,
+                "rng": None, "replay": None}
+        self.step_count += 1
+        self.state.step = self.step_count
+        self._process(packed, meta)
+        if bad and not self.config.shadow:
+            self.optimizer.zero_grad(set_to_none=True)
+        return not bad or self.config.shadow
 
     def _judge_on_device(self, glob, gn, local):
         """Verdict as 0-d tensors on the device (no sync); returns (bad, apply, packed record)."""
@@ -276,6 +320,28 @@ class StabilityGuard(RecoveryActions):
         packed = [lossv, gnv, lv.z, gn_z, lv.baseline, float(lv.outlier), float(gn_out), float(overflow),
                   float(bad), float(local)]
         return bad, apply, packed
+
+    def _copy_to_host(self, packed):
+        """Start the one device-to-host copy of this step's record; returns what ``_process`` reads.
+
+        On CUDA the copy goes into one of two pinned buffers (a pageable target would make
+        ``non_blocking`` synchronous) and an event marks its end; the record is read one step later,
+        after ``event.synchronize()``, by which time the copy has long finished. (Unverified here:
+        no GPU on the development machine.)
+        """
+        import torch
+
+        if not packed.is_cuda:
+            return packed.to("cpu", non_blocking=True)
+        if getattr(self, "_pinned", None) is None:
+            self._pinned = [torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True) for _ in range(2)]
+            self._flip = 0
+        buf = self._pinned[self._flip]
+        self._flip ^= 1
+        buf.copy_(packed, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        return _PendingCopy(buf, done)
 
     def flush(self) -> None:
         """Process the deferred record of the last step (on CUDA with ``defer_host_read``)."""
@@ -323,3 +389,14 @@ class StabilityGuard(RecoveryActions):
         """Process any deferred record and close the log."""
         self.flush()
         self.log.close()
+
+
+class _PendingCopy:
+    """A device-to-host copy in flight: ``tolist()`` waits for its event, then reads the buffer."""
+
+    def __init__(self, buf, event) -> None:
+        self.buf, self.event = buf, event
+
+    def tolist(self) -> list:
+        self.event.synchronize()
+        return self.buf.tolist()

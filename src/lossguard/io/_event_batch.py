@@ -31,27 +31,33 @@ def corrupt(path: Path, record: int, offset: int, what: str) -> LogFormatError:
 
 
 class Decoded:
-    """What one file holds: per batch (records, slot in record, tag id, steps, values); wall time
-    per record (NaN where absent); tag name -> id; the ``file_version`` string."""
+    """What one file holds: scalar batches per tag, wall time per record (NaN where absent), tag
+    name -> id, the ``file_version`` string, and the errors found (raised by :func:`decode`)."""
 
     def __init__(self, n_records: int) -> None:
-        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.parts: dict[int, list[tuple[np.ndarray, int, np.ndarray, np.ndarray]]] = {}
         self.wall = np.full(n_records, np.nan)
         self.tags: dict[str, int] = {}
         self.file_version: str | None = None
         self.errors: list[tuple[int, LogFormatError]] = []
+        self.multi = False  # some record holds more than one scalar (TF1 merged summaries)
 
-    def points(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(record, tag id, step, value) of every scalar, in file order."""
-        rec, slot, tag, steps, values = (np.concatenate(c) for c in zip(*self.parts))
-        if len(slot) and slot.max() == 0:
-            # One scalar per record (the usual case): place by record number, no sort needed.
-            where = np.full(len(self.wall), -1, dtype=np.int64)
-            where[rec] = np.arange(len(rec))
-            order = where[where >= 0]
-        else:
+    def take(self, tag_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(record, step, value) of one tag in file order; the batches are released."""
+        parts = self.parts.pop(tag_id, [])
+        if not parts:
+            empty = np.empty(0, np.int64)
+            return empty, empty, np.empty(0, np.float64)
+        rec = np.concatenate([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
+        steps = np.concatenate([p[2] for p in parts]) if len(parts) > 1 else parts[0][2]
+        values = np.concatenate([p[3] for p in parts]) if len(parts) > 1 else parts[0][3]
+        if len(parts) > 1 and np.any(np.diff(rec) < 0):
+            # Batches are usually already in file order (a tag's records grow with its step's
+            # varint); otherwise order by record, then by position inside the record.
+            slot = np.concatenate([np.full(len(p[0]), p[1], np.int32) for p in parts])
             order = np.lexsort((slot, rec))
-        return rec[order], tag[order], steps[order], values[order]
+            rec, steps, values = rec[order], steps[order], values[order]
+        return rec, steps, values
 
     def tag_id(self, tag: str) -> int:
         """A small integer for ``tag`` (new tags get the next one)."""
@@ -59,35 +65,44 @@ class Decoded:
 
     def emit(self, records: np.ndarray, ev: ParsedEvent, steps: np.ndarray, values: list[np.ndarray]) -> None:
         """Keep a batch: ``records`` share ``ev``'s layout; ``values[i]`` belongs to ``ev.values[i]``."""
+        self.multi |= len(ev.values) > 1
         for slot, (v, vals) in enumerate(zip(ev.values, values)):
-            n = len(records)
-            self.parts.append((records, np.full(n, slot, np.int32), np.full(n, self.tag_id(v.tag), np.int32),
-                               steps, vals))
+            self.parts.setdefault(self.tag_id(v.tag), []).append((records, slot, steps, vals))
 
 
-def decode(path: Path, arr: np.ndarray, framing: tfr.Framing) -> Decoded:
+def decode(path: Path, arr: np.ndarray, framing: tfr.Framing, *, release=None,
+           chunk: int = 1 << 18) -> Decoded:
     """Decode every complete record of one file (see the module docstring).
+
+    Records are decoded ``chunk`` at a time so that the temporary byte rows stay small; after each
+    chunk ``release(end)`` (if given) may drop the file pages before byte ``end`` from memory.
 
     Raises:
         LogFormatError: the first (lowest-numbered) record with a bad data CRC or a malformed Event.
     """
     offsets, lengths = framing.offsets, framing.lengths
     out = Decoded(len(offsets))
-    for idx in group_by_value(lengths):
-        length = int(lengths[idx[0]])
-        # Rows padded to whole 64-bit words, so that the layout test is a few word comparisons.
-        # Reading past a record is harmless (the mask ignores those bytes) unless it is the file's end.
-        width = -(-length // 8) * 8 or 8
-        starts = offsets[idx] + tfr.HEADER
-        if int(starts.max()) + width <= len(arr):
-            padded = tfr.gather(arr, starts, width)
-        else:
-            padded = np.zeros((len(idx), width), dtype=np.uint8)
-            padded[:, :length] = tfr.gather(arr, starts, length)
-        stored = tfr.stored_crcs(arr, offsets[idx], length)
-        _decode_group(path, idx, padded, length, stored, offsets, out)
-    if out.errors:
-        raise min(out.errors, key=lambda e: e[0])[1]
+    for first in range(0, len(offsets), chunk):
+        last = min(len(offsets), first + chunk)
+        for idx in group_by_value(lengths[first:last]):
+            idx += first
+            length = int(lengths[idx[0]])
+            # Rows padded to whole 64-bit words, so that the layout test is a few word comparisons.
+            # Reading past a record is harmless (the mask ignores those bytes) unless it is the
+            # file's end.
+            width = -(-length // 8) * 8 or 8
+            starts = offsets[idx] + tfr.HEADER
+            if int(starts.max()) + width <= len(arr):
+                padded = tfr.gather(arr, starts, width)
+            else:
+                padded = np.zeros((len(idx), width), dtype=np.uint8)
+                padded[:, :length] = tfr.gather(arr, starts, length)
+            stored = tfr.stored_crcs(arr, offsets[idx], length)
+            _decode_group(path, idx, padded, length, stored, offsets, out)
+        if out.errors:
+            raise min(out.errors, key=lambda e: e[0])[1]
+        if release is not None and last < len(offsets):
+            release(int(offsets[last]))
     return out
 
 
@@ -154,7 +169,7 @@ def _decode_group(path: Path, idx: np.ndarray, padded: np.ndarray, length: int, 
         for w in np.flatnonzero(mask64):
             match &= (sub[:, w] & mask64[w]) == want[w]
         members = remaining[match]
-        block = rows[members]
+        block = rows if len(members) == len(rows) else rows[members]  # one layout: no copy
         # Data CRC of the whole batch: the template with its varying bytes zeroed, plus the
         # contribution of each varying byte (see tfr.position_table).
         zeroed = rows[first].copy()

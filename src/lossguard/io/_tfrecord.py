@@ -86,8 +86,13 @@ class FramingError(Exception):
         self.what = what
 
 
-def frame(buf) -> Framing:
+def frame(buf, *, release=None) -> Framing:
     """Find every record of ``buf`` (bytes or mmap) and check the CRC of every record length.
+
+    Args:
+        buf: the file's bytes.
+        release: optional ``release(end)`` called as framing moves on, so that the caller may drop
+            the pages before byte ``end`` from memory (they are not read again by this function).
 
     Raises:
         FramingError: a length whose CRC is wrong (garbage or corruption). An incomplete last
@@ -98,6 +103,8 @@ def frame(buf) -> Framing:
     unpack = _U64.unpack_from
     off_parts: list[np.ndarray] = []
     len_parts: list[np.ndarray] = []
+    checked = 0  # parts whose length CRCs were checked
+    found = 0  # records in those parts
     off = 0
     block = 1024
     tail_offset, tail_reason = -1, ""
@@ -111,8 +118,8 @@ def frame(buf) -> Framing:
                 if masked_crc32c(bytes(buf[off:off + 8])) != int.from_bytes(buf[off + 8:off + 12], "little"):
                     off_parts.append(np.asarray(offs, dtype=np.int64))
                     len_parts.append(np.asarray(lens, dtype=np.int64))
-                    _check_lengths(arr, np.concatenate(off_parts), np.concatenate(len_parts))
-                    raise FramingError(sum(map(len, off_parts)), off, "the CRC of the record length is wrong")
+                    checked, found = _check_new(arr, off_parts, len_parts, checked, found)
+                    raise FramingError(found, off, "the CRC of the record length is wrong")
                 tail_offset = off
                 tail_reason = f"{length + FOOTER} bytes of data and CRC expected, {n - off - HEADER} present"
                 break
@@ -147,6 +154,9 @@ def frame(buf) -> Framing:
                 break
             off = int(pred_off[k - 1] + HEADER + pred_len[k - 1] + FOOTER)
             lens = list(np.roll(pattern, -(k % period)))  # the cycle, in phase with the next record
+            checked, found = _check_new(arr, off_parts, len_parts, checked, found)
+            if release is not None:
+                release(off)
             if k < block:
                 block = max(1024, block // 2)
                 break
@@ -155,10 +165,20 @@ def frame(buf) -> Framing:
             break
     if tail_offset < 0 and off < n:
         tail_offset, tail_reason = off, f"a 12-byte record header expected, {n - off} bytes present"
+    _check_new(arr, off_parts, len_parts, checked, found)
     offsets = np.concatenate(off_parts)
     lengths = np.concatenate(len_parts)
-    _check_lengths(arr, offsets, lengths)
     return Framing(offsets, lengths, tail_offset, tail_reason)
+
+
+def _check_new(arr: np.ndarray, off_parts: list[np.ndarray], len_parts: list[np.ndarray], checked: int,
+               found: int) -> tuple[int, int]:
+    """Check the length CRCs of the parts not checked yet; returns the new (checked, found)."""
+    if checked < len(off_parts):
+        offsets = np.concatenate(off_parts[checked:])
+        _check_lengths(arr, offsets, np.concatenate(len_parts[checked:]), first=found)
+        found += len(offsets)
+    return len(off_parts), found
 
 
 def _period(lengths: list[int]) -> int:
@@ -170,8 +190,11 @@ def _period(lengths: list[int]) -> int:
     return 0
 
 
-def _check_lengths(arr: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> None:
-    """Check the length CRC of every record (a CRC per distinct length, then one comparison)."""
+def _check_lengths(arr: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, *, first: int = 0) -> None:
+    """Check the length CRC of every record (a CRC per distinct length, then one comparison).
+
+    ``first`` is the number of the first of these records in the file, for the error.
+    """
     if not len(offsets):
         return
     stored = gather(arr, offsets + 8, 4).view("<u4").ravel()
@@ -186,7 +209,7 @@ def _check_lengths(arr: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) ->
     bad = np.flatnonzero(expected != stored)
     if len(bad):
         i = int(bad[0])
-        raise FramingError(i, int(offsets[i]), "the CRC of the record length is wrong")
+        raise FramingError(first + i, int(offsets[i]), "the CRC of the record length is wrong")
 
 
 def gather(arr: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:

@@ -44,7 +44,7 @@ from ..errors import LogFormatError
 from ..metrics import canonical_name
 from ..runlog import RunLog, RunLogBuilder
 from . import _tfrecord as tfr
-from ._event_batch import Decoded, corrupt, decode, group_by_value
+from ._event_batch import Decoded, corrupt, decode
 
 NAME = "tensorboard"
 """Registry name of this reader."""
@@ -122,7 +122,7 @@ def _load(path: Path, builder: RunLogBuilder) -> Decoded:
         raise LogFormatError(f"cannot read the file: {exc.strerror or exc}", path=path,
                              fix="check that the path exists and is readable") from None
     try:
-        framing = tfr.frame(buf)
+        framing = tfr.frame(buf, release=_releaser(buf))
     except tfr.FramingError as exc:
         raise corrupt(path, exc.record, exc.offset, exc.what) from None
     if not len(framing.offsets):
@@ -135,7 +135,24 @@ def _load(path: Path, builder: RunLogBuilder) -> Decoded:
             f"{path}: the last record (record {n + 1}, byte {framing.tail_offset}) is incomplete "
             f"({framing.tail_reason}); the writer was killed or is still writing. The {n} complete "
             f"records before it were read.")
-    return decode(path, np.frombuffer(buf, dtype=np.uint8), framing)
+    return decode(path, np.frombuffer(buf, dtype=np.uint8), framing, release=_releaser(buf))
+
+
+def _releaser(buf: mmap.mmap):
+    """A function that drops the mapped pages before a byte offset (they were decoded already),
+    so that reading a large file does not keep all of it resident; None where unsupported."""
+    if not hasattr(buf, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return None
+    done = 0
+
+    def release(end: int) -> None:
+        nonlocal done
+        end -= end % mmap.PAGESIZE
+        if end > done:
+            buf.madvise(mmap.MADV_DONTNEED, done, end - done)  # read-only mapping: re-read if touched
+            done = end
+
+    return release
 
 
 def _stream_name(path: Path, root: Path, tag: str) -> str | None:
@@ -168,10 +185,8 @@ def _add_points(path: Path, root: Path, builder: RunLogBuilder, names: dict[tupl
         builder.metadata.setdefault("file_version", d.file_version)
     if not d.parts:
         return []  # only non-scalar records (graphs, histograms, the file header)
-    rec, tag, steps, values = d.points()
-    by_tag = dict(zip(range(len(d.tags)), [np.empty(0, np.int64)] * len(d.tags)))
-    by_tag.update((int(tag[g[0]]), g) for g in group_by_value(tag))
-    boundaries = _restarts(rec, steps, by_tag)
+    tags = {tid: d.take(tid) for tid in d.tags.values()}  # tag id -> (record, step, value)
+    boundaries = _restarts(tags)
     seg_ids, made = [], []
     for i, first_rec in enumerate([0] + boundaries):
         start = _time(d.wall, first_rec)
@@ -182,7 +197,6 @@ def _add_points(path: Path, root: Path, builder: RunLogBuilder, names: dict[tupl
             target = builder.start_segment(str(path), start_time=start, note=note)
             made.append((start if start is not None else np.inf, target))
         seg_ids.append(target)
-    segment_of = np.searchsorted(np.asarray(boundaries, dtype=np.int64), rec, side="right")
     used = set(names.values())
     for tag_name, tid in d.tags.items():
         key = (str(path.parent), tag_name)
@@ -192,11 +206,19 @@ def _add_points(path: Path, root: Path, builder: RunLogBuilder, names: dict[tupl
                 metric = tag_name.strip()  # a second tag with the same canonical name keeps its own
             names[key] = metric
             used.add(metric)
-        sel = by_tag[tid]
+        rec, steps, values = tags.pop(tid)
+        # Steps rise strictly inside each segment (restarts split them), so the builder's order
+        # check can only fail on a tag repeated inside one record: only then name records.
+        where = rec + 1 if d.multi else None
+        if len(seg_ids) == 1:
+            builder.add(names[key], steps, values, where=where, segment=seg_ids[0])
+            continue
+        segment_of = np.searchsorted(np.asarray(boundaries, dtype=np.int64), rec, side="right")
         for i, seg in enumerate(seg_ids):
-            part = sel[segment_of[sel] == i] if len(seg_ids) > 1 else sel
+            part = np.flatnonzero(segment_of == i)
             if len(part):
-                builder.add(names[key], steps[part], values[part], where=rec[part] + 1, segment=seg)
+                builder.add(names[key], steps[part], values[part],
+                            where=None if where is None else where[part], segment=seg)
     return made
 
 
@@ -208,13 +230,12 @@ def _latest_before(segments: list[tuple[float, int]], start: float | None) -> in
     return max(earlier)[1] if earlier else None
 
 
-def _restarts(rec: np.ndarray, steps: np.ndarray, by_tag: dict[int, np.ndarray]) -> list[int]:
+def _restarts(tags: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list[int]:
     """Records at which some tag's step stops increasing: restarts inside one file."""
     pairs: list[tuple[int, int]] = []
-    for sel in by_tag.values():
-        s = steps[sel]
-        cand = np.flatnonzero(s[1:] <= s[:-1]) + 1
-        pairs += zip(rec[sel[cand]].tolist(), rec[sel[cand - 1]].tolist())
+    for rec, steps, _ in tags.values():
+        cand = np.flatnonzero(steps[1:] <= steps[:-1]) + 1
+        pairs += zip(rec[cand].tolist(), rec[cand - 1].tolist())
     accepted: list[int] = []
     for at, prev in sorted(pairs):
         # A later tag going back at the same restart is already covered by the boundary found.

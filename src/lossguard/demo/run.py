@@ -1,0 +1,311 @@
+"""``lossguard demo``: the same tiny GPT trained into a real instability, unguarded and guarded.
+
+Three runs of one scenario with the same seed (:mod:`lossguard.demo.scenarios`): a clean-data
+reference (the same model and schedule without the instability: what "recovered" means), the
+unguarded run, and the run under :class:`lossguard.guard.StabilityGuard` with a
+:class:`CheckpointStore` and a :class:`ResumableSampler`. Each writes a JSONL log; each log is read
+back with :func:`lossguard.io.read_log` and analysed with :func:`lossguard.analysis.analyze`, so the
+summary's "spike at step S" is what ``lossguard analyze`` says about that file. The HTML report of
+each run (the guard's actions drawn on the guarded curve) and an ``index.html`` linking them are
+written beside the logs.
+
+Output directory (``--out``): ``clean.jsonl``, ``unguarded.jsonl``, ``guarded.jsonl`` (+
+``guarded.halt.txt`` if the guard halted), ``ckpt/``, ``*.html``, ``summary.json`` and the marker
+``.lossguard-demo``. A directory that holds other files is refused: the demo only ever replaces
+its own previous output.
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..errors import ConfigError, raise_all
+from .scenarios import SCENARIOS, Scenario
+from .train import TrainResult, demo_guard_config, train
+
+MARKER = ".lossguard-demo"
+"""File that marks a directory as demo output (the only kind the demo may overwrite)."""
+OUTPUTS = ("clean.jsonl", "unguarded.jsonl", "guarded.jsonl", "guarded.halt.txt", "clean.html",
+           "unguarded.html", "guarded.html", "index.html", "summary.json", "ckpt", MARKER)
+"""Everything the demo writes into its directory."""
+RUNS = ("clean", "unguarded", "guarded")
+
+
+@dataclass(kw_only=True)
+class DemoConfig:
+    """What ``lossguard demo`` runs."""
+
+    out: str | Path = "lossguard-demo"
+    """Output directory (created; refused if it holds anything but a previous demo's output)."""
+    scenario: str = "bad_pocket"
+    """A name of :data:`lossguard.demo.scenarios.SCENARIOS` other than ``clean``."""
+    steps: int | None = None
+    """Override the scenario's step count (a pocket or LR jump beyond it is moved to 1/2 of it)."""
+    seed: int = 0
+    """Model seed (the data order is the scenario's)."""
+    lr: float | None = None
+    """Override the scenario's peak learning rate (a harder run: higher)."""
+    clean_reference: bool = True
+    """Also train the clean-data reference run (needed for "within Z% of clean")."""
+    html: bool = True
+    """Write the HTML reports."""
+    watch_grad_norm: bool = False
+    """Let the guard judge the gradient norm too (its default). Off in the demo: in this tiny model
+    the grad norm spikes at the end of warm-up are a property of the weights -- withholding the
+    update leaves the weights, and so the spike, where they were -- so the guard would skip, roll
+    back and halt over a spike the unguarded run simply trains through."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.scenario not in SCENARIOS or self.scenario == "clean":
+            choices = ", ".join(n for n in SCENARIOS if n != "clean")
+            problems.append(f"field 'scenario' must be one of {choices}, got {self.scenario!r}")
+        if self.steps is not None and not (isinstance(self.steps, int) and self.steps >= 20):
+            problems.append(f"field 'steps' must be an integer >= 20, got {self.steps!r}")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            problems.append(f"field 'seed' must be an integer >= 0, got {self.seed!r}")
+        if self.lr is not None and not (isinstance(self.lr, (int, float)) and 0 < self.lr < 10):
+            problems.append(f"field 'lr' must be in (0, 10), got {self.lr!r}")
+        raise_all(problems, fix="run `lossguard demo --help` for the options")
+
+    def scenario_obj(self) -> Scenario:
+        """The scenario with this config's overrides applied."""
+        sc = SCENARIOS[self.scenario].with_(seed=self.seed)
+        if self.lr is not None:
+            sc = sc.with_(lr=float(self.lr))
+        if self.steps is not None and self.steps != sc.steps:
+            n = self.steps
+            changes: dict = {"steps": n, "warmup": min(sc.warmup, max(1, n // 10)),
+                             "eval_every": max(1, min(sc.eval_every, n // 5))}
+            p = sc.pocket
+            if p is not None and p.start + p.length >= n:
+                from .scenarios import Pocket
+                changes["pocket"] = Pocket(start=n // 2, length=max(1, min(p.length, n // 10)), kind=p.kind)
+            if sc.lr_jumps:
+                changes["lr_jumps"] = tuple((at if at < n else n // 2, f) for at, f in sc.lr_jumps)
+            sc = sc.with_(**changes)
+        return sc
+
+    def clean_obj(self) -> Scenario:
+        """The clean reference: the scenario without its pocket / LR jumps, at the clean LR."""
+        sc = self.scenario_obj()
+        clean = SCENARIOS["clean"]
+        # When the scenario's instability is its LR (high_lr), the reference trains at the clean LR;
+        # otherwise at the run's own LR (so --lr changes both runs alike).
+        lr_is_the_instability = SCENARIOS[self.scenario].lr != clean.lr
+        return sc.with_(name="clean", pocket=None, lr_jumps=(), lr=clean.lr if lr_is_the_instability else sc.lr,
+                        description="the same model on clean data")
+
+
+@dataclass
+class DemoResult:
+    """The three runs and the files written."""
+
+    scenario: Scenario
+    clean: TrainResult | None
+    unguarded: TrainResult
+    guarded: TrainResult
+    out: Path
+    headlines: dict = field(default_factory=dict)
+    """``{run: the analyser's one-line headline of its log}``."""
+    files: list = field(default_factory=list)
+    """Paths written (logs, reports, summary)."""
+    wall_time: float = 0.0
+
+    def vs_clean(self, r: TrainResult) -> float | None:
+        """Relative held-out gap to the clean run (0.01 = 1% worse), or None."""
+        if self.clean is None or not math.isfinite(self.clean.final_val) or not math.isfinite(r.final_val):
+            return None
+        return r.final_val / self.clean.final_val - 1.0
+
+
+def prepare_out(out: str | Path) -> Path:
+    """Create ``out`` or clear a previous demo's output from it; refuse anything else."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {str(out)!r} is a file", path=str(out), fix="give a directory")
+    if out.is_dir():
+        entries = list(out.iterdir())
+        if entries and not (out / MARKER).is_file():
+            raise ConfigError(f"--out {str(out)!r} is not empty and is not a previous `lossguard demo` output "
+                              f"({len(entries)} entries, no {MARKER} marker)", path=str(out),
+                              fix="choose a new or empty directory with --out DIR")
+        foreign = [e.name for e in entries if e.name not in OUTPUTS]
+        if foreign:
+            raise ConfigError(f"--out {str(out)!r} holds files the demo did not write: "
+                              f"{', '.join(sorted(foreign)[:5])}", path=str(out),
+                              fix="move them away or choose another --out DIR")
+        for e in entries:
+            shutil.rmtree(e) if e.is_dir() else e.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text("written by `lossguard demo`; the demo may replace this directory's contents\n",
+                              encoding="utf-8")
+    return out
+
+
+def run_demo(cfg: DemoConfig, *, on_step: Callable[[str, int, float], None] | None = None,
+             on_phase: Callable[[str, int], None] | None = None) -> DemoResult:
+    """Train the runs, write logs, reports and ``summary.json``.
+
+    Args:
+        cfg: what to run.
+        on_step: ``fn(run, step, loss)`` after every computed step.
+        on_phase: ``fn(run, steps)`` when a run starts (``run`` in :data:`RUNS`, or ``"report"``).
+    """
+    t0 = time.perf_counter()
+    out = prepare_out(cfg.out)
+    sc = cfg.scenario_obj()
+    results: dict[str, TrainResult | None] = {"clean": None}
+    plan = [("clean", cfg.clean_obj(), False)] if cfg.clean_reference else []
+    plan += [("unguarded", sc, False), ("guarded", sc, True)]
+    gcfg = demo_guard_config(sc, **({} if cfg.watch_grad_norm else {"grad_norm": None}))
+    for name, s, guarded in plan:
+        if on_phase is not None:
+            on_phase(name, s.steps)
+        cb = (lambda step, loss, _n=name: on_step(_n, step, loss)) if on_step is not None else None
+        results[name] = train(s, guarded=guarded, log_path=out / f"{name}.jsonl", ckpt_dir=out / "ckpt",
+                              guard_config=gcfg if guarded else None, on_step=cb)
+    res = DemoResult(scenario=sc, clean=results["clean"], unguarded=results["unguarded"],
+                     guarded=results["guarded"], out=out)
+    if on_phase is not None:
+        on_phase("report", 0)
+    _analyse_and_report(res, cfg)
+    res.wall_time = time.perf_counter() - t0
+    summary = out / "summary.json"
+    summary.write_text(json.dumps(summary_dict(res), indent=2) + "\n", encoding="utf-8")
+    res.files.append(str(summary))
+    return res
+
+
+def _analyse_and_report(res: DemoResult, cfg: DemoConfig) -> None:
+    from ..analysis import analyze
+    from ..io import read_log
+    from ..report.words import headline
+
+    pages = []
+    for name in RUNS:
+        r = getattr(res, name)
+        if r is None:
+            continue
+        res.files.append(r.log_path)
+        analysis = analyze(read_log(r.log_path))
+        res.headlines[name] = headline(analysis)
+        if cfg.html:
+            from ..report.html import write_html
+            page = res.out / f"{name}.html"
+            write_html(analysis, page, title=f"lossguard demo: {name} run ({res.scenario.name}, seed {r.seed})")
+            res.files.append(str(page))
+            pages.append((name, page.name))
+    if cfg.html:
+        index = res.out / "index.html"
+        index.write_text(_index_html(res, pages), encoding="utf-8")
+        res.files.insert(0, str(index))
+
+
+def describe(res: DemoResult) -> list[str]:
+    """What happened, in words: one paragraph (list of lines) per run."""
+    sc = res.scenario
+    what = sc.description
+    if sc.pocket is not None:  # from the pocket itself: --steps may have moved it
+        what = f"{sc.pocket.length} garbage batches ({sc.pocket.kind}) from step {sc.pocket.start}"
+    model = ", ".join(f"{k} {v}" for k, v in sc.model.items())
+    lines = [f"Scenario {sc.name}: {what}; {sc.steps} steps, seed {sc.seed}, peak lr {sc.lr:g}, "
+             f"tiny GPT ({model}) on the shipped corpus."]
+    if res.clean is not None:
+        lines.append(f"clean reference: final held-out loss {_f(res.clean.final_val)}.")
+    u = res.unguarded
+    what = res.headlines.get("unguarded", "")
+    if u.diverged:
+        state = f"diverged (non-finite loss at step {u.diverged_at})" if u.diverged_at is not None else "diverged"
+        lines.append(f"unguarded: {state}; the analyser says: {what}.")
+    else:
+        lines.append(f"unguarded: final held-out loss {_f(u.final_val)}{_gap(res, u)}; the analyser says: {what}.")
+    g = res.guarded
+    acts = []
+    if g.skipped_steps:
+        acts.append(f"skipped {len(g.skipped_steps)} step(s) ({_ranges(g.skipped_steps)})")
+    for rb in g.rollbacks:
+        sb = rb.get("skip_batches")
+        skip = f", skipped batches {sb[0]}..{sb[1] - 1}" if sb else ""
+        acts.append(f"rolled back at step {rb['step']} to checkpoint {rb['to_step']}{skip}")
+    for cut in g.lr_cuts:
+        acts.append(f"cut the LR x{cut['factor']} until step {cut['until_step']}")
+    if not acts:
+        acts.append("took no action")
+    tail = (f"halted at step {g.steps}: {g.diagnosis.splitlines()[0] if g.diagnosis else ''} "
+            f"held-out loss there {_f(g.final_val)}" if g.halted else
+            f"final held-out loss {_f(g.final_val)}{_gap(res, g)}")
+    lines.append(f"guarded: {'; '.join(acts)}; {g.steps_lost} step(s) recomputed after rollbacks; {tail}.")
+    return lines
+
+
+def summary_dict(res: DemoResult) -> dict:
+    """JSON summary (``lossguard demo --json`` prints it; ``summary.json`` holds it)."""
+    runs = {}
+    for name in RUNS:
+        r = getattr(res, name)
+        if r is None:
+            continue
+        d = r.to_dict()
+        d["vs_clean"] = res.vs_clean(r)
+        d["analysis_headline"] = res.headlines.get(name)
+        runs[name] = d
+    sc = res.scenario
+    return {"scenario": {"name": sc.name, "description": sc.description, "steps": sc.steps, "seed": sc.seed,
+                         "lr": sc.lr, "model": dict(sc.model),
+                         "pocket": None if sc.pocket is None else {"start": sc.pocket.start, "length": sc.pocket.length,
+                                                                   "kind": sc.pocket.kind}},
+            "runs": runs, "summary": describe(res), "out": str(res.out), "files": list(res.files),
+            "wall_time_s": round(res.wall_time, 1)}
+
+
+def _f(v: float) -> str:
+    return f"{v:.4f}" if math.isfinite(v) else "non-finite"
+
+
+def _gap(res: DemoResult, r: TrainResult) -> str:
+    gap = res.vs_clean(r)
+    if gap is None:
+        return ""
+    word = "within" if abs(gap) < 0.02 else ("worse than" if gap > 0 else "better than")
+    return f" ({word} {abs(gap) * 100:.1f}% {'of' if word == 'within' else ''} clean)".replace("  ", " ")
+
+
+def _ranges(steps: list[int]) -> str:
+    """``[250, 251, 252, 300]`` -> ``"250-252, 300"`` (steps in log order, a rollback may repeat them)."""
+    parts, start, prev = [], None, None
+    for s in steps:
+        if start is not None and s == prev + 1:
+            prev = s
+            continue
+        if start is not None:
+            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+        start = prev = s
+    if start is not None:
+        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+    return ", ".join(parts)
+
+
+def _index_html(res: DemoResult, pages: list[tuple[str, str]]) -> str:
+    items = "\n".join(f'<li><a href="{html.escape(p)}">{html.escape(n)} run</a>: '
+                      f'{html.escape(res.headlines.get(n, ""))}</li>' for n, p in pages)
+    summary = "\n".join(f"<p>{html.escape(line)}</p>" for line in describe(res))
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>lossguard demo</title>
+<style>body{{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;line-height:1.5;padding:0 1rem}}
+li{{margin:.4rem 0}}code{{background:#f4f4f4;padding:0 .2rem}}</style></head>
+<body><h1>lossguard demo: {html.escape(res.scenario.name)}</h1>
+{summary}
+<h2>Reports</h2><ul>
+{items}
+</ul>
+<p>Each report is the analyser's reading of that run's JSONL log (<code>lossguard report RUN.jsonl --html ...</code>);
+the guarded run's report draws the guard's decisions (skip, rollback, LR cut, halt) on the curve.</p>
+</body></html>
+"""
