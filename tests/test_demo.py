@@ -122,8 +122,10 @@ def test_config_validation_and_short_scenarios():
     assert "steps" in str(exc.value) and "seed" in str(exc.value)  # every problem at once
     sc = DemoConfig(steps=100).scenario_obj()
     assert sc.steps == 100 and sc.pocket.start == 50 and sc.pocket.start + sc.pocket.length < 100
-    clean = DemoConfig(scenario="high_lr").clean_obj()
-    assert clean.pocket is None and clean.lr < DemoConfig(scenario="high_lr").scenario_obj().lr
+    high = DemoConfig(scenario="high_lr")
+    clean = high.clean_obj()
+    assert clean.pocket is None and clean.lr_jumps == () and clean.steps == high.scenario_obj().steps
+    assert any(clean.lr_at(s) < high.scenario_obj().lr_at(s) for s in range(clean.steps))
     proc = _demo("--scenario", "clean", timeout=60)
     assert proc.returncode == 2 and "invalid choice" in proc.stderr
 

@@ -67,3 +67,20 @@ def test_named_scenarios_are_valid_and_fast_enough_on_paper():
         assert sc.steps <= 1000
         if sc.pocket is not None:
             assert sc.pocket.start + sc.pocket.length < sc.steps
+
+
+def test_run_shows_the_pocket_spike_and_is_deterministic():
+    from lossguard.demo.scenarios import run, spike_steps
+
+    torch.set_num_threads(1)
+    sc = Scenario(name="t", model=dict(n_layer=1, n_embd=32, n_head=2), steps=60, batch_size=8,
+                  seq_len=32, lr=1e-2, warmup=5, eval_every=30, eval_batches=2,
+                  pocket=Pocket(start=50, length=3, kind="random_bytes"))
+    a, b = run(sc), run(sc)
+    assert a.losses == b.losses and a.final_val == b.final_val
+    assert len(a.losses) == 60 and not a.diverged
+    # random bytes cost about ln(256) = 5.5 nats or more; the text before it far less
+    assert a.losses[50] > 5.0 > a.losses[49] + 1.5
+    assert 50 in spike_steps(a.losses)
+    assert set(a.val) == {30, 60} and a.val[60] == a.final_val
+    assert len(a.attn_logit_max) == 60 and a.wall_time > 0

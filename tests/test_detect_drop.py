@@ -121,3 +121,17 @@ def test_config_is_validated():
         DropConfig(smooth_points=8)
     with pytest.raises(ConfigError, match="slow_spans"):
         DropConfig(slow_spans=0)
+
+
+def test_a_spike_after_the_drop_does_not_undo_it():
+    # The loss dropped and stayed down; 400 points later a spike lifts it back above the old level
+    # for a moment. The down-episode "comes back" there, but that is the spike, not a recovery.
+    steps, trend, eps = _curve(20000, 0.008, 8)
+    y = _drop(steps, trend, 12000, 0.2, 40, 3000)
+    y[12400:12420] *= 1.6
+    y *= 1 + eps
+    a = analyze(_log(steps, y))
+    (d,) = _drops(a)
+    assert abs(d.onset - 12000) <= 25, d
+    assert any(i.kind in (K.SPIKE_FAST, K.SPIKE_SLOW) and abs(i.onset - 12400) <= 3 for i in a.incidents)
+

@@ -128,7 +128,7 @@ def test_empty_or_binary_files(tmp_path, body):
 
 @pytest.mark.parametrize("chunk", [1 << 20, 100], ids=["one-chunk", "many-chunks"])
 def test_paths_agree_on_a_random_log(tmp_path, monkeypatch, chunk):
-    monkeypatch.setattr("lossguard.io._table.CHUNK_BYTES", chunk)  # the fast path parses in chunks
+    monkeypatch.setattr("lossguard.io._chunks.CHUNK_BYTES", chunk)  # the fast path parses in chunks
     rng = np.random.default_rng(7)
     n = 2000
     vals = rng.lognormal(size=(n, 3))

@@ -99,7 +99,7 @@ def test_bad_input_names_the_line(tmp_path, fast, body, where, what):
 
 @pytest.mark.parametrize("chunk", [1 << 20, 100], ids=["one-chunk", "many-chunks"])
 def test_paths_agree(tmp_path, monkeypatch, chunk):
-    monkeypatch.setattr("lossguard.io._table.CHUNK_BYTES", chunk)  # the fast path parses in chunks
+    monkeypatch.setattr("lossguard.io._chunks.CHUNK_BYTES", chunk)  # the fast path parses in chunks
     rng = np.random.default_rng(3)
     recs = [{"step": i, "loss": float(rng.normal()), **({"grad_norm": float(rng.random())} if i % 3 else {})}
             for i in range(3000)]

@@ -269,6 +269,9 @@ class CheckpointStore:
                 full = self._inspect(info.step, info.path, checksum=True)
                 if full.valid:
                     return self._torch_load(full.path / PAYLOAD, map_location, weights_only)
+                import warnings
+
+                warnings.warn(f"{full.path}: {full.reason}; loading an older checkpoint", stacklevel=2)
             raise CheckpointError("every checkpoint failed its CRC-32 check", path=self.directory,
                                   fix="restore the directory from a backup or start from scratch")
         info = self._inspect(int(step), self.path_of(step), checksum=True)

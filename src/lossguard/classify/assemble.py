@@ -3,7 +3,9 @@
 Single-series detectors run on the loss, on each ``loss/<stream>`` and on the grad norm; the
 cross-series rules live here: grad-norm episodes that lead a loss event are folded into it, a spike
 on one stream of a mix is a stream spike, resume and repeated-data tests run at segment boundaries,
-non-finite runs and fp16 loss-scale collapses become incidents of their own.
+non-finite runs and fp16 loss-scale collapses become incidents of their own. A spike that came
+back only part of the way before the baseline climbed is one spike without recovery (not a spike
+plus a divergence); a drop that a later spike lifts back into its band is still a drop.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from ..detect.shift import find_shifts
 from ..detect.trend import Divergence
 from ..errors import LossguardError
 from ..runlog import RunLog
-from .classifier import divergence_incident, drop_incident, spike_incident
+from .classifier import divergence_incident, drop_incident, expected_level, spike_incident
 from .companions import grad_norm_spikes, loss_scale_collapses, nonfinite_incidents, stream_spikes
 from .incident import Incident, IncidentKind as K
 from .settings import AnalyzeConfig
@@ -172,6 +174,8 @@ def find_incidents(log: RunLog, cfg: AnalyzeConfig) -> Found:
     # divergence) or repeated data does; unrecovered episodes after it are part of it.
     st = ev.steps
     standing = []
+    turned: dict[int, Divergence] = {}  # id(spike episode) -> the divergence it turned into
+    budget = dcfg.spike.budget_points
     for d in ev.divergences:
         a, z = int(st[d.minimum_at]), int(st[d.trigger])
         if any(_overlap(a, z, s0, s1 + lag * k) for s0, s1 in quiet):
@@ -181,6 +185,15 @@ def find_incidents(log: RunLog, cfg: AnalyzeConfig) -> Found:
             continue
         if any(e.end is None and e.onset <= d.minimum_at <= e.closed + lag for e in ev.spikes):
             continue  # the climb continues an unrecovered spike: "turning into divergence"
+        # A spike that came "back" but whose loss never returned to its pre-spike trend before this
+        # climb began (the climb's minimum sits above the trend extrapolated past the spike) only
+        # recovered part of the way, then turned into divergence: one incident, the spike's.
+        before = [e for e in ev.spikes if e.end is not None and e.closed < d.minimum_at <= e.closed + budget
+                  and d.minimum - float(expected_level(ev, e, int(st[d.minimum_at]))) > cfg.settled_rel * abs(e.base)]
+        if before:
+            turned[id(before[-1])] = d
+            standing.append(d)
+            continue
         standing.append(d)
         out.append(divergence_incident(ev, d, metric, lag, streams))
     # Loss spikes, shifts, resume spikes.
@@ -210,6 +223,14 @@ def find_incidents(log: RunLog, cfg: AnalyzeConfig) -> Found:
                 spans.append((int(st[turn]), int(st[ep.closed])))
                 continue
         inc = spike_incident(ev, ep, metric, cfg, k, streams)
+        if id(ep) in turned:
+            d = turned[id(ep)]
+            inc.kind, inc.end, inc.recovery_steps, inc.severity = K.SPIKE_NO_RECOVERY, None, None, "critical"
+            inc.evidence = (f"The {metric} rose {inc.magnitude:.3g} ({inc.magnitude_sigma:.1f} sigma) above its pre-event "
+                            f"level {ep.base:.4g} at step {int(st[ep.peak])}, came back part of the way, but never to its "
+                            f"pre-event trend: from step {int(st[d.minimum_at])} (at {d.minimum:.4g}) it rose again and "
+                            "kept rising (turning into divergence).")
+            inc.details["turned_into_divergence_at"] = int(st[d.minimum_at])
         if inc.kind in (K.LEVEL_SHIFT, K.SPIKE_NO_RECOVERY) and any(
                 d.trigger <= ep.onset and (d.end is None or ep.onset <= d.end) for d in standing):
             continue  # "settled higher" than a trend that was already diverging: part of the divergence
@@ -238,7 +259,10 @@ def find_incidents(log: RunLog, cfg: AnalyzeConfig) -> Found:
     warm_end = _warmup_end(log, st, w)
     for ep in ev.dips:
         b = at_boundary(ep.onset, cfg.resume.level_points)
-        if b is not None or not is_drop(ep, dcfg.drop) or int(st[ep.onset]) <= warm_end:
+        # Back "in band" because a spike lifted the loss there is not a recovery from the drop.
+        lifted = ep.end is not None and ep.end - ep.onset >= persist and any(
+            sp.onset <= ep.closed + dcfg.dip.settle and ep.end <= sp.closed for sp in ev.spikes)
+        if b is not None or not (is_drop(ep, dcfg.drop) or lifted) or int(st[ep.onset]) <= warm_end:
             continue  # a flat start then a steep fall is the LR warm-up, not grokking
         if any(_overlap(int(st[ep.onset]), int(st[ep.onset]), s0, s1 + w * k) for s0, s1 in spans + quiet):
             continue  # the way back down from a spike or shift, measured from a raised baseline
@@ -253,8 +277,8 @@ def find_incidents(log: RunLog, cfg: AnalyzeConfig) -> Found:
         z = int(st[min(len(st) - 1, sh.at + w)])
         if any(_overlap(a, z, s0, s1) for s0, s1 in spans + quiet + explained) \
                 or any(_overlap(a, z, int(st[d.minimum_at]), int(st[-1]) if d.end is None else int(st[d.end]))
-                       for d in standing) or at_boundary(sh.at, w) is not None:
-            continue
+                       for d in standing) or at_boundary(sh.at, 2 * cfg.resume.level_points) is not None:
+            continue  # (a step right at a resume belongs to the resume; one a window later does not)
         onset = sh.at
         while onset > 0 and ev.values[onset - 1] - sh.level_before > 0.5 * sh.jump and sh.at - onset < 16:
             onset -= 1

@@ -4,8 +4,10 @@ The detectors (:mod:`lossguard.detect`) say *where* something happened; this mod
 it was, by the rules below, and writes the reason in words.
 
 * An upward episode of the loss that came back within ``fast_steps`` of its peak is a fast spike,
-  later a slow spike. One that did not come back is a **level shift** when it kept at least
-  ``shift_ratio`` of its peak excess and its tail is flat, otherwise a **spike without recovery**
+  later a slow spike (back means back on the extrapolated trend, and still there over the next
+  ``settle_steps``). One that did not come back is a **level shift** when it kept at least
+  ``shift_ratio`` of its early excess (the largest of its first three points, less what noise
+  alone adds to the largest of three) and its tail is flat, otherwise a **spike without recovery**
   (with "turning into divergence" when the tail still rises).
 * An episode starting within a few points of a resume is a **resume spike** (if it recovered).
 * A divergence of the baseline not explained by an episode is a **divergence**, or a **level shift**
@@ -95,6 +97,15 @@ def spike_incident(ev: SeriesEvents, ep: Episode, metric: str, cfg: AnalyzeConfi
             back = np.flatnonzero(med - exp <= band)
             if len(back):
                 end = end + int(back[0])  # windows slide from the online end: 0 = agreed
+                # ...and stayed there: one 5-point median of a noisy run can dip into the band while
+                # the loss settles higher. The median of the next settle_steps must be back too.
+                d = max(10, cfg.settle_steps // interval)
+                after = x[end:end + d]
+                if len(after) >= d:
+                    level = float(np.median(after))
+                    settled_higher = (level, float(expected_level(ev, ep, int(st[end + d // 2]))))
+                    if level - settled_higher[1] <= cfg.settled_rel * abs(ep.base):
+                        settled_higher = None
             else:
                 d = max(10, cfg.settle_steps // interval)
                 level = float(np.median(seg[:d]))
@@ -111,7 +122,10 @@ def spike_incident(ev: SeriesEvents, ep: Episode, metric: str, cfg: AnalyzeConfi
         return Incident(kind, metric, int(st[onset]), int(st[ep.peak]), int(st[end]), ep.base, ep.peak_value,
                         excess, sigma, rec, streams, sev, evidence, details)
     x = ev.values
-    early = float(np.max(x[ep.onset:ep.onset + 3])) - ep.base
+    # The largest of the first three points, less the amount by which noise alone lifts the largest
+    # of three (E[max of 3 standard normals] = 0.846 sigma): the height of a spike's peak or of a
+    # step, not of the step's noisiest point.
+    early = float(np.max(x[ep.onset:ep.onset + 3])) - 0.846 * ep.noise - ep.base
     d = max(10, cfg.settle_steps // interval)
     if ep.onset + 2 * d <= ep.closed + 1:
         settled = float(np.median(x[ep.onset + d:ep.onset + 2 * d]))

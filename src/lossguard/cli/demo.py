@@ -14,7 +14,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``demo`` verb."""
     from ..demo.scenarios import SCENARIOS
 
-    choices = [n for n in SCENARIOS if n != "clean"]
+    choices = [n for n in SCENARIOS if not n.startswith("clean")]
     p = subparsers.add_parser(
         "demo", help="train a tiny GPT into a real loss spike, with and without the guard (CPU, ~2-3 min)",
         description="Train a tiny byte-level GPT on text shipped with lossguard, three times with the same seed: "
@@ -23,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="DIR", default="lossguard-demo",
                    help="output directory (default ./lossguard-demo); a non-empty directory is refused unless it "
                         "is a previous demo's output, which is replaced")
-    p.add_argument("--scenario", default="bad_pocket", choices=choices,
+    p.add_argument("--scenario", default="bad_pocket", choices=choices, metavar="NAME",
                    help="the instability: " + "; ".join(f"{n} ({SCENARIOS[n].description})" for n in choices)
                         + "; default bad_pocket")
     p.add_argument("--steps", type=int, default=None, metavar="N",

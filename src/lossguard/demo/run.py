@@ -44,7 +44,7 @@ class DemoConfig:
     out: str | Path = "lossguard-demo"
     """Output directory (created; refused if it holds anything but a previous demo's output)."""
     scenario: str = "bad_pocket"
-    """A name of :data:`lossguard.demo.scenarios.SCENARIOS` other than ``clean``."""
+    """A name of :data:`lossguard.demo.scenarios.SCENARIOS` other than the clean ones."""
     steps: int | None = None
     """Override the scenario's step count (a pocket or LR jump beyond it is moved to 1/2 of it)."""
     seed: int = 0
@@ -63,8 +63,8 @@ class DemoConfig:
 
     def __post_init__(self) -> None:
         problems = []
-        if self.scenario not in SCENARIOS or self.scenario == "clean":
-            choices = ", ".join(n for n in SCENARIOS if n != "clean")
+        if self.scenario not in SCENARIOS or self.scenario.startswith("clean"):
+            choices = ", ".join(n for n in SCENARIOS if not n.startswith("clean"))
             problems.append(f"field 'scenario' must be one of {choices}, got {self.scenario!r}")
         if self.steps is not None and not (isinstance(self.steps, int) and self.steps >= 20):
             problems.append(f"field 'steps' must be an integer >= 20, got {self.steps!r}")
@@ -178,8 +178,8 @@ def run_demo(cfg: DemoConfig, *, on_step: Callable[[str, int, float], None] | No
     _analyse_and_report(res, cfg)
     res.wall_time = time.perf_counter() - t0
     summary = out / "summary.json"
-    summary.write_text(json.dumps(summary_dict(res), indent=2) + "\n", encoding="utf-8")
     res.files.append(str(summary))
+    summary.write_text(json.dumps(summary_dict(res), indent=2) + "\n", encoding="utf-8")
     return res
 
 
@@ -273,8 +273,10 @@ def _gap(res: DemoResult, r: TrainResult) -> str:
     gap = res.vs_clean(r)
     if gap is None:
         return ""
-    word = "within" if abs(gap) < 0.02 else ("worse than" if gap > 0 else "better than")
-    return f" ({word} {abs(gap) * 100:.1f}% {'of' if word == 'within' else ''} clean)".replace("  ", " ")
+    pct = f"{abs(gap) * 100:.1f}%"
+    if abs(gap) < 0.02:
+        return f" (within {pct} of clean)"
+    return f" ({pct} {'worse' if gap > 0 else 'better'} than clean)"
 
 
 def _ranges(steps: list[int]) -> str:

@@ -21,10 +21,12 @@ Accounting (decided; ``docs/guard.md`` has the table):
   the checkpoint and the onset are trained on again (the restored weights never saw them).
 
 Device work per step (no host sync in the hot path with a device gate): the global gradient norm,
-two ring-buffer median/MAD updates, the finite checks and the verdict, packed into one 9-float
+two ring-buffer median/MAD updates, the finite checks and the verdict, packed into one 10-float
 tensor that is copied to the host once -- immediately on CPU, one step late on CUDA
 (``defer_host_read``), where a rollback therefore acts one step late (it restores a checkpoint, so
-the extra step is discarded with the rest).
+the extra step is discarded with the rest). On a CPU (``stats="auto"``) the same statistics run on
+the host with the analyser's own ``OnlineOutlier``: there the host is the device, and a few Python
+floats cost less than ~60 tiny tensor ops.
 """
 from __future__ import annotations
 

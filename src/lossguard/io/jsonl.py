@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import LogFormatError
-from ._table import Piece, Table, add_text_columns, chunks, join_pieces, to_runlog
+from ._chunks import Piece, chunks, join_pieces
+from ._table import Table, add_text_columns, to_runlog
 from .csv import check_file, read_bytes
 
 NAME = "jsonl"
