@@ -141,3 +141,23 @@ def test_full_default_demo_within_3_minutes_and_the_guard_wins(tmp_path):
     assert runs["guarded"]["final_val_loss"] < runs["unguarded"]["final_val_loss"]
     assert abs(runs["guarded"]["vs_clean"]) < 0.02
     assert runs["unguarded"]["vs_clean"] > 0.02
+
+
+def test_a_nan_run_stops_unguarded_and_the_guard_halts_with_a_diagnosis(tmp_path):
+    # lr 1e30: step 0's update blows the weights up, every later loss is NaN (a real NaN, not injected).
+    from lossguard.demo.scenarios import SCENARIOS
+    from lossguard.demo.train import demo_guard_config, train
+
+    torch.set_num_threads(1)
+    sc = SCENARIOS["clean"].with_(steps=30, lr=1e30, warmup=0, eval_every=10, eval_batches=1,
+                                  model=dict(n_layer=1, n_embd=16, n_head=2), batch_size=4, seq_len=16)
+    u = train(sc, guarded=False, log_path=tmp_path / "u.jsonl")
+    assert u.diverged and u.diverged_at == 1 and u.to_dict()["final_val_loss"] is None
+    losses = [r["loss"] for r in _records(tmp_path / "u.jsonl") if "loss" in r]
+    assert len(losses) == 2 and np.isfinite(losses[0]) and np.isnan(losses[1])
+    g = train(sc, guarded=True, log_path=tmp_path / "g.jsonl", ckpt_dir=tmp_path / "ck",
+              guard_config=demo_guard_config(sc, grad_norm=None))
+    assert g.halted and len(g.rollbacks) == 3 and g.skipped_steps[:3] == [1, 2, 3]
+    halt = [r for r in _records(tmp_path / "g.jsonl") if r.get("event") == "halt"]
+    assert len(halt) == 1 and Path(halt[0]["diagnosis"]).is_file()
+    assert "rollback budget spent" in g.diagnosis

@@ -68,6 +68,15 @@ def test_guard_events_and_rollback_segment(tmp_path, fast):
     assert values[199] == 2.0 and values[200] == 1.5
 
 
+def test_shadow_rollback_is_not_a_segment(tmp_path):
+    # A guard in shadow mode logs the rollback it would have made; the run itself went on.
+    recs = [{"step": s, "loss": 2.0} for s in range(1, 101)]
+    recs.insert(60, {"step": 60, "event": "rollback", "shadow": True, "would_roll_back_to": 20})
+    log = stitch(jsonl.read(write(tmp_path / "shadow.jsonl", recs)))
+    assert len(log.segments) == 1 and log.summary()["dead_points"] == 0
+    assert [e["event"] for e in log.events] == ["rollback"]
+
+
 @FAST
 def test_non_finite_and_null(tmp_path, fast):
     p = write(tmp_path / "m.jsonl", [{"step": 1, "loss": 1.0}, {"step": 2, "loss": math.nan},

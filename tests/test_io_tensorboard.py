@@ -371,9 +371,6 @@ def test_run_directory_streams_join_their_launch(tmp_path):
     _check_stream_run(log)
 
 
-@pytest.mark.xfail(reason="read_log reads a directory's event files one by one, so add_scalars stream "
-                          "files become segments of their own that look like restarts at step 0; "
-                          "read_log should hand a directory of event files to tensorboard.read whole")
 def test_read_log_on_a_run_directory(tmp_path):
     from lossguard.io import read_log
 

@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``lossguard demo``; returns the exit code."""
     from ..errors import require
 
-    require("torch", "torch", "lossguard demo")
+    require("torch", "demo", "lossguard demo")
     import torch
 
     from ..demo.run import DemoConfig, describe, run_demo, summary_dict

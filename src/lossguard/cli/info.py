@@ -150,6 +150,7 @@ def render(log) -> str:
     ignored = log.metadata.get("ignored_columns")
     if ignored:
         extra += f"ignored text column(s): {', '.join(ignored)}\n"
+    extra += "".join(f"warning: {w}\n" for w in log.metadata.get("warnings", []))
     events = "".join(f"  step {e.get('step', '?')}: {e.get('event')}\n" for e in log.events[:10])
     if events:
         events = "events:\n" + events

@@ -16,7 +16,6 @@ its own previous output.
 """
 from __future__ import annotations
 
-import html
 import json
 import math
 import shutil
@@ -27,14 +26,17 @@ from typing import Callable
 
 from ..errors import ConfigError, raise_all
 from .scenarios import SCENARIOS, Scenario
+from .summary import RUNS, _index_html, describe, summary_dict
 from .train import TrainResult, demo_guard_config, train
+
+__all__ = ["DemoConfig", "DemoResult", "MARKER", "OUTPUTS", "RUNS", "describe", "prepare_out", "run_demo",
+           "summary_dict"]
 
 MARKER = ".lossguard-demo"
 """File that marks a directory as demo output (the only kind the demo may overwrite)."""
 OUTPUTS = ("clean.jsonl", "unguarded.jsonl", "guarded.jsonl", "guarded.halt.txt", "clean.html",
            "unguarded.html", "guarded.html", "index.html", "summary.json", "ckpt", MARKER)
 """Everything the demo writes into its directory."""
-RUNS = ("clean", "unguarded", "guarded")
 
 
 @dataclass(kw_only=True)
@@ -206,108 +208,3 @@ def _analyse_and_report(res: DemoResult, cfg: DemoConfig) -> None:
         index = res.out / "index.html"
         index.write_text(_index_html(res, pages), encoding="utf-8")
         res.files.insert(0, str(index))
-
-
-def describe(res: DemoResult) -> list[str]:
-    """What happened, in words: one paragraph (list of lines) per run."""
-    sc = res.scenario
-    what = sc.description
-    if sc.pocket is not None:  # from the pocket itself: --steps may have moved it
-        what = f"{sc.pocket.length} garbage batches ({sc.pocket.kind}) from step {sc.pocket.start}"
-    model = ", ".join(f"{k} {v}" for k, v in sc.model.items())
-    lines = [f"Scenario {sc.name}: {what}; {sc.steps} steps, seed {sc.seed}, peak lr {sc.lr:g}, "
-             f"tiny GPT ({model}) on the shipped corpus."]
-    if res.clean is not None:
-        lines.append(f"clean reference: final held-out loss {_f(res.clean.final_val)}.")
-    u = res.unguarded
-    what = res.headlines.get("unguarded", "")
-    if u.diverged:
-        state = f"diverged (non-finite loss at step {u.diverged_at})" if u.diverged_at is not None else "diverged"
-        lines.append(f"unguarded: {state}; the analyser says: {what}.")
-    else:
-        lines.append(f"unguarded: final held-out loss {_f(u.final_val)}{_gap(res, u)}; the analyser says: {what}.")
-    g = res.guarded
-    acts = []
-    if g.skipped_steps:
-        acts.append(f"skipped {len(g.skipped_steps)} step(s) ({_ranges(g.skipped_steps)})")
-    for rb in g.rollbacks:
-        sb = rb.get("skip_batches")
-        skip = f", skipped batches {sb[0]}..{sb[1] - 1}" if sb else ""
-        acts.append(f"rolled back at step {rb['step']} to checkpoint {rb['to_step']}{skip}")
-    for cut in g.lr_cuts:
-        acts.append(f"cut the LR x{cut['factor']} until step {cut['until_step']}")
-    if not acts:
-        acts.append("took no action")
-    tail = (f"halted at step {g.steps}: {g.diagnosis.splitlines()[0] if g.diagnosis else ''} "
-            f"held-out loss there {_f(g.final_val)}" if g.halted else
-            f"final held-out loss {_f(g.final_val)}{_gap(res, g)}")
-    lines.append(f"guarded: {'; '.join(acts)}; {g.steps_lost} step(s) recomputed after rollbacks; {tail}.")
-    return lines
-
-
-def summary_dict(res: DemoResult) -> dict:
-    """JSON summary (``lossguard demo --json`` prints it; ``summary.json`` holds it)."""
-    runs = {}
-    for name in RUNS:
-        r = getattr(res, name)
-        if r is None:
-            continue
-        d = r.to_dict()
-        d["vs_clean"] = res.vs_clean(r)
-        d["analysis_headline"] = res.headlines.get(name)
-        runs[name] = d
-    sc = res.scenario
-    return {"scenario": {"name": sc.name, "description": sc.description, "steps": sc.steps, "seed": sc.seed,
-                         "lr": sc.lr, "model": dict(sc.model),
-                         "pocket": None if sc.pocket is None else {"start": sc.pocket.start, "length": sc.pocket.length,
-                                                                   "kind": sc.pocket.kind}},
-            "runs": runs, "summary": describe(res), "out": str(res.out), "files": list(res.files),
-            "wall_time_s": round(res.wall_time, 1)}
-
-
-def _f(v: float) -> str:
-    return f"{v:.4f}" if math.isfinite(v) else "non-finite"
-
-
-def _gap(res: DemoResult, r: TrainResult) -> str:
-    gap = res.vs_clean(r)
-    if gap is None:
-        return ""
-    pct = f"{abs(gap) * 100:.1f}%"
-    if abs(gap) < 0.02:
-        return f" (within {pct} of clean)"
-    return f" ({pct} {'worse' if gap > 0 else 'better'} than clean)"
-
-
-def _ranges(steps: list[int]) -> str:
-    """``[250, 251, 252, 300]`` -> ``"250-252, 300"`` (steps in log order, a rollback may repeat them)."""
-    parts, start, prev = [], None, None
-    for s in steps:
-        if start is not None and s == prev + 1:
-            prev = s
-            continue
-        if start is not None:
-            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-        start = prev = s
-    if start is not None:
-        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-    return ", ".join(parts)
-
-
-def _index_html(res: DemoResult, pages: list[tuple[str, str]]) -> str:
-    items = "\n".join(f'<li><a href="{html.escape(p)}">{html.escape(n)} run</a>: '
-                      f'{html.escape(res.headlines.get(n, ""))}</li>' for n, p in pages)
-    summary = "\n".join(f"<p>{html.escape(line)}</p>" for line in describe(res))
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>lossguard demo</title>
-<style>body{{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;line-height:1.5;padding:0 1rem}}
-li{{margin:.4rem 0}}code{{background:#f4f4f4;padding:0 .2rem}}</style></head>
-<body><h1>lossguard demo: {html.escape(res.scenario.name)}</h1>
-{summary}
-<h2>Reports</h2><ul>
-{items}
-</ul>
-<p>Each report is the analyser's reading of that run's JSONL log (<code>lossguard report RUN.jsonl --html ...</code>);
-the guarded run's report draws the guard's decisions (skip, rollback, LR cut, halt) on the curve.</p>
-</body></html>
-"""

@@ -155,7 +155,7 @@ def train(sc: Scenario, *, guarded: bool, log_path: str | Path | None = None, ck
     Returns:
         The :class:`TrainResult`.
     """
-    torch = require("torch", "torch", "lossguard demo")
+    require("torch", "demo", "lossguard demo")
     t0 = time.perf_counter()
     model, opt, sched, data = _build(sc)
     evaluate = _evaluator(model, data.val_batches(sc.eval_batches))

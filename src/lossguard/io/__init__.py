@@ -109,9 +109,17 @@ def read_log(paths: PathArg, *, format: str | None = None) -> RunLog:
                                  fix=f"use one of: {', '.join(available_formats())}")
     logs: list[RunLog] = []
     skipped: list[str] = []
+    event_roots: set[Path] = set()  # run directories whose event files are read in one call
     for path, root in _expand(paths):
         head = _head(path)
         name = format or detect_format(path, head)
+        if name == "tensorboard" and root is not None:
+            # One call per run directory: add_scalars writes each stream to a sub-directory, and
+            # those files must join the launch they belong to, not look like restarts at step 0.
+            if root not in event_roots:
+                event_roots.add(root)
+                logs.append(reader(name).read(root, root=root))
+            continue
         if name is None:
             if root is not None:
                 skipped.append(str(path))

@@ -91,7 +91,7 @@ def split_events(records: list[dict], lines: list[int]) -> tuple[list[dict], lis
     for r, line in zip(records, lines):
         if r.get(EVENT_KEY) is not None:
             events.append(r)
-            if str(r[EVENT_KEY]).lower() in SEGMENT_EVENTS:
+            if starts_segment(r):
                 current += 1
                 notes.append(_note(r))
             continue
@@ -181,11 +181,20 @@ def _arrow_table(path: Path):
     notes = [""]
     boundaries = []
     for i, rec in events:
-        if str(rec.get(EVENT_KEY)).lower() in SEGMENT_EVENTS:
+        if starts_segment(rec):
             boundaries.append(i)
             notes.append(_note(rec))
     seg = np.searchsorted(np.asarray(boundaries, dtype=np.int64), rows) if boundaries else None
     return table, seg, notes, [rec for _, rec in events]
+
+
+def starts_segment(rec: dict) -> bool:
+    """True for an event after which the rows were logged by a new launch (a rollback or resume).
+
+    A guard in shadow mode logs the rollback it *would* have made (``"shadow": true``); the run went
+    on, so that record starts nothing.
+    """
+    return str(rec.get(EVENT_KEY)).lower() in SEGMENT_EVENTS and not rec.get("shadow")
 
 
 def _note(rec: dict) -> str:
