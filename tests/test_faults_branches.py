@@ -82,6 +82,8 @@ def test_bad_data_pocket_rolls_back_and_skips_the_data(tmp_path):
     assert guard.step_count == 200 and guard.policy.rollbacks == 1
     assert [e["step"] for e in events(guard, "skip")] == [120, 121, 122]
     assert guard.last_record.loss < 1.0  # the run recovered
+    assert rb["suspect"] == "data" and not events(guard, "lr_cut")  # a one-off pocket: no LR cut
+    assert guard.policy.lr_factor(guard.step_count) == 1.0
 
 
 def test_lr_cut_after_rollback(tmp_path):
@@ -96,6 +98,36 @@ def test_lr_cut_after_rollback(tmp_path):
             lrs[r["step"]] = r["lr"]  # the last segment's value wins
     assert lrs[110] == pytest.approx(0.5e-2) and lrs[140] == pytest.approx(1e-2)
     assert guard.optimizer.param_groups[0]["lr"] == pytest.approx(1e-2)  # the schedule itself untouched
+
+
+def test_spike_that_recurs_after_its_data_was_skipped_cuts_the_lr_decisively(tmp_path):
+    """An instability tied to the step and the LR, not to the data: it fires at steps 120-122 while
+    the LR is uncut, whatever batch is read -- the signature of an LR too high for the weights."""
+    guard, loader = make(tmp_path, lr_cut_from=0)  # no mild hedge: only the recurrence rule may cut
+    inj, model = FaultInjector([Fault(kind="loss_spike", step=120, steps=3, factor=30.0, once=False)]), guard.model
+    for step, (x, y) in guard.batches(loader, steps=200):
+        loss = F.mse_loss(model(x), y)
+        if guard.policy.lr_factor(step) == 1.0:
+            loss = inj.loss(step, loss)
+        loss.backward()
+        guard.step(loss, replay=lambda x=x, y=y: F.mse_loss(model(x), y) * (30.0 if 120 <= step < 123 else 1.0))
+    first, second = events(guard, "rollback")
+    assert first["suspect"] == "data" and first["to_step"] == 100 and first["skip_batches"] == [120, 133]
+    assert second["suspect"] == "optimizer" and second["recurrence_of"] == 120 and second["onset"] == 120
+    assert second["skip_batches"][0] == 133                        # the same place, on other data
+    assert any("recurrence" in r for r in second["reasons"])
+    (cut,) = events(guard, "lr_cut")                               # none after the first rollback
+    assert cut["cause"] == "recurrence" and cut["factor"] == 0.1 and cut["until_step"] is None
+    assert cut["step"] == 100 and "optimizer instability" in cut["reasons"][0]
+    lrs = {}
+    for line in (tmp_path / "run.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if "event" not in r:
+            lrs[r["step"]] = r["lr"]  # the last segment's value wins
+    assert lrs[110] == pytest.approx(1e-3) and lrs[199] == pytest.approx(1e-3)  # held to the end
+    assert guard.optimizer.param_groups[0]["lr"] == pytest.approx(1e-2)         # the schedule untouched
+    assert not guard.halted and guard.step_count == 200 and guard.policy.rollbacks == 2
+    assert inj.fired.count(("loss_spike", 120)) == 2               # it did not come back after the cut
 
 
 def test_loss_scale_collapse_is_reset(tmp_path):

@@ -1,6 +1,7 @@
 """RecoveryPolicy on its own: the ladder skip -> rollback -> LR cut -> halt, and its budgets."""
 from __future__ import annotations
 
+import json
 import math
 
 from lossguard.guard.config import GuardConfig
@@ -104,3 +105,86 @@ def test_config_errors_name_every_field():
         GuardConfig(gate="gpu", episode_gap=0, lr_cut_factor=2.0)
     msg = str(e.value)
     assert "gate" in msg and "episode_gap" in msg and "lr_cut_factor" in msg and "fix" in msg
+
+
+def _episode(p, onset, batch, n=2):
+    """``n`` bad steps from ``onset`` on batches from ``batch``; returns the last decision."""
+    ds = []
+    for i in range(n):
+        ds += p.observe(rec(onset + i, True, batch=batch + i))
+    return ds[-1]
+
+
+def test_recurrence_at_the_same_place_on_other_data_cuts_the_lr_decisively():
+    p = RecoveryPolicy(GuardConfig(episode_gap=2, rollback_after=2, skip_margin=5, recurrence_window=10))
+    first = _episode(p, 200, 200)
+    assert first.action is Action.ROLLBACK and first.numbers["suspect"] == "data"
+    assert p.rolled_back(first, to_step=150) == []          # bad data first: skip it, no LR cut
+    second = _episode(p, 201, 250)                          # back one step later, on other batches
+    assert second.action is Action.ROLLBACK and second.numbers["suspect"] == "optimizer"
+    assert second.numbers["recurrence_of"] == 200 and "recurrence" in second.reasons[1]
+    (cut,) = p.rolled_back(second, to_step=150)
+    rec_ = cut.record()
+    assert rec_["event"] == "lr_cut" and rec_["cause"] == "recurrence" and rec_["until_step"] is None
+    assert rec_["factor"] == 0.1 and "optimizer instability" in rec_["reasons"][0]
+    assert p.lr_factor(150) == 0.1 and p.lr_factor(10_000) == 0.1   # held for the rest of the run
+    third = _episode(p, 203, 300)                           # still there: the cuts compound
+    (cut2,) = p.rolled_back(third, to_step=150)
+    assert cut2.numbers["factor"] == pytest.approx(0.01) and p.lr_factor(160) == pytest.approx(0.01)
+
+
+def test_a_later_episode_elsewhere_is_not_a_recurrence():
+    p = RecoveryPolicy(GuardConfig(episode_gap=2, rollback_after=2, recurrence_window=10, lr_cut_from=0))
+    p.rolled_back(_episode(p, 200, 200), to_step=150)
+    later = _episode(p, 260, 310)                           # 60 steps on: a new episode, new data
+    assert later.numbers["suspect"] == "data" and "recurrence_of" not in later.numbers
+    assert p.rolled_back(later, to_step=200) == [] and p.lr_factor(250) == 1.0
+
+
+def test_recurrence_cut_with_a_window_and_disabled():
+    p = RecoveryPolicy(GuardConfig(episode_gap=2, rollback_after=2, recurrence_lr_factor=0.3,
+                                   recurrence_lr_steps=40))
+    p.rolled_back(_episode(p, 100, 100), to_step=50)
+    (cut,) = p.rolled_back(_episode(p, 100, 400), to_step=50)
+    assert cut.numbers["until_step"] == 90 and p.lr_factor(89) == 0.3 and p.lr_factor(90) == 1.0
+    off = RecoveryPolicy(GuardConfig(episode_gap=2, rollback_after=2, recurrence_lr_factor=1.0, lr_cut_from=0))
+    off.rolled_back(_episode(off, 100, 100), to_step=50)
+    assert off.rolled_back(_episode(off, 100, 400), to_step=50) == [] and off.lr_factor(60) == 1.0
+
+
+def test_recurrence_when_the_budget_is_spent_halts_and_says_why():
+    p = RecoveryPolicy(GuardConfig(episode_gap=2, rollback_after=2, max_rollbacks=1))
+    p.rolled_back(_episode(p, 100, 100), to_step=50)
+    halt = _episode(p, 100, 400)
+    assert halt.action is Action.HALT and halt.numbers["suspect"] == "optimizer"
+    assert any("recurrence" in r for r in halt.reasons) and "budget spent" in halt.reasons[-1]
+
+
+def test_recurrence_state_survives_a_rollback_and_old_checkpoints_load():
+    p = RecoveryPolicy(GuardConfig(episode_gap=2, rollback_after=2))
+    p.rolled_back(_episode(p, 100, 100), to_step=50)
+    p.rolled_back(_episode(p, 101, 400), to_step=50)
+    q = RecoveryPolicy(GuardConfig())
+    q.load_state_dict(json.loads(json.dumps(p.state_dict())))   # JSON-safe
+    assert q.lr_factor(70) == 0.1 and q.last_rollback["onset"] == 101 and q.recurrences == 1
+    old = p.budget_state()
+    for k in ("last_rollback", "recurrences", "recurrence_factor", "recurrence_until"):
+        del old[k]                                             # a checkpoint from before the rule
+    q.load_budget_state(old)
+    assert q.lr_factor(70) == 1.0 and q.last_rollback is None
+
+
+def test_recurrence_config_errors():
+    with pytest.raises(ConfigError) as e:
+        GuardConfig(recurrence_lr_factor=0.0, recurrence_lr_steps=0, recurrence_window=-1)
+    msg = str(e.value)
+    assert "recurrence_lr_factor" in msg and "recurrence_lr_steps" in msg and "recurrence_window" in msg
+
+
+def test_default_recurrence_window_is_the_episode_gap():
+    p = RecoveryPolicy(GuardConfig(episode_gap=5, rollback_after=2, lr_cut_from=0))
+    p.rolled_back(_episode(p, 100, 100), to_step=50)
+    assert _episode(p, 106, 400).numbers["suspect"] == "data"      # 6 > episode_gap: another episode
+    q = RecoveryPolicy(GuardConfig(episode_gap=5, rollback_after=2, lr_cut_from=0))
+    q.rolled_back(_episode(q, 100, 100), to_step=50)
+    assert _episode(q, 105, 400).numbers["suspect"] == "optimizer"  # 5: the same episode again

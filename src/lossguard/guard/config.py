@@ -2,7 +2,9 @@
 
 The defaults follow the PaLM / WeLM recipe scaled to a run checkpointed every 100 steps: skip a
 bad step, roll back to a checkpoint >= 100 steps before an episode that does not settle, skip the
-episode's batches plus 200 more, and stop after three rollbacks.
+episode's batches plus 200 more, and stop after three rollbacks. An episode that comes back at the
+same place after its data was skipped is taken for an optimizer instability: the LR is cut 10x for
+the rest of the run (the OPT-175B remedy: previous checkpoint, lower LR).
 """
 from __future__ import annotations
 
@@ -53,6 +55,27 @@ class GuardConfig:
     """Steps the LR cut lasts (then the schedule applies unchanged again)."""
     lr_cut_from: int = 2
     """Cut the LR on the n-th rollback and every one after it (1 = every rollback, 0 = never)."""
+    recurrence_window: int | None = None
+    """An episode that needs a rollback and starts at most this many steps from the onset of the
+    episode the previous rollback was for -- whose data that rollback skipped -- is a *recurrence*:
+    the same place, different batches. That is evidence against bad data and for an optimizer
+    instability (LR too high for the weights there), so the rollback also cuts the LR decisively
+    (``recurrence_lr_factor``) instead of rolling back again with the same LR. None = ``episode_gap``:
+    a recurrence is "the same episode again". Keep it short: the replayed steps up to the onset are
+    the same computation, so an instability of the weights / LR comes back at the same place
+    (measured on the demo model: the very same step, in every seed), while a wider window mistakes
+    the next, unrelated episode (a second data pocket) for a recurrence. A data pocket longer than
+    the skipped range (episode + ``skip_margin``) also looks like a recurrence: no window helps there."""
+    recurrence_lr_factor: float = 0.1
+    """Multiply the scheduled LR by this when a recurrence is found (again on every further
+    recurrence: the cuts compound). One order of magnitude: the evidence says the LR is above the
+    stability limit by an unknown margin; a cut too small costs another rollback (one of
+    ``max_rollbacks``) and the same spike, a cut too large only slows training, which is
+    recoverable. 1.0 disables the recurrence rule (every rollback is then treated as bad data)."""
+    recurrence_lr_steps: int | None = None
+    """Steps the recurrence cut lasts; None = the rest of the run. The default holds it, as the
+    OPT-175B team did when restarting from a checkpoint with a lower LR: the cause (an LR too high
+    for the weights) does not go away by itself, and restoring the LR would recreate it."""
     reset_loss_scale_on_rollback: bool = True
     """Reset the fp16 GradScaler fully after a rollback (scale and growth tracker)."""
     min_loss_scale: float = 1.0
@@ -89,6 +112,12 @@ class GuardConfig:
                 p.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0 < self.lr_cut_factor <= 1:
             p.append(f"lr_cut_factor must be in (0, 1], got {self.lr_cut_factor}")
+        if self.recurrence_window is not None and self.recurrence_window < 0:
+            p.append(f"recurrence_window must be >= 0 or None, got {self.recurrence_window}")
+        if not 0 < self.recurrence_lr_factor <= 1:
+            p.append(f"recurrence_lr_factor must be in (0, 1], got {self.recurrence_lr_factor}")
+        if self.recurrence_lr_steps is not None and self.recurrence_lr_steps < 1:
+            p.append(f"recurrence_lr_steps must be >= 1 or None, got {self.recurrence_lr_steps}")
         if self.max_grad_norm is not None and not self.max_grad_norm > 0:
             p.append(f"max_grad_norm must be > 0 or None, got {self.max_grad_norm}")
         if not self.min_loss_scale >= 0:

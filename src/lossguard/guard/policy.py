@@ -7,7 +7,16 @@ The ladder, in order of escalation:
    reaches ``rollback_after`` bad steps (spikes close together, or a spike that does not come back
    down: each elevated step is itself an outlier against the robust baseline). The skipped data
    range is ``[onset batch, last bad batch + 1 + skip_margin)`` in data-stream batch indices;
-3. **LR cut** after the ``lr_cut_from``-th rollback, for ``lr_cut_steps`` steps;
+3. **LR cut**, two kinds. *Data or optimizer?* A first rollback assumes bad data (the cause the
+   BLOOM and OPT teams named most often) and skips it. If an episode then needs a rollback again
+   within ``recurrence_window`` (default: ``episode_gap``) steps of the
+   previous onset -- the same place, on different batches,
+   since the previous rollback skipped the old ones -- the data is exonerated and the optimizer is
+   suspected (the LR too high for the weights there; it is a function of the step, as the weights
+   up to the onset are, so it comes back at the same place). That rollback also cuts the LR by
+   ``recurrence_lr_factor`` (0.1) for ``recurrence_lr_steps`` (None: the rest of the run; the cuts
+   compound on further recurrences), as the OPT-175B team did by hand. Otherwise the mild hedge
+   applies: x``lr_cut_factor`` after the ``lr_cut_from``-th rollback, for ``lr_cut_steps`` steps;
 4. **loss-scale reset** when a GradScaler's scale falls below ``min_loss_scale`` or overflows
    ``max_overflow_streak`` steps in a row (the guard first checks the optimizer state is finite;
    if it is not, a reset cannot help and it rolls back instead);
@@ -44,6 +53,10 @@ class RecoveryPolicy:
         self.skip_ranges: list[tuple[int, int]] = []
         self.lr_cut_until: int | None = None
         self.halted = False
+        self.last_rollback: dict[str, Any] | None = None  # {"onset", "onset_batch", "to_step", "skip_batches"}
+        self.recurrences = 0
+        self.recurrence_factor = 1.0  # product of the recurrence cuts made so far
+        self.recurrence_until: int | None = None
         # Episode part (rolled back with the checkpoint).
         self._episode: dict[str, Any] | None = None
         self._overflow_streak = 0
@@ -98,11 +111,36 @@ class RecoveryPolicy:
         nums: dict[str, Any] = {"onset": ep["onset_step"], "rollbacks_done": self.rollbacks}
         if ep["onset_batch"] is not None:
             nums["skip_batches"] = [ep["onset_batch"], ep["last_batch"] + 1 + cfg.skip_margin]
+        reasons = [why]
+        prev = self._recurrence_of(ep)
+        if prev is not None:
+            nums["suspect"] = "optimizer"
+            nums["recurrence_of"] = prev["onset"]
+            reasons.append(
+                f"recurrence: onset {ep['onset_step']} is {abs(ep['onset_step'] - prev['onset'])} steps from the "
+                f"onset {prev['onset']} of the previous rollback, which skipped batches {prev['skip_batches']}; "
+                f"the spike came back on different data (batch {ep['onset_batch']}): evidence against bad data, "
+                f"for an optimizer instability (LR too high for the weights there)")
+        elif ep["onset_batch"] is not None:
+            nums["suspect"] = "data"
         if self.rollbacks >= cfg.max_rollbacks:
             self.halted = True
-            return Decision(Action.HALT, step, [why, f"rollback budget spent ({self.rollbacks} of "
-                                                     f"max_rollbacks={cfg.max_rollbacks})"], nums)
-        return Decision(Action.ROLLBACK, step, [why], nums)
+            return Decision(Action.HALT, step, reasons + [f"rollback budget spent ({self.rollbacks} of "
+                                                          f"max_rollbacks={cfg.max_rollbacks})"], nums)
+        return Decision(Action.ROLLBACK, step, reasons, nums)
+
+    def _recurrence_of(self, ep: dict[str, Any]) -> dict[str, Any] | None:
+        """The previous rollback if ``ep`` is its recurrence (same place, its data skipped), else None."""
+        cfg, prev = self.config, self.last_rollback
+        if prev is None or prev.get("skip_batches") is None or ep["onset_batch"] is None:
+            return None
+        window = cfg.episode_gap if cfg.recurrence_window is None else cfg.recurrence_window
+        if abs(ep["onset_step"] - prev["onset"]) > window:
+            return None
+        a, b = prev["skip_batches"]
+        if a <= ep["onset_batch"] < b:
+            return None  # the same data again (not skipped after all): no evidence either way
+        return prev
 
     def rolled_back(self, decision: Decision, to_step: int) -> list[Decision]:
         """Book a rollback that the guard carried out; returns the follow-up decisions (LR cut)."""
@@ -111,21 +149,40 @@ class RecoveryPolicy:
         rng = decision.numbers.get("skip_batches")
         if rng is not None:
             self.skip_ranges.append((int(rng[0]), int(rng[1])))
+        self.last_rollback = {"onset": int(decision.numbers.get("onset", decision.step)),
+                              "onset_batch": None if rng is None else int(rng[0]), "to_step": int(to_step),
+                              "skip_batches": None if rng is None else [int(rng[0]), int(rng[1])]}
         self._episode = None
         self._overflow_streak = 0
         out = []
-        if cfg.lr_cut_from and self.rollbacks >= cfg.lr_cut_from and cfg.lr_cut_factor < 1:
+        if decision.numbers.get("suspect") == "optimizer" and cfg.recurrence_lr_factor < 1:
+            # The decisive cut replaces the mild hedge below for this rollback.
+            self.recurrences += 1
+            self.recurrence_factor *= cfg.recurrence_lr_factor
+            self.recurrence_until = None if cfg.recurrence_lr_steps is None else to_step + cfg.recurrence_lr_steps
+            held = ("for the rest of the run" if self.recurrence_until is None
+                    else f"until step {self.recurrence_until}")
+            out.append(Decision(Action.LR_CUT, to_step, [
+                f"episode recurred at step {decision.numbers['onset']} after the rollback for the episode at "
+                f"step {decision.numbers.get('recurrence_of')} skipped its data: optimizer instability "
+                f"suspected; LR x{cfg.recurrence_lr_factor:g} (recurrence_lr_factor), {held}"],
+                {"factor": self.recurrence_factor, "cut": cfg.recurrence_lr_factor,
+                 "until_step": self.recurrence_until, "cause": "recurrence", "recurrences": self.recurrences}))
+        elif cfg.lr_cut_from and self.rollbacks >= cfg.lr_cut_from and cfg.lr_cut_factor < 1:
             self.lr_cut_until = to_step + cfg.lr_cut_steps
             out.append(Decision(Action.LR_CUT, to_step, [f"rollback number {self.rollbacks} "
                                                         f"(lr_cut_from={cfg.lr_cut_from})"],
-                                {"factor": cfg.lr_cut_factor, "until_step": self.lr_cut_until}))
+                                {"factor": cfg.lr_cut_factor, "until_step": self.lr_cut_until, "cause": "rollbacks"}))
         return out
 
     def lr_factor(self, step: int) -> float:
-        """Multiplier on the scheduled LR at ``step`` (the LR cut, else 1.0)."""
+        """Multiplier on the scheduled LR at ``step``: the active LR cuts multiplied (1.0 when none)."""
+        f = 1.0
         if self.lr_cut_until is not None and step < self.lr_cut_until:
-            return self.config.lr_cut_factor
-        return 1.0
+            f *= self.config.lr_cut_factor
+        if self.recurrences and (self.recurrence_until is None or step < self.recurrence_until):
+            f *= self.recurrence_factor
+        return f
 
     def skip_to(self, batch_index: int) -> int | None:
         """If ``batch_index`` falls in a skipped data range, the first index after it; else None."""
@@ -148,7 +205,9 @@ class RecoveryPolicy:
         """The part that survives a rollback."""
         return {"rollbacks": self.rollbacks, "skips": self.skips, "transients": self.transients,
                 "skip_ranges": [list(r) for r in self.skip_ranges], "lr_cut_until": self.lr_cut_until,
-                "halted": self.halted}
+                "halted": self.halted, "last_rollback": None if self.last_rollback is None else dict(self.last_rollback),
+                "recurrences": self.recurrences, "recurrence_factor": self.recurrence_factor,
+                "recurrence_until": self.recurrence_until}
 
     def load_budget_state(self, sd: dict[str, Any]) -> None:
         """Restore :meth:`budget_state` output."""
@@ -157,6 +216,11 @@ class RecoveryPolicy:
         self.skip_ranges = [(int(a), int(b)) for a, b in sd["skip_ranges"]]
         self.lr_cut_until = None if sd["lr_cut_until"] is None else int(sd["lr_cut_until"])
         self.halted = bool(sd.get("halted", False))
+        # .get: checkpoints written before the recurrence rule have none of these.
+        self.last_rollback = None if sd.get("last_rollback") is None else dict(sd["last_rollback"])
+        self.recurrences = int(sd.get("recurrences", 0))
+        self.recurrence_factor = float(sd.get("recurrence_factor", 1.0))
+        self.recurrence_until = None if sd.get("recurrence_until") is None else int(sd["recurrence_until"])
 
     def state_dict(self) -> dict[str, Any]:
         """Budget and episode parts together (a plain dict, JSON-safe)."""
