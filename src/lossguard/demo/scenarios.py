@@ -294,6 +294,17 @@ def build_optimizer(sc: Scenario, model):
     return AdamAtan2(groups, lr=sc.lr, betas=sc.betas)
 
 
+def held_out_loss(model, val_set) -> float:
+    """Mean loss over the fixed held-out batches, in eval mode (dropout off), without gradients."""
+    import torch
+
+    model.eval()
+    with torch.no_grad():
+        v = sum(model(x, y)[1].item() for x, y in val_set) / len(val_set)
+    model.train()
+    return v
+
+
 def run(sc: Scenario, *, on_step: Callable | None = None) -> RunResult:
     """Train the tiny GPT as ``sc`` says, unguarded; stops early if the loss becomes non-finite.
 
@@ -314,11 +325,7 @@ def run(sc: Scenario, *, on_step: Callable | None = None) -> RunResult:
     val_set = data.val_batches(sc.eval_batches)
 
     def evaluate() -> float:
-        model.eval()
-        with torch.no_grad():
-            v = sum(model(x, y)[1].item() for x, y in val_set) / len(val_set)
-        model.train()
-        return v
+        return held_out_loss(model, val_set)
 
     losses, gnorms, logits_max, val = [], [], [], {}
     diverged = False

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import require
-from .scenarios import CorpusBatches, Scenario, build_optimizer, load_corpus
+from .scenarios import CorpusBatches, Scenario, build_optimizer, held_out_loss, load_corpus
 
 
 @dataclass
@@ -128,15 +128,7 @@ def _build(sc: Scenario):
 
 
 def _evaluator(model, val_set):
-    import torch
-
-    def evaluate() -> float:
-        model.eval()
-        with torch.no_grad():
-            v = sum(model(x, y)[1].item() for x, y in val_set) / len(val_set)
-        model.train()
-        return v
-    return evaluate
+    return lambda: held_out_loss(model, val_set)
 
 
 def train(sc: Scenario, *, guarded: bool, log_path: str | Path | None = None, ckpt_dir: str | Path | None = None,
