@@ -116,7 +116,7 @@ def _episode(p, onset, batch, n=2):
 
 
 def test_recurrence_at_the_same_place_on_other_data_cuts_the_lr_decisively():
-    p = RecoveryPolicy(GuardConfig(episode_gap=2, rollback_after=2, skip_margin=5, recurrence_window=10))
+    p = RecoveryPolicy(GuardConfig(episode_gap=2, rollback_after=2, recurrences_to_cut=1, skip_margin=5, recurrence_window=10))
     first = _episode(p, 200, 200)
     assert first.action is Action.ROLLBACK and first.numbers["suspect"] == "data"
     assert p.rolled_back(first, to_step=150) == []          # bad data first: skip it, no LR cut
@@ -142,18 +142,18 @@ def test_a_later_episode_elsewhere_is_not_a_recurrence():
 
 
 def test_recurrence_cut_with_a_window_and_disabled():
-    p = RecoveryPolicy(GuardConfig(episode_gap=2, rollback_after=2, recurrence_lr_factor=0.3,
+    p = RecoveryPolicy(GuardConfig(episode_gap=2, rollback_after=2, recurrences_to_cut=1, recurrence_lr_factor=0.3,
                                    recurrence_lr_steps=40))
     p.rolled_back(_episode(p, 100, 100), to_step=50)
     (cut,) = p.rolled_back(_episode(p, 100, 400), to_step=50)
     assert cut.numbers["until_step"] == 90 and p.lr_factor(89) == 0.3 and p.lr_factor(90) == 1.0
-    off = RecoveryPolicy(GuardConfig(episode_gap=2, rollback_after=2, recurrence_lr_factor=1.0, lr_cut_from=0))
+    off = RecoveryPolicy(GuardConfig(episode_gap=2, rollback_after=2, recurrences_to_cut=1, recurrence_lr_factor=1.0, lr_cut_from=0))
     off.rolled_back(_episode(off, 100, 100), to_step=50)
     assert off.rolled_back(_episode(off, 100, 400), to_step=50) == [] and off.lr_factor(60) == 1.0
 
 
 def test_recurrence_when_the_budget_is_spent_halts_and_says_why():
-    p = RecoveryPolicy(GuardConfig(episode_gap=2, rollback_after=2, max_rollbacks=1))
+    p = RecoveryPolicy(GuardConfig(episode_gap=2, rollback_after=2, recurrences_to_cut=1, max_rollbacks=1))
     p.rolled_back(_episode(p, 100, 100), to_step=50)
     halt = _episode(p, 100, 400)
     assert halt.action is Action.HALT and halt.numbers["suspect"] == "optimizer"
@@ -161,7 +161,7 @@ def test_recurrence_when_the_budget_is_spent_halts_and_says_why():
 
 
 def test_recurrence_state_survives_a_rollback_and_old_checkpoints_load():
-    p = RecoveryPolicy(GuardConfig(episode_gap=2, rollback_after=2))
+    p = RecoveryPolicy(GuardConfig(episode_gap=2, rollback_after=2, recurrences_to_cut=1))
     p.rolled_back(_episode(p, 100, 100), to_step=50)
     p.rolled_back(_episode(p, 101, 400), to_step=50)
     q = RecoveryPolicy(GuardConfig())
@@ -182,9 +182,23 @@ def test_recurrence_config_errors():
 
 
 def test_default_recurrence_window_is_the_episode_gap():
-    p = RecoveryPolicy(GuardConfig(episode_gap=5, rollback_after=2, lr_cut_from=0))
+    p = RecoveryPolicy(GuardConfig(episode_gap=5, rollback_after=2, recurrences_to_cut=1, lr_cut_from=0))
     p.rolled_back(_episode(p, 100, 100), to_step=50)
     assert _episode(p, 106, 400).numbers["suspect"] == "data"      # 6 > episode_gap: another episode
-    q = RecoveryPolicy(GuardConfig(episode_gap=5, rollback_after=2, lr_cut_from=0))
+    q = RecoveryPolicy(GuardConfig(episode_gap=5, rollback_after=2, recurrences_to_cut=1, lr_cut_from=0))
     q.rolled_back(_episode(q, 100, 100), to_step=50)
     assert _episode(q, 105, 400).numbers["suspect"] == "optimizer"  # 5: the same episode again
+
+
+def test_by_default_two_recurrences_are_needed_before_the_cut():
+    p = RecoveryPolicy(GuardConfig(episode_gap=2, rollback_after=2, lr_cut_from=0))
+    p.rolled_back(_episode(p, 100, 100), to_step=50)
+    again = _episode(p, 100, 400)
+    assert again.numbers["recurrence"] == 1 and again.numbers["suspect"] == "data"
+    assert "not yet enough" in again.reasons[1] and p.rolled_back(again, to_step=50) == []
+    third = _episode(p, 100, 700)
+    assert third.numbers["recurrence"] == 2 and third.numbers["suspect"] == "optimizer"
+    (cut,) = p.rolled_back(third, to_step=50)
+    assert cut.numbers["cause"] == "recurrence" and p.lr_factor(60) == 0.1
+    with pytest.raises(ConfigError, match="recurrences_to_cut"):
+        GuardConfig(recurrences_to_cut=0)

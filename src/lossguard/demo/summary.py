@@ -45,7 +45,8 @@ def describe(res: DemoResult) -> list[str]:
         skip = f", skipped batches {sb[0]}..{sb[1] - 1}" if sb else ""
         acts.append(f"rolled back at step {rb['step']} to checkpoint {rb['to_step']}{skip}")
     for cut in g.lr_cuts:
-        acts.append(f"cut the LR x{cut['factor']} from step {cut['step']} until step {cut['until_step']}")
+        until = "for the rest of the run" if cut.get("until_step") is None else f"until step {cut['until_step']}"
+        acts.append(f"cut the LR x{cut['factor']} from step {cut['step']} {until}")
     if not acts:
         acts.append("took no action")
     if g.halted:

@@ -8,12 +8,12 @@ The ladder, in order of escalation:
    down: each elevated step is itself an outlier against the robust baseline). The skipped data
    range is ``[onset batch, last bad batch + 1 + skip_margin)`` in data-stream batch indices;
 3. **LR cut**, two kinds. *Data or optimizer?* A first rollback assumes bad data (the cause the
-   BLOOM and OPT teams named most often) and skips it. If an episode then needs a rollback again
-   within ``recurrence_window`` (default: ``episode_gap``) steps of the
-   previous onset -- the same place, on different batches,
-   since the previous rollback skipped the old ones -- the data is exonerated and the optimizer is
-   suspected (the LR too high for the weights there; it is a function of the step, as the weights
-   up to the onset are, so it comes back at the same place). That rollback also cuts the LR by
+   BLOOM and OPT teams named most often) and skips it. An episode that needs a rollback again
+   within ``recurrence_window`` (default: ``episode_gap``) steps of the previous onset -- the same
+   place, on different batches, since the previous rollback skipped the old ones -- is a
+   *recurrence*. At the ``recurrences_to_cut``-th (2nd) in a row the data is exonerated and the
+   optimizer suspected (the LR too high for the weights there; LR and weights up to the onset are
+   functions of the step, so it comes back at the same place); that rollback also cuts the LR by
    ``recurrence_lr_factor`` (0.1) for ``recurrence_lr_steps`` (None: the rest of the run; the cuts
    compound on further recurrences), as the OPT-175B team did by hand. Otherwise the mild hedge
    applies: x``lr_cut_factor`` after the ``lr_cut_from``-th rollback, for ``lr_cut_steps`` steps;
@@ -114,13 +114,15 @@ class RecoveryPolicy:
         reasons = [why]
         prev = self._recurrence_of(ep)
         if prev is not None:
-            nums["suspect"] = "optimizer"
-            nums["recurrence_of"] = prev["onset"]
+            n = int(prev.get("recurrence", 0)) + 1  # recurrences in a row at this place
+            nums["recurrence"], nums["recurrence_of"] = n, prev["onset"]
+            nums["suspect"] = "optimizer" if n >= cfg.recurrences_to_cut else "data"
             reasons.append(
-                f"recurrence: onset {ep['onset_step']} is {abs(ep['onset_step'] - prev['onset'])} steps from the "
-                f"onset {prev['onset']} of the previous rollback, which skipped batches {prev['skip_batches']}; "
+                f"recurrence {n}: onset {ep['onset_step']} is {abs(ep['onset_step'] - prev['onset'])} steps from "
+                f"the onset {prev['onset']} of the previous rollback, which skipped batches {prev['skip_batches']}; "
                 f"the spike came back on different data (batch {ep['onset_batch']}): evidence against bad data, "
-                f"for an optimizer instability (LR too high for the weights there)")
+                + ("for an optimizer instability (LR too high for the weights there)" if n >= cfg.recurrences_to_cut
+                   else f"not yet enough (recurrences_to_cut={cfg.recurrences_to_cut}): skipping data again"))
         elif ep["onset_batch"] is not None:
             nums["suspect"] = "data"
         if self.rollbacks >= cfg.max_rollbacks:
@@ -151,7 +153,8 @@ class RecoveryPolicy:
             self.skip_ranges.append((int(rng[0]), int(rng[1])))
         self.last_rollback = {"onset": int(decision.numbers.get("onset", decision.step)),
                               "onset_batch": None if rng is None else int(rng[0]), "to_step": int(to_step),
-                              "skip_batches": None if rng is None else [int(rng[0]), int(rng[1])]}
+                              "skip_batches": None if rng is None else [int(rng[0]), int(rng[1])],
+                              "recurrence": int(decision.numbers.get("recurrence", 0))}
         self._episode = None
         self._overflow_streak = 0
         out = []
@@ -166,7 +169,7 @@ class RecoveryPolicy:
                 f"episode recurred at step {decision.numbers['onset']} after the rollback for the episode at "
                 f"step {decision.numbers.get('recurrence_of')} skipped its data: optimizer instability "
                 f"suspected; LR x{cfg.recurrence_lr_factor:g} (recurrence_lr_factor), {held}"],
-                {"factor": self.recurrence_factor, "cut": cfg.recurrence_lr_factor,
+                {"factor": round(self.recurrence_factor, 12), "cut": cfg.recurrence_lr_factor,
                  "until_step": self.recurrence_until, "cause": "recurrence", "recurrences": self.recurrences}))
         elif cfg.lr_cut_from and self.rollbacks >= cfg.lr_cut_from and cfg.lr_cut_factor < 1:
             self.lr_cut_until = to_step + cfg.lr_cut_steps
