@@ -61,6 +61,13 @@ def test_parse_checkpoints_directory_and_list(tmp_path):
         parse_checkpoints(empty)
 
 
+def test_parse_checkpoints_ignores_checkpoints_still_being_written(tmp_path):
+    # lossguard's store and HF Trainer write under a temporary name and rename when complete.
+    for name in ("step-00001200", ".tmp-step-00002400-77-1", "checkpoint-600", "tmp-checkpoint-1800"):
+        (tmp_path / name).mkdir()
+    assert parse_checkpoints(tmp_path) == [600, 1200]
+
+
 def test_plan_config_validation():
     with pytest.raises(ConfigError, match="lr_factor"):
         PlanConfig(lr_factor=0)

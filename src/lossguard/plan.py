@@ -82,6 +82,9 @@ class PlanConfig:
 
 
 _CKPT = re.compile(r"(?:checkpoint|iter|step|global_step|ckpt)[-_=]?0*(\d+)", re.IGNORECASE)
+# Checkpoints still being written (or left by a killed writer) are not restorable: lossguard's own
+# store writes ``.tmp-step-N-...``, HF Trainer ``tmp-checkpoint-N``.
+_IN_PROGRESS = re.compile(r"^(?:\.|tmp)", re.IGNORECASE)
 
 
 def parse_checkpoints(spec: str | os.PathLike) -> list[int]:
@@ -94,7 +97,8 @@ def parse_checkpoints(spec: str | os.PathLike) -> list[int]:
     text = os.fspath(spec)
     path = Path(text)
     if path.is_dir():
-        steps = sorted({int(m.group(1)) for p in path.iterdir() if (m := _CKPT.search(p.name))})
+        steps = sorted({int(m.group(1)) for p in path.iterdir()
+                        if not _IN_PROGRESS.match(p.name) and (m := _CKPT.search(p.name))})
         if not steps:
             raise LossguardError("no checkpoint sub-directories found (looked for names like checkpoint-1200, "
                                  "iter_0001200, step_1200)", path=text,
