@@ -8,8 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
-from lossguard.guard.gate import (SkipStepAdamW, grad_norm, optimizer_state_finite,  # noqa: E402
-                                  reset_grad_scaler, supports_device_gate)
+from lossguard.guard.gate import SkipStepAdamW, grad_norm, optimizer_state_finite, supports_device_gate  # noqa: E402
+from lossguard.techniques.loss_scale import reset_grad_scaler  # noqa: E402
 
 
 def _model(seed=0):

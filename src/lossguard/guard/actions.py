@@ -68,7 +68,8 @@ class RecoveryActions:
         self.log.event(rec)
 
     def _carry_out(self, d: Decision) -> None:
-        from .gate import optimizer_state_finite, reset_grad_scaler
+        from ..techniques.loss_scale import reset_grad_scaler
+        from .gate import optimizer_state_finite
 
         if d.action is Action.SKIP:
             self._emit(d)
@@ -125,7 +126,8 @@ class RecoveryActions:
         self._emit(d, to_step=target)
         self._reiter, self._pending = True, None
         if self.scaler is not None and self.config.reset_loss_scale_on_rollback:
-            from .gate import optimizer_state_finite, reset_grad_scaler
+            from ..techniques.loss_scale import reset_grad_scaler
+            from .gate import optimizer_state_finite
             if optimizer_state_finite(self.optimizer):
                 new = reset_grad_scaler(self.scaler, self.config.loss_scale_reset_to)
                 self._emit(Decision(Action.LOSS_SCALE_RESET, target, ["reset with the rollback"], {"new_scale": new}))

@@ -98,20 +98,6 @@ def optimizer_state_finite(optimizer) -> bool:
     return bool(torch.stack([f.cpu() for f in flags]).all()) if flags else True
 
 
-def reset_grad_scaler(scaler, scale: float | None = None) -> float:
-    """Reset a ``torch.amp.GradScaler`` fully: scale to ``scale`` (default: its initial scale) and the
-    growth tracker to 0. ``GradScaler.update(new_scale=...)`` alone leaves the growth tracker as it
-    was. Returns the new scale."""
-    new = float(scale if scale is not None else scaler._init_scale)
-    if getattr(scaler, "_scale", None) is None:  # not used yet: set the initial values it will take
-        scaler._init_scale = new
-        scaler._init_growth_tracker = 0
-        return new
-    scaler._scale.fill_(new)
-    scaler._growth_tracker.fill_(0)
-    return new
-
-
 def grad_norm(parameters, max_norm: float | None = None) -> torch.Tensor:
     """Global L2 norm of the gradients (before clipping), clipping to ``max_norm`` if given; no sync.
 

@@ -22,26 +22,29 @@ from dataclasses import dataclass
 
 from lossguard.errors import ConfigError
 
-#: torch's default ``init_scale``.
-DEFAULT_INIT_SCALE = 2.0 ** 16
-
-
-def reset_grad_scaler(scaler, scale: float = DEFAULT_INIT_SCALE) -> None:
+def reset_grad_scaler(scaler, scale: float | None = None) -> float:
     """Reset ``scaler`` as if freshly built with ``init_scale=scale``: scale AND growth tracker.
+
+    Works before the scaler's first ``update()`` too (it then starts from these values). This is the
+    one implementation; the guard's loss-scale reset calls it.
 
     Args:
         scaler: a ``torch.amp.GradScaler`` (any device); a disabled scaler is left alone.
-        scale: the new scale (> 0).
+        scale: the new scale (> 0); None = the scaler's own initial scale.
+
+    Returns:
+        The scale the scaler now has.
     """
-    if not scale > 0:
+    if scale is not None and not scale > 0:
         raise ConfigError(f"loss scale must be > 0, got {scale!r}", where="argument 'scale'",
                           fix="pass a positive scale such as 65536.0")
     if not scaler.is_enabled():
-        return
+        return float(scaler.get_scale())
     state = scaler.state_dict()
-    state["scale"] = float(scale)
+    state["scale"] = float(scaler._init_scale if scale is None else scale)
     state["_growth_tracker"] = 0
     scaler.load_state_dict(state)
+    return state["scale"]
 
 
 @dataclass(kw_only=True)
