@@ -25,6 +25,8 @@ from typing import Iterable
 
 import numpy as np
 
+from ..detect.outlier import DIFF_TO_SIGMA
+
 from ..errors import ConfigError
 
 
@@ -92,7 +94,7 @@ def isolated_spikes(values: np.ndarray, *, z: float = 6.0, limit: int | None = N
     if len(values) < 3:
         return np.empty(0, dtype=np.int64)
     d = np.diff(values)
-    sigma = 1.4826 / np.sqrt(2.0) * float(np.median(np.abs(d)))
+    sigma = DIFF_TO_SIGMA * float(np.median(np.abs(d)))
     if sigma <= 0:  # a flat curve with steps: every change is a spike of infinite z; M4 keeps those
         return np.empty(0, dtype=np.int64)
     mid, left, right = values[1:-1], values[:-2], values[2:]
