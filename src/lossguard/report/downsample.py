@@ -26,7 +26,6 @@ from typing import Iterable
 import numpy as np
 
 from ..detect.outlier import DIFF_TO_SIGMA
-
 from ..errors import ConfigError
 
 
