@@ -3,7 +3,7 @@
 The fixture generator below prints lines in the exact layout of Megatron's ``training_log``
 (``megatron/training/training.py``: ``' iteration {:8d}/{:8d} |'`` then ``' {key}: {value} |'``
 fields) and of DeepSpeed's engine and fp16 optimizer. Real values: the BLOOM-176B spike of
-2022-04-12 from /work/shared/real-logs (bigscience chronicles), re-printed as the log printed them.
+2022-04-12 from tests/data/real-logs (bigscience chronicles), re-printed as the log printed them.
 """
 from __future__ import annotations
 
