@@ -14,6 +14,7 @@ from lossguard.checkpoint.store import CheckpointStore  # noqa: E402
 from lossguard.data.sampler import ResumableSampler  # noqa: E402
 from lossguard.detect.outlier import OutlierConfig  # noqa: E402
 from lossguard.guard import GuardConfig, SkipStepAdamW, StabilityGuard  # noqa: E402
+from lossguard.recovery import RecoveryRecipe  # noqa: E402
 from lossguard.testing.faults import Fault, FaultInjector  # noqa: E402
 
 N, BS = 2048, 16
@@ -29,7 +30,7 @@ def make(tmp_path, opt="adamw", **cfg):
     o = (SkipStepAdamW if opt == "skipadamw" else torch.optim.AdamW)(model.parameters(), lr=1e-2, weight_decay=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(o, lambda s: min(1.0, (s + 1) / 10))
     det = OutlierConfig(min_points=20)
-    base = dict(checkpoint_every=20, rollback_distance=20, skip_margin=10, loss=det, grad_norm=det)
+    base = dict(checkpoint_every=20, recipe=RecoveryRecipe(rollback_distance=20, skip_margin=10), loss=det, grad_norm=det)
     base.update(cfg)
     guard = StabilityGuard(model, o, store=CheckpointStore(tmp_path / "ckpt", keep_last=10), sampler=sampler,
                            scheduler=sched, config=GuardConfig(**base), log_path=tmp_path / "run.jsonl")
@@ -79,7 +80,7 @@ def test_skipped_nan_step_accounting(tmp_path, opt, stats):
 
 
 def test_rollback_accounting(tmp_path):
-    guard, loader = make(tmp_path, rollback_distance=10)  # onset 50 -> newest checkpoint <= 40
+    guard, loader = make(tmp_path, recipe=RecoveryRecipe(rollback_distance=10, skip_margin=10))  # onset 50 -> newest checkpoint <= 40
     inj = FaultInjector([Fault(kind="bad_data", batches=(50, 55), factor=5.0)])
     at_ckpt = None
     for step, (x, y) in guard.batches(loader, steps=60):
@@ -131,4 +132,4 @@ def test_guarded_run_resumes_exactly(tmp_path):
     for a, b in zip(g1.model.parameters(), g3.model.parameters()):
         assert torch.equal(a, b)
     assert g3.policy.rollbacks == g1.policy.rollbacks == 1
-    assert g3.state_dict()["loss"]["count"] == g1.state_dict()["loss"]["count"]
+    assert g3.state_dict()["judge"]["loss"]["count"] == g1.state_dict()["judge"]["loss"]["count"]

@@ -22,6 +22,7 @@ def _ddp_worker(rank: int, world: int, tmpdir: str):
     from lossguard.data.sampler import ResumableSampler
     from lossguard.detect.outlier import OutlierConfig
     from lossguard.guard import GuardConfig, StabilityGuard
+    from lossguard.recovery import RecoveryRecipe
     from lossguard.testing.faults import Fault, FaultInjector
 
     torch.manual_seed(0)  # same data and same initial weights on both ranks
@@ -33,7 +34,8 @@ def _ddp_worker(rank: int, world: int, tmpdir: str):
     loader = torch.utils.data.DataLoader(shard, batch_sampler=sampler)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     det = OutlierConfig(min_points=20)
-    cfg = GuardConfig(checkpoint_every=20, rollback_distance=20, skip_margin=10, loss=det, grad_norm=det)
+    cfg = GuardConfig(checkpoint_every=20, recipe=RecoveryRecipe(rollback_distance=20, skip_margin=10),
+                      loss=det, grad_norm=det)
     guard = StabilityGuard(model, opt, store=CheckpointStore(Path(tmpdir) / f"rank{rank}"), sampler=sampler,
                            config=cfg, log_path=Path(tmpdir) / "run.jsonl")
     # Faults only on rank 1's data: a one-off loss spike, then a bad-data pocket.

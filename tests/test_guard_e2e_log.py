@@ -13,6 +13,7 @@ from lossguard.checkpoint.store import CheckpointStore  # noqa: E402
 from lossguard.data.sampler import ResumableSampler  # noqa: E402
 from lossguard.detect.outlier import OutlierConfig, score  # noqa: E402
 from lossguard.guard import GuardConfig, StabilityGuard  # noqa: E402
+from lossguard.recovery import RecoveryRecipe  # noqa: E402
 from lossguard.io import read_log  # noqa: E402
 from lossguard.metrics import GRAD_NORM, LOSS  # noqa: E402
 from lossguard.testing.faults import Fault, FaultInjector  # noqa: E402
@@ -26,7 +27,7 @@ def guarded_run(tmp_path, faults, steps, **cfg):
     sampler = ResumableSampler(4096, batch_size=16, seed=0)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, Y), batch_sampler=sampler)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    base = dict(checkpoint_every=25, rollback_distance=25, skip_margin=10)
+    base = dict(checkpoint_every=25, recipe=RecoveryRecipe(rollback_distance=25, skip_margin=10))
     base.update(cfg)
     guard = StabilityGuard(model, opt, store=CheckpointStore(tmp_path / "ckpt", keep_last=10), sampler=sampler,
                            config=GuardConfig(**base), log_path=tmp_path / "run.jsonl")

@@ -1,19 +1,18 @@
-"""RecoveryPolicy on its own: the ladder skip -> rollback -> LR cut -> halt, and its budgets."""
+"""RecoveryPolicy on its own: the ladder skip -> rollback -> LR cut -> halt, and its ledger."""
 from __future__ import annotations
 
 import json
 import math
 
 from lossguard.guard.config import GuardConfig
-from lossguard.guard.decision import Action, StepRecord
-from lossguard.guard.policy import RecoveryPolicy
+from lossguard.recovery import Action, RecoveryPolicy, RecoveryRecipe, RunLedger, SkipRange, Verdict
 from lossguard.errors import ConfigError
 
 import pytest
 
 
 def rec(step, bad=False, *, batch=None, overflow=False, scale=math.nan):
-    return StepRecord(step=step, batch_index=step if batch is None else batch, loss=9.0 if bad else 1.0,
+    return Verdict(step=step, batch_index=step if batch is None else batch, loss=9.0 if bad else 1.0,
                       grad_norm=1.0, loss_z=20.0 if bad else 0.1, grad_norm_z=0.0, loss_baseline=1.0,
                       loss_outlier=bad, grad_norm_outlier=False, overflow=overflow, bad=bad, loss_scale=scale)
 
@@ -32,7 +31,7 @@ def test_isolated_spikes_are_skipped_only():
 
 
 def test_spikes_close_together_roll_back_with_the_data_range():
-    p = RecoveryPolicy(GuardConfig(episode_gap=5, rollback_after=3, skip_margin=7))
+    p = RecoveryPolicy(GuardConfig(episode_gap=5, rollback_after=3, recipe=RecoveryRecipe(skip_margin=7)))
     out = []
     for s in range(40):
         out += p.observe(rec(s, bad=s in (20, 23, 27), batch=s + 1000))
@@ -40,7 +39,7 @@ def test_spikes_close_together_roll_back_with_the_data_range():
     rb = out[-1]
     assert rb.numbers["onset"] == 20 and rb.numbers["skip_batches"] == [1020, 1027 + 1 + 7]
     follow = p.rolled_back(rb, to_step=0)
-    assert follow == [] and p.skip_ranges == [(1020, 1035)]  # no LR cut on the first rollback by default
+    assert follow == [] and p.ledger.skip_ranges == [SkipRange(start=1020, stop=1035)]  # no LR cut on the first rollback by default
     assert p.skip_to(1025) == 1035 and p.skip_to(1035) is None and p.skip_to(1019) is None
 
 
@@ -53,8 +52,8 @@ def test_gap_larger_than_episode_gap_starts_a_new_episode():
 
 
 def test_lr_cut_from_the_nth_rollback_and_halt_when_budget_spent():
-    cfg = GuardConfig(episode_gap=2, rollback_after=2, max_rollbacks=2, lr_cut_from=2, lr_cut_factor=0.25,
-                      lr_cut_steps=50)
+    cfg = GuardConfig(episode_gap=2, rollback_after=2, max_rollbacks=2, lr_cut_from=2, lr_cut_steps=50,
+                      recipe=RecoveryRecipe(lr_cut_factor=0.25))
     p = RecoveryPolicy(cfg)
     kinds = []
     for k in range(3):
@@ -89,22 +88,24 @@ def test_loss_scale_collapse_and_overflow_streak():
     assert actions(out) == [Action.LOSS_SCALE_RESET, Action.LOSS_SCALE_RESET]  # at streaks 4 and 8
 
 
-def test_budget_survives_a_rollback_but_episode_does_not():
+def test_ledger_survives_a_rollback_but_episode_does_not():
     p = RecoveryPolicy(GuardConfig(episode_gap=5, rollback_after=2))
-    before = p.state_dict()  # the checkpoint's copy: calm, no budget used
-    ds = p.observe(rec(10, True)) + p.observe(rec(11, True))
+    before = p.state_dict()  # the checkpoint's copy of the timeline: calm
+    p.observe(rec(10, True))
+    assert p.episode_onset == 10 and p.state_dict()["episode"]["onset_step"] == 10
+    ds = p.observe(rec(11, True))
     p.rolled_back(ds[-1], to_step=0)
-    budget = p.budget_state()
-    p.load_state_dict(before)        # the checkpoint restores the guard ...
-    p.load_budget_state(budget)      # ... and the guard keeps its budget
-    assert p.rollbacks == 1 and p.skip_ranges and p.episode_onset is None
+    p.load_state_dict(before)        # the checkpoint restores the timeline; the ledger is not in it
+    assert p.rollbacks == 1 and p.ledger.skip_ranges and p.episode_onset is None
 
 
 def test_config_errors_name_every_field():
     with pytest.raises(ConfigError) as e:
-        GuardConfig(gate="gpu", episode_gap=0, lr_cut_factor=2.0)
+        GuardConfig(gate="gpu", episode_gap=0)
     msg = str(e.value)
-    assert "gate" in msg and "episode_gap" in msg and "lr_cut_factor" in msg and "fix" in msg
+    assert "gate" in msg and "episode_gap" in msg and "fix" in msg
+    with pytest.raises(ConfigError, match="recipe.lr_cut_factor"):
+        RecoveryRecipe(lr_cut_factor=2.0)
 
 
 def _episode(p, onset, batch, n=2):
@@ -116,7 +117,8 @@ def _episode(p, onset, batch, n=2):
 
 
 def test_recurrence_at_the_same_place_on_other_data_cuts_the_lr_decisively():
-    p = RecoveryPolicy(GuardConfig(episode_gap=2, rollback_after=2, recurrences_to_cut=1, skip_margin=5, recurrence_window=10))
+    p = RecoveryPolicy(GuardConfig(episode_gap=2, rollback_after=2, recurrences_to_cut=1, recurrence_window=10,
+                                   recipe=RecoveryRecipe(skip_margin=5)))
     first = _episode(p, 200, 200)
     assert first.action is Action.ROLLBACK and first.numbers["suspect"] == "data"
     assert p.rolled_back(first, to_step=150) == []          # bad data first: skip it, no LR cut
@@ -160,18 +162,16 @@ def test_recurrence_when_the_budget_is_spent_halts_and_says_why():
     assert any("recurrence" in r for r in halt.reasons) and "budget spent" in halt.reasons[-1]
 
 
-def test_recurrence_state_survives_a_rollback_and_old_checkpoints_load():
+def test_recurrence_state_lives_in_the_ledger_which_round_trips_through_its_file(tmp_path):
     p = RecoveryPolicy(GuardConfig(episode_gap=2, rollback_after=2, recurrences_to_cut=1))
     p.rolled_back(_episode(p, 100, 100), to_step=50)
     p.rolled_back(_episode(p, 101, 400), to_step=50)
-    q = RecoveryPolicy(GuardConfig())
-    q.load_state_dict(json.loads(json.dumps(p.state_dict())))   # JSON-safe
-    assert q.lr_factor(70) == 0.1 and q.last_rollback["onset"] == 101 and q.recurrences == 1
-    old = p.budget_state()
-    for k in ("last_rollback", "recurrences", "recurrence_factor", "recurrence_until"):
-        del old[k]                                             # a checkpoint from before the rule
-    q.load_budget_state(old)
-    assert q.lr_factor(70) == 1.0 and q.last_rollback is None
+    p.ledger.save(tmp_path / "ledger.json")
+    text = (tmp_path / "ledger.json").read_text()
+    assert "NaN" not in text and json.loads(text)["format"] == "lossguard-ledger"
+    q = RecoveryPolicy(GuardConfig(), ledger=RunLedger.load(tmp_path / "ledger.json"))
+    assert q.lr_factor(70) == 0.1 and q.ledger.last_rollback["onset"] == 101 and q.ledger.recurrences == 1
+    assert q.ledger.skip_ranges == p.ledger.skip_ranges
 
 
 def test_recurrence_config_errors():

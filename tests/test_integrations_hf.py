@@ -68,3 +68,43 @@ def test_persistent_fault_stops_training(tmp_path):
     cb, trainer = _train(tmp_path, [NaNGradAt(range(25, 200))], 200, rollback_after=3)
     (halt,) = [e for e in cb.guard.events if e["event"] == "halt"]
     assert halt["step"] == 27 and trainer.state.global_step < 35
+
+
+def test_resumed_trainer_run_keeps_detector_windows_and_ledger(tmp_path):
+    """The callback is an HF ExportableState: trainer_state.json of a checkpoint holds the guard's
+    timeline and ledger, and ``resume_from_checkpoint`` gives them back to a new Trainer's guard."""
+    import json
+
+    def trainer_for(steps, callbacks):
+        torch.manual_seed(0)
+        mcfg = transformers.GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=1, n_head=2)
+        g = torch.Generator().manual_seed(0)
+        data = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 64, (512, 16), generator=g)]
+        det = OutlierConfig(min_points=5, window=16, stride=4)
+        cb = StabilityCallback(GuardConfig(loss=det, grad_norm=det, episode_gap=3), log_path=tmp_path / "run.jsonl")
+        args = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=steps, save_strategy="steps",
+                                              save_steps=20, per_device_train_batch_size=8, learning_rate=1e-3,
+                                              logging_strategy="no", report_to=[], use_cpu=True,
+                                              dataloader_num_workers=0, disable_tqdm=True)
+        return transformers.Trainer(model=transformers.GPT2LMHeadModel(mcfg), args=args, train_dataset=data,
+                                    callbacks=callbacks + [cb])
+
+    first = trainer_for(20, [NaNGradAt({12})])
+    first.train()
+    saved = json.loads((tmp_path / "out" / "checkpoint-20" / "trainer_state.json").read_text())
+    state = saved["stateful_callbacks"]["StabilityCallback"]["attributes"]["restored_state"]
+    assert state["ledger"]["skips"] == 1 and state["timeline"]["judge"]["loss"]["count"] == 20
+    assert state["timeline"]["policy"]["episode"] is None  # step 12's episode closed after episode_gap
+
+    seen = {}
+
+    class Peek(transformers.TrainerCallback):
+        def on_step_begin(self, args, st, control, **kwargs):
+            if not seen:
+                (cb,) = [c for c in resumed.callback_handler.callbacks if isinstance(c, StabilityCallback)]
+                seen.update(skips=cb.guard.ledger.skips, count=cb.guard.judge.state_dict()["loss"]["count"],
+                            step=cb.guard.step_count, episode_gap=cb.guard.config.episode_gap)
+
+    resumed = trainer_for(22, [Peek()])
+    resumed.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-20"))
+    assert seen == {"skips": 1, "count": 20, "step": 20, "episode_gap": 3}

@@ -56,8 +56,28 @@ _PREFIXES = ("train/", "train_", "training/", "trainer/", "metrics/", "optim/", 
 _FOLD = re.compile(r"[\s\-]+")
 
 STEP_ALIASES = ("step", "steps", "iteration", "iter", "global_step", "trainer/global_step",
-                "_step", "train/global_step", "it", "s", "iterations", "consumed_steps")
-"""Column or key names that hold the optimizer step (first match wins, in this order)."""
+                "train/global_step", "_step", "it", "s", "iterations", "consumed_steps")
+"""Column or key names that hold the optimizer step (first match wins, in this order).
+
+``train/global_step`` (HF's ``WandbCallback``) comes before W&B's ``_step``: ``_step`` counts
+``wandb.log`` calls, and the Trainer logs eval results and its summary as calls of their own."""
+
+_GLOBAL_STEPS = frozenset({"step", "global_step", "trainer/global_step", "train/global_step", "_step"})
+
+# Lightning's LearningRateMonitor: 'lr-<Optimizer>', 'lr-<Optimizer>-<i>' for a second optimizer
+# of the same class, '/pg<N>' per parameter group; '-momentum' and '-weight_decay' are not the LR.
+_LR_MONITOR = re.compile(r"^lr-(?P<opt>[A-Za-z_][\w.]*?)(?:-(?P<index>\d+))?(?:/pg(?P<group>\d+))?$")
+
+
+def is_bookkeeping(raw: str) -> bool:
+    """True for columns that count or time logging rather than measure training.
+
+    W&B's own keys (``_step``, ``_runtime``, ``_timestamp``, ``_wandb``) and the global-step
+    copies a framework logs beside its metrics (``train/global_step``) are never metrics; when one
+    of them is the step column, the reader uses it as the step.
+    """
+    name = _normalise(raw)
+    return name.startswith("_") or name in _GLOBAL_STEPS
 
 
 def _normalise(raw: str) -> str:
@@ -77,6 +97,11 @@ def canonical_name(raw: str) -> str:
     name = _normalise(raw)
     if name in _ALIASES:
         return _ALIASES[name]
+    monitor = _LR_MONITOR.match(raw.strip())
+    if monitor is not None:
+        # The first optimizer's first parameter group is the LR; other groups keep their names.
+        first = monitor.group("index") is None and monitor.group("group") in (None, "1")
+        return LR if first else name
     stripped = name
     for prefix in _PREFIXES:
         if stripped.startswith(prefix) and len(stripped) > len(prefix):

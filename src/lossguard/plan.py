@@ -225,6 +225,10 @@ def plan_for(index: int, inc: Incident, incidents: Sequence[Incident], cfg: Plan
     elif kind == K.GRAD_NORM_SPIKE:
         p.reasons.append("The grad norm spiked while the loss held: watch for a loss spike in the next steps; "
                          "tighter clipping or a lower LR if it repeats.")
+    elif kind == K.REGIME_CHANGE:
+        rollback(False, "The loss changed regime (its noise and level moved together and stayed): the data or the "
+                        "loss changed underneath the run. Check the data pipeline and the loss at the onset first; "
+                        "then restore from before it.")
     elif kind == K.SUDDEN_DROP:
         p.action = "none"
         p.reasons.append("A steep improvement after a slow stretch (grokking-like). Worth a check that it is not "

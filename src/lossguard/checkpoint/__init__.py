@@ -1,9 +1,14 @@
-"""Checkpoints: atomic CheckpointStore, TrainState (everything a resume needs), RNG capture/restore.
+"""Checkpoints: atomic CheckpointStore, TrainState (everything a resume needs), RNG capture/restore;
+for sharded runs ShardedCheckpointStore (DCP) and ShardedTrainState; HostSnapshot for fast rollback.
 
 Importing this package does not import torch; saving and loading do.
 """
 from .rng import capture_rng, restore_rng
+from .sharded import PendingSave, ShardedCheckpointStore
+from .sharded_state import ShardedTrainState
+from .snapshot import HostSnapshot
 from .state import TrainState
 from .store import CheckpointInfo, CheckpointStore
 
-__all__ = ["CheckpointInfo", "CheckpointStore", "TrainState", "capture_rng", "restore_rng"]
+__all__ = ["CheckpointInfo", "CheckpointStore", "HostSnapshot", "PendingSave", "ShardedCheckpointStore",
+           "ShardedTrainState", "TrainState", "capture_rng", "restore_rng"]

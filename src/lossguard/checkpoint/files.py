@@ -62,6 +62,15 @@ class HashingFile:
         self.raw.flush()
 
 
+def file_crc(path: Path) -> str:
+    """CRC-32 (hex) of a whole file, read in 4 MiB blocks."""
+    crc = Checksum()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            crc.update(block)
+    return crc.hexdigest()
+
+
 def fsync_dir(path: Path) -> None:
     """fsync a directory, so a rename or a new entry in it survives a power loss."""
     fd = os.open(path, os.O_RDONLY)

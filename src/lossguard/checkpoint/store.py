@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError, ConfigError, raise_all
-from .files import CheckpointInfo, Checksum, HashingFile, fsync_dir, pid_alive
+from .files import CheckpointInfo, Checksum, HashingFile, file_crc, fsync_dir, pid_alive
 
 __all__ = ["CheckpointInfo", "CheckpointStore"]
 
@@ -60,6 +60,9 @@ class CheckpointStore:
         self.keep_last, self.keep_every, self.min_keep_steps_back = keep_last, keep_every, min_keep_steps_back
         self._protected: set[int] = set()
         self._counter = 0
+        #: Names of side directories this process is still writing (asynchronous saves of
+        #: subclasses); :meth:`_recover` leaves them alone.
+        self._in_flight: set[str] = getattr(self, "_in_flight", set())
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -76,30 +79,34 @@ class CheckpointStore:
         def bad(reason: str, size: int = 0) -> CheckpointInfo:
             return CheckpointInfo(step, path, False, reason, size, step in self._protected)
 
-        payload = path / PAYLOAD
         try:
             manifest = json.loads((path / MANIFEST).read_text())
-            expected = manifest["files"][PAYLOAD]
+            files = manifest["files"]
+            if not isinstance(files, dict) or not files:
+                return bad(f"{MANIFEST} lists no files")
             if manifest.get("step") != step:
                 return bad(f"manifest says step {manifest.get('step')!r}, directory says {step}")
         except FileNotFoundError:
             return bad(f"{MANIFEST} is missing (an incomplete or foreign checkpoint)")
         except (OSError, ValueError, KeyError, TypeError) as exc:
             return bad(f"{MANIFEST} is unreadable ({exc})")
-        try:
-            size = payload.stat().st_size
-        except OSError:
-            return bad(f"{PAYLOAD} is missing")
-        if size != expected.get("size"):
-            return bad(f"{PAYLOAD} has {size} bytes, the manifest recorded {expected.get('size')}", size)
+        # Every file the manifest lists: state.pt alone for a whole-model checkpoint; the .distcp
+        # shards, DCP's .metadata and the per-rank files for a sharded one (checkpoint/sharded.py).
+        total = 0
+        for name, expected in sorted(files.items()):
+            try:
+                size = (path / name).stat().st_size
+            except OSError:
+                return bad(f"{name} is missing", total)
+            total += size
+            if not isinstance(expected, dict) or size != expected.get("size"):
+                recorded = expected.get("size") if isinstance(expected, dict) else None
+                return bad(f"{name} has {size} bytes, the manifest recorded {recorded}", total)
         if checksum:
-            crc = Checksum()
-            with open(payload, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 22), b""):
-                    crc.update(block)
-            if crc.hexdigest() != expected.get(Checksum.NAME):
-                return bad(f"{PAYLOAD} does not match its CRC-32 in {MANIFEST} (corrupted)", size)
-        return CheckpointInfo(step, path, True, "", size, step in self._protected)
+            for name, expected in sorted(files.items()):
+                if file_crc(path / name) != expected.get(Checksum.NAME):
+                    return bad(f"{name} does not match its CRC-32 in {MANIFEST} (corrupted)", total)
+        return CheckpointInfo(step, path, True, "", total, step in self._protected)
 
     def list(self, *, checksum: bool = False) -> list[CheckpointInfo]:
         """Every checkpoint directory, oldest first, with its validity.
@@ -175,7 +182,7 @@ class CheckpointStore:
         """Finish what killed writers left: drop their temp dirs, put back an overwritten original."""
         for entry in list(self.directory.iterdir()):
             match = _SIDE.match(entry.name)
-            if not match:
+            if not match or entry.name in self._in_flight:
                 continue
             pid = int(match.group(3))
             # Saves are synchronous, so our own side directories are leftovers too; another live
@@ -231,17 +238,26 @@ class CheckpointStore:
                 json.dump(manifest, fh, indent=1)
                 fh.flush()
                 os.fsync(fh.fileno())
-            fsync_dir(tmp)
-            final = self.path_of(step)
-            if final.exists():
-                self._discard(final, "old")
-            os.rename(tmp, final)
-            fsync_dir(self.directory)
+            final = self._publish(tmp, step)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         self._recover()  # removes the ".old" copy of an overwritten checkpoint
         self.prune()
+        return final
+
+    def _publish(self, tmp: Path, step: int) -> Path:
+        """Make the complete temp directory ``tmp`` the checkpoint of ``step``: fsync, rename, fsync.
+
+        An existing checkpoint of that step is first renamed aside (``.old-*``), so a kill between
+        the two renames leaves the original for :meth:`_recover` to put back.
+        """
+        fsync_dir(tmp)
+        final = self.path_of(step)
+        if final.exists():
+            self._discard(final, "old")
+        os.rename(tmp, final)
+        fsync_dir(self.directory)
         return final
 
     def load(self, step: int | None = None, *, map_location: Any = "cpu", weights_only: bool | None = None) -> dict:
@@ -288,6 +304,10 @@ class CheckpointStore:
         import pickle
 
         import torch
+
+        if not path.exists():  # a sharded (DCP) checkpoint has no single payload to load
+            raise CheckpointError(f"{path.parent.name} is a sharded checkpoint (no {PAYLOAD})", path=path.parent,
+                                  fix="load it with lossguard.checkpoint.ShardedCheckpointStore on every rank")
 
         try:
             return torch.load(path, map_location=map_location, weights_only=weights_only is not False)

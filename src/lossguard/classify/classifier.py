@@ -22,7 +22,7 @@ import numpy as np
 
 from ..detect.drop import DropConfig
 from ..detect.episode import Episode
-from ..detect.knot import best_knot
+from ..detect.knot import best_bend, best_knot
 from ..detect.series import SeriesEvents
 from ..detect.trend import Divergence
 from .incident import Incident, IncidentKind as K
@@ -63,6 +63,25 @@ def expected_level(ev: SeriesEvents, ep: Episode, step) -> float | np.ndarray:
     slope = min(0.0, max(s1, s0))  # the gentler of the two declines; never a rise
     out = ep.base + slope * np.log(np.maximum(step, t1) / t1)
     return float(out) if scalar else out
+
+
+NEXT_POINT = 1
+"""A spike back on its trend this many logged points after its peak recovered at the next point."""
+POINT_BAND_Z = 3.0
+"""A single point is back on the trend within this many (frozen) noise units of it..."""
+
+
+def _points_to_recover(ev: SeriesEvents, ep: Episode, end: int, end_rel: float) -> int:
+    """Logged points from the peak to the first single point back within the band of the pre-event
+    trend (at most ``end - peak``, where the smoothed test confirmed the recovery)."""
+    x, st = ev.values, ev.steps
+    if end <= ep.peak:
+        return 0
+    after = np.arange(ep.peak + 1, end + 1)
+    exp = expected_level(ev, ep, st[after])
+    band = max(POINT_BAND_Z * ep.noise, end_rel * abs(ep.base))
+    back = np.flatnonzero(x[after] - exp <= band)
+    return int(back[0]) + 1 if len(back) else end - ep.peak
 
 
 def _magnitude(ep: Episode) -> tuple[float, float]:
@@ -115,9 +134,21 @@ def spike_incident(ev: SeriesEvents, ep: Episode, metric: str, cfg: AnalyzeConfi
         details["online_end"] = int(st[ep.end])
     if end is not None and settled_higher is None:
         rec = int(st[end] - st[ep.peak])
-        fast = rec <= cfg.fast_steps
+        # Recovery in logged points too: the first point after the peak back within 3 sigma of the
+        # pre-event trend. A log that samples every 200 steps cannot resolve a recovery below its
+        # interval, so a spike back at the next logged point is fast whatever the steps say.
+        pts = _points_to_recover(ev, ep, end, cfg.detectors.spike.end_rel)
+        details["points_to_recover"] = pts
+        fast = rec <= cfg.fast_steps or pts <= NEXT_POINT
         kind = K.SPIKE_FAST if fast else K.SPIKE_SLOW
-        evidence = f"The {metric} {what} and was back on its pre-event trend {rec} steps later ({'within' if fast else 'beyond'} the {cfg.fast_steps}-step fast budget)."
+        if rec > cfg.fast_steps and fast:
+            end = ep.peak + pts  # the smoothed end sits half a settle window later, which is steps, not recovery
+            rec = int(st[end] - st[ep.peak])
+            evidence = (f"The {metric} {what} and was back on its pre-event trend at the next logged point, "
+                        f"{int(st[ep.peak + 1] - st[ep.peak])} steps later: a one-point outlier (recovery cannot be "
+                        "resolved below the logging interval).")
+        else:
+            evidence = f"The {metric} {what} and was back on its pre-event trend {rec} steps later ({'within' if fast else 'beyond'} the {cfg.fast_steps}-step fast budget)."
         sev = "warning" if (not fast or rel >= 0.5) else "info"
         return Incident(kind, metric, int(st[onset]), int(st[ep.peak]), int(st[end]), ep.base, ep.peak_value,
                         excess, sigma, rec, streams, sev, evidence, details)
@@ -194,7 +225,10 @@ def divergence_incident(ev: SeriesEvents, d: Divergence, metric: str, lag: int,
                         d.minimum, float(x[at]), rise_total, sigma, None, streams, "warning", evidence, details)
     onset = d.onset
     lo = max(0, d.minimum_at - (d.trigger - d.minimum_at))
-    k = best_knot(_smooth(x[lo:d.trigger + 1]), np.log(np.maximum(st[lo:d.trigger + 1], 1)))
+    # Where the trend turned: segmented regression with a smooth bend (:func:`best_bend`), over as many
+    # points before the baseline's minimum as after it, against log(step) (a loss curve is close to
+    # linear in log(step) over that span).
+    k = best_bend(_smooth(x[lo:d.trigger + 1]), np.log(np.maximum(st[lo:d.trigger + 1], 1)))
     if k is not None:
         onset = lo + k
         details["knot_step"] = int(st[lo + k])

@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 
 from .. import metrics as M
-from ..detect.loss_scale import find_collapses
+from ..detect.loss_scale import find_bursts, find_collapses
 from ..detect.nonfinite import find_nonfinite
 from ..detect.series import detect_series
 from ..runlog import RunLog
@@ -124,19 +124,32 @@ def loss_scale_collapses(log: RunLog, cfg: AnalyzeConfig, out: list[Incident]) -
     if M.SKIPPED_ITERS in log.series:
         ss, sv = log.live(M.SKIPPED_ITERS)
         skipped = (ss, np.nan_to_num(sv))
-    for c in find_collapses(scale, cfg.loss_scale):
+    floor = find_collapses(scale, cfg.loss_scale)
+    # A burst of halvings that runs into a collapse to the floor is that collapse's beginning.
+    bursts = [b for b in find_bursts(steps, scale, cfg.loss_scale)
+              if not any(_overlap(b.onset, b.stop + 1, c.onset, c.stop) for c in floor)]
+    for c in sorted(floor + bursts, key=lambda c: c.onset):
         onset = c.trigger
         while onset > 0 and scale[onset - 1] > scale[onset] and onset > c.onset:
             onset -= 1
+        if c.min_scale > cfg.loss_scale.floor:
+            onset = c.onset  # a burst begins at its first halving, plateaus included
         a = int(steps[onset])
         note = ""
         if skipped is not None:
             win = (skipped[0] >= a) & (skipped[0] <= int(steps[c.stop]))
             note = f"; {int(skipped[1][win].sum())} iterations were skipped from step {a} on"
-        ev = (f"The fp16 loss scale fell from {scale[onset - 1] if onset else c.peak_scale:.4g} to {c.min_scale:.4g} "
-              f"(floor {cfg.loss_scale.floor:g}) at step {int(steps[c.trigger])}{note}: overflows on most steps, "
-              "updates are being skipped.")
-        out.append(Incident(K.LOSS_SCALE_COLLAPSE, M.LOSS_SCALE, a, int(steps[c.trigger]),
-                            int(steps[c.stop + 1]) if c.recovered else None, float(c.peak_scale), c.min_scale,
-                            c.min_scale - c.peak_scale, float("nan"), None, [], "critical", ev,
-                            {"floor": cfg.loss_scale.floor}))
+        if c.min_scale <= cfg.loss_scale.floor:
+            what = (f"fell from {scale[onset - 1] if onset else c.peak_scale:.4g} to {c.min_scale:.4g} "
+                    f"(floor {cfg.loss_scale.floor:g}) at step {int(steps[c.trigger])}")
+        else:
+            halvings = int(round(np.log2(c.peak_scale / c.min_scale)))
+            what = (f"halved {halvings} times between steps {int(steps[onset - 1])} and {int(steps[c.stop])} "
+                    f"({c.stop - onset + 1} logged steps), {c.peak_scale:.4g} -> {c.min_scale:.4g}, without growing back")
+        out.append(Incident(kind=K.LOSS_SCALE_COLLAPSE, metric=M.LOSS_SCALE, onset=a, peak=int(steps[c.trigger]),
+                            end=int(steps[c.stop + 1]) if c.recovered else None, baseline=float(c.peak_scale),
+                            peak_value=c.min_scale, magnitude=c.min_scale - c.peak_scale,
+                            magnitude_sigma=float("nan"), severity="critical",
+                            evidence=(f"The fp16 loss scale {what}{note}: overflows on most steps, updates are "
+                                      "being skipped."),
+                            details={"floor": cfg.loss_scale.floor}))

@@ -79,8 +79,24 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary_of(log), indent=2, default=str, allow_nan=False))
         return 0
-    print(render(log), end="")
+    write_safely(render(log))
     return 0
+
+
+def write_safely(text: str, stream=None) -> None:
+    """Write ``text`` to stdout even where it holds what the terminal cannot encode.
+
+    Names come from the user's files: a JSON key ``"\\udc80"`` decodes to a lone surrogate, and a
+    metric name in Chinese meets a ``C``-locale terminal. Such characters are written as backslash
+    escapes instead of failing the whole command with a UnicodeEncodeError.
+    """
+    stream = sys.stdout if stream is None else stream
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        stream.write(text)
+    except UnicodeEncodeError:
+        stream.write(text.encode(encoding, "backslashreplace").decode(encoding, "replace"))
+    stream.flush()
 
 
 def _n(x: int | None) -> str:

@@ -93,11 +93,18 @@ def demo_guard_config(sc: Scenario, **overrides):
     before an episode and skips the episode's batches plus 50 more. Everything else is the guard's
     default (the analyser's outlier test, 3 bad steps make an episode, 3 rollbacks at most).
     """
+    from dataclasses import fields
+
     from ..guard import GuardConfig
+    from ..recovery import RecoveryRecipe
 
     every = max(10, sc.steps // 10)
-    base = dict(checkpoint_every=every, rollback_distance=every, skip_margin=every)
-    base.update(overrides)
+    # Recipe fields may come flat in `overrides` (benchmarks/recovery.py): route them to the recipe.
+    names = {f.name for f in fields(RecoveryRecipe)}
+    recipe = {"rollback_distance": every, "skip_margin": every}
+    recipe.update({k: v for k, v in overrides.items() if k in names})
+    base = dict(checkpoint_every=every, recipe=RecoveryRecipe(**recipe))
+    base.update({k: v for k, v in overrides.items() if k not in names})
     return GuardConfig(**base)
 
 
@@ -214,10 +221,10 @@ def _train_guarded(sc, model, opt, sched, data, evaluate, res, log_path, ckpt_di
         cfg = replace(cfg, max_grad_norm=sc.grad_clip)
     assert isinstance(cfg, GuardConfig)
     # One "sample" per batch index, in order; room for every skip a rollback can ask for.
-    n_index = sc.steps + (cfg.max_rollbacks + 1) * (sc.steps + cfg.skip_margin + 1)
+    n_index = sc.steps + (cfg.max_rollbacks + 1) * (sc.steps + cfg.recipe.skip_margin + 1)
     sampler = ResumableSampler(n_index, batch_size=1, seed=0, shuffle=False)
     # keep_last covers the rollback distance: the target is >= rollback_distance before the onset.
-    keep = 2 + (cfg.rollback_distance // cfg.checkpoint_every if cfg.checkpoint_every else 0)
+    keep = 2 + (cfg.recipe.rollback_distance // cfg.checkpoint_every if cfg.checkpoint_every else 0)
     store = CheckpointStore(ckpt_dir, keep_last=keep)
     guard = StabilityGuard(model, opt, store=store, sampler=sampler, scheduler=sched, config=cfg,
                            log_path=log_path)

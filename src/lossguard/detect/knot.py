@@ -47,3 +47,56 @@ def best_knot(y: np.ndarray, t: np.ndarray | None = None, *, margin: int = 5) ->
         return None
     sse = Syy - np.einsum("ij,ij->i", beta, b)  # residual sum of squares = y'y - beta'X'y
     return int(ks[int(np.argmin(sse))])
+
+
+BEND_POWERS = (1.5,)
+"""Shape of the rise after a smooth turn: ``max(0, t - k) ** 1.5``. A loss that turns from falling to
+rising does so smoothly (its slope is continuous at the minimum), so a linear hinge puts the knot
+late (where the rise is already steep) and a quadratic one early; 1.5 is the middle. Measured on the
+project's old generator, seeds 100-139 (``analyze`` divergence onset error / run length): linear
+median 1.4%, p90 4.4%, biased +2% late; power 2: median 1.6%, p90 5.1%, biased 2% early; power 1.5:
+median 0.7%, p90 2.5%, unbiased. Not re-tuned after that."""
+MAX_FIT_POINTS = 2048
+"""Longer spans are block-averaged to at most this many points first (the fit is O(points x knots))."""
+MAX_KNOTS = 256
+"""Candidate knots, evenly spread over the span."""
+
+
+def best_bend(y: np.ndarray, t: np.ndarray | None = None, *, margin: int = 5,
+              powers: tuple[float, ...] = BEND_POWERS) -> int | None:
+    """Index of the knot ``k`` of the best fit ``y = a + b t + c max(0, t - k) ** p`` over ``k`` and
+    ``p`` in ``powers``, or None when there are too few points.
+
+    Segmented regression for a *smooth* turn: a straight trend, plus a rise that starts at ``k``
+    (with zero slope when ``p > 1``) and accelerates. The trend part is projected out once
+    (Frisch-Waugh), so each candidate costs one dot product: the fit maximises ``(h' r)^2 / h'h`` over
+    the residualised hinges ``h`` with a positive coefficient (a rise).
+    """
+    y = np.asarray(y, dtype=np.float64)
+    n = len(y)
+    if n < 2 * margin + 4:
+        return None
+    t = np.arange(n, dtype=np.float64) if t is None else np.asarray(t, dtype=np.float64) - float(t[0])
+    idx = np.arange(n)
+    if n > MAX_FIT_POINTS:
+        b = -(-n // MAX_FIT_POINTS)
+        m = n // b
+        y, t, idx = (y[:m * b].reshape(m, b).mean(1), t[:m * b].reshape(m, b).mean(1),
+                     idx[:m * b].reshape(m, b)[:, b // 2])
+        margin = max(1, margin // b)
+    N = len(y)
+    cand = np.unique(np.linspace(margin, N - margin - 1, min(MAX_KNOTS, N - 2 * margin)).astype(np.int64))
+    span = float(t[-1] - t[0]) or 1.0
+    q, _ = np.linalg.qr(np.stack([np.ones(N), (t - t.mean()) / span], axis=1))
+    r = y - q @ (q.T @ y)
+    best, at = -1.0, None
+    for p in powers:
+        h = (np.maximum(0.0, t[None, :] - t[cand][:, None]) / span) ** p
+        h -= (h @ q) @ q.T
+        hr, den = h @ r, np.einsum("ij,ij->i", h, h)
+        ok = (den > 1e-18) & (hr > 0)  # a rise after the knot, not a fall
+        gain = np.where(ok, hr * hr / np.where(ok, den, 1.0), 0.0)
+        j = int(np.argmax(gain))
+        if gain[j] > best:
+            best, at = float(gain[j]), int(idx[cand[j]])
+    return at

@@ -105,7 +105,8 @@ def find_divergences(base: np.ndarray, noise: np.ndarray, cfg: TrendConfig | Non
         at = np.maximum.accumulate(np.where(new_min, np.arange(len(b)), 0))
         nz = nzr[at]
         thr = np.maximum(cfg.rise_z * nz, cfg.rise_rel * np.abs(runmin))
-        hit = np.flatnonzero(valid & (b - runmin >= thr))
+        # A threshold of zero is no test (a loss stuck at exactly 0.0 has zero noise and zero level).
+        hit = np.flatnonzero(valid & (thr > 0) & (b - runmin >= thr))
         if not len(hit):
             return out
         t = int(hit[0])
@@ -160,7 +161,7 @@ class OnlineTrend:
         if not self._started or base < self._min:
             self._min, self._min_at, self._min_noise, self._started = float(base), i, float(noise), True
         th = _threshold(self.config, self._min, self._min_noise)
-        if base - self._min >= th:
+        if th > 0 and base - self._min >= th:  # a zero threshold (a loss stuck at 0.0) is no test
             self._active = Divergence(max(0, self._near - self.config.lag_points), self._min_at, i, None,
                                       self._min, self._min_noise, th)
             return self._active

@@ -6,12 +6,15 @@ JSONL reader starts a new segment there, so the analyser stitches the run exactl
 it. Metric records: ``{"step": S, "loss": ..., "grad_norm": ..., "lr": ..., "loss_scale": ...}``.
 In shadow mode decisions carry ``"shadow": true`` and a rollback names ``"would_roll_back_to"``
 instead of ``"to_step"`` (nothing was rolled back, so no segment starts).
-Non-finite numbers are written as Python's ``json`` writes them, bare ``NaN`` / ``Infinity``
-(pandas and lossguard's reader accept them): a NaN loss is exactly what must be logged.
+The log is strict JSON (any JSON parser reads it; never a bare ``NaN``): in a *metric* record a
+non-finite value is written as the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` -- a NaN loss
+is exactly what must be logged, and lossguard's JSONL reader (like pandas) reads numeric strings as
+numbers, so the analyser still sees it; in a *decision* record a non-finite number is ``null``.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -42,22 +45,40 @@ class EventLog:
 
     def _write(self, rec: dict[str, Any]) -> None:
         if self._fh is not None:
-            self._fh.write(json.dumps(rec) + "\n")
+            self._fh.write(json.dumps(rec, allow_nan=False) + "\n")
             self._fh.flush()
 
     def event(self, rec: dict[str, Any]) -> None:
         """Write one decision record (adds wall time ``"time"``)."""
-        rec = dict(rec)
+        rec = _nulls(dict(rec))
         rec.setdefault("time", round(time.time(), 3))
         self.records.append(rec)
         self._write(rec)
 
     def metrics(self, step: int, values: dict[str, float]) -> None:
         """Write one per-step metric record."""
-        self._write({"step": int(step), **values})
+        self._write({"step": int(step), **{k: _number(v) for k, v in values.items()}})
 
     def close(self) -> None:
         """Close the file (idempotent)."""
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+
+
+def _number(v: Any) -> Any:
+    """A metric value as strict JSON: non-finite floats as the strings the readers parse back."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
+    return v
+
+
+def _nulls(obj: Any) -> Any:
+    """A decision record as strict JSON: non-finite floats -> None, tuples -> lists."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _nulls(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_nulls(v) for v in obj]
+    return obj

@@ -9,24 +9,24 @@ A plain loop::
         loss.backward()
         guard.step(loss)              # clip, judge, optimizer.step (or not), scheduler, zero_grad
 
-Accounting (decided; ``docs/guard.md`` has the table):
+Three parts, one concept each: the **judge** (:mod:`.judge`: loss and grad norm -> a typed
+:class:`Verdict`, on the device or the host), the **policy** (:class:`lossguard.recovery.RecoveryPolicy`,
+pure) and the **executor** (:mod:`.executor`: carries decisions out on the store, state, scaler and
+log it was given). This class only wires them to the training loop.
 
-- a **skipped step** consumes its batch and counts as a step: the step counter and the LR schedule
-  advance (the schedule stays a function of the step number, as after an fp16 overflow skip);
-  Adam's ``t``, the weights and both moments do not change; the batch is not retried.
-- a **rollback** restores the checkpoint's step counter, model, optimizer (so Adam's ``t``),
-  scheduler (so the LR), GradScaler, RNG, data position and the guard's detector windows; it keeps
-  the guard's budgets (rollbacks made, data ranges skipped, LR cut). The data stream then skips
-  ``[episode onset batch, last bad batch + 1 + skip_margin)`` when it reaches it: the batches between
-  the checkpoint and the onset are trained on again (the restored weights never saw them).
+State: the *timeline* (detector windows, the open episode, the data counter) is this object's
+:meth:`state_dict`, saved inside every checkpoint and rolled back with it; the
+:class:`RunLedger` (budgets, skipped data, LR cuts, history) is never rolled back and lives in
+``<store>/ledger.json`` (in memory without a store).
 
-Device work per step (no host sync in the hot path with a device gate): the global gradient norm,
-two ring-buffer median/MAD updates, the finite checks and the verdict, packed into one 10-float
-tensor that is copied to the host once -- immediately on CPU, one step late on CUDA
-(``defer_host_read``), where a rollback therefore acts one step late (it restores a checkpoint, so
-the extra step is discarded with the rest). On a CPU (``stats="auto"``) the same statistics run on
-the host with the analyser's own ``OnlineOutlier``: there the host is the device, and a few Python
-floats cost less than ~60 tiny tensor ops.
+Accounting (``docs/guard.md`` has the table): a skipped step consumes its batch and counts as a step
+(the step counter and the LR schedule advance; Adam's ``t``, weights and moments do not change). A
+rollback restores step counter, model, optimizer, scheduler, GradScaler, RNG, data position and the
+timeline; the data stream then skips the episode's half-open batch range when it reaches it.
+
+Device work per step: the global gradient norm, two ring-buffer median/MAD updates, the finite
+checks and the verdict, packed into one small tensor copied to the host once -- immediately on CPU,
+one step late on CUDA (``defer_host_read``), where a rollback therefore acts one step late.
 """
 from __future__ import annotations
 
@@ -36,45 +36,49 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import require
+from ..recovery.ledger import LEDGER_FILE, RunLedger
+from ..recovery.policy import RecoveryPolicy
+from ..recovery.verdict import Verdict
 from .config import GuardConfig
-from .decision import StepRecord
-from .actions import RecoveryActions, TrainingHalted
 from .events import EventLog
-from .policy import RecoveryPolicy
+from .executor import RecoveryExecutor, TrainingHalted
+from .judge import DeviceJudge, HostJudge, Judgement
 
-GUARD_FORMAT = 1
+GUARD_FORMAT = 2
+"""Version of :meth:`StabilityGuard.state_dict` (2: timeline only; the ledger lives apart)."""
+
+__all__ = ["GUARD_FORMAT", "StabilityGuard", "TrainingHalted"]
 
 
-class StabilityGuard(RecoveryActions):
+class StabilityGuard:
     """Guards a PyTorch training loop: skip a bad step, roll back + skip data, cut the LR, reset the
     loss scale, or halt with a diagnosis.
 
     Args:
         model: the module being trained (a DDP wrapper is fine; its ``.module`` is checkpointed).
         optimizer: any ``torch.optim`` optimizer; :class:`SkipStepAdamW` enables the sync-free gate.
-        store: a :class:`lossguard.checkpoint.store.CheckpointStore`; needed for rollbacks. Under
-            DDP give every rank its own store (or directory).
+        store: a :class:`CheckpointStore`; needed for rollbacks; its directory holds ``ledger.json``
+            (an existing ledger is loaded: the run is being resumed). Under DDP give every rank its own.
         sampler: the data position (e.g. :class:`ResumableSampler`); with it a rollback rewinds the
             data and a skip is O(1). Without it the stream is not rewound and skips discard batches.
         scheduler: LR scheduler, stepped once per step (skipped or not).
-        scaler: ``torch.amp.GradScaler`` for fp16; the loop calls ``scaler.scale(loss).backward()``
-            and passes the unscaled ``loss`` to :meth:`step`.
-        config: thresholds and budgets.
+        scaler: ``torch.amp.GradScaler`` for fp16; pass the unscaled ``loss`` to :meth:`step`.
+        config: thresholds, budgets and recipe.
         log_path: the run's JSONL log (decisions and per-step metrics; rank 0 only).
         diagnosis_path: where a halt writes its diagnosis (default: beside the log, or the store).
+        ledger: the run ledger to use (default: ``<store>/ledger.json``, or in memory).
     """
 
     def __init__(self, model, optimizer, *, store=None, sampler=None, scheduler=None, scaler=None,
-                 config: GuardConfig | None = None, log_path=None, diagnosis_path=None) -> None:
+                 config: GuardConfig | None = None, log_path=None, diagnosis_path=None,
+                 ledger: RunLedger | None = None) -> None:
         torch = require("torch", "torch", "StabilityGuard")
         from ..checkpoint.state import TrainState
-        from .device_stats import DeviceOutlier
         from .gate import supports_device_gate
 
         self.config = cfg = config or GuardConfig()
         self.model, self.optimizer, self.scheduler, self.scaler = model, optimizer, scheduler, scaler
         self.store, self.sampler = store, sampler
-        module = getattr(model, "module", model)
         self._params = [p for p in model.parameters() if p.requires_grad]
         device = self._params[0].device if self._params else torch.device("cpu")
         if cfg.gate == "device" and not supports_device_gate(optimizer):
@@ -87,45 +91,67 @@ class StabilityGuard(RecoveryActions):
         self._world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         self.rank = dist.get_rank() if self._world > 1 else 0
         self.log = EventLog(log_path if self.rank == 0 else None)
-        self._log_path = None if log_path is None else Path(log_path)
-        self._diagnosis_path = diagnosis_path
-        self.policy = RecoveryPolicy(cfg, has_scaler=scaler is not None)
-        self._host_stats = cfg.stats == "host" or (cfg.stats == "auto" and device.type == "cpu")
-        if self._host_stats:
-            from ..detect.outlier import OnlineOutlier
-            self._loss_det = OnlineOutlier(cfg.loss)
-            self._gn_det = OnlineOutlier(cfg.grad_norm) if cfg.grad_norm is not None else None
-        else:
-            self._loss_det = DeviceOutlier(cfg.loss, device)
-            self._gn_det = DeviceOutlier(cfg.grad_norm, device) if cfg.grad_norm is not None else None
+        host = cfg.stats == "host" or (cfg.stats == "auto" and device.type == "cpu")
+        judge_args = dict(has_scaler=scaler is not None, shadow=cfg.shadow)
+        self.judge = (HostJudge(cfg.loss, cfg.grad_norm, **judge_args) if host
+                      else DeviceJudge(cfg.loss, cfg.grad_norm, device=device, **judge_args))
         # Deferring the host read only makes sense when the statistics live on the device.
-        self._defer = not self._host_stats and (
-            cfg.defer_host_read if cfg.defer_host_read is not None else device.type == "cuda")
-        self.state = TrainState(module, optimizer, scheduler=scheduler, scaler=scaler, data=sampler,
-                                extras={"guard": self})
+        self._defer = not host and (cfg.defer_host_read if cfg.defer_host_read is not None else device.type == "cuda")
+        if ledger is None:
+            ledger = RunLedger.open(Path(store.directory) / LEDGER_FILE if store is not None else None)
+        self.policy = RecoveryPolicy(cfg, ledger=ledger, has_scaler=scaler is not None)
+        self.state = TrainState(getattr(model, "module", model), optimizer, scheduler=scheduler, scaler=scaler,
+                                data=sampler, extras={"guard": self})
+        self.executor = RecoveryExecutor(config=cfg, policy=self.policy, log=self.log, state=self.state, store=store,
+                                         optimizer=optimizer, scaler=scaler,
+                                         diagnosis_file=self._diagnosis_file(log_path, diagnosis_path, store),
+                                         write_files=self.rank == 0)
         self.step_count = 0
         """The step the next batch feeds (skipped steps count; a rollback sets it back)."""
         self.halted = False
-        self.diagnosis: str | None = None
-        self._data_count = 0      # batches drawn from the stream (used without a sampler)
+        self._data_count = 0      # batches drawn from the stream (the data position without a sampler)
         self._batch_index = 0     # data-stream index of the batch in flight
         self._rng = None          # torch RNG when the batch in flight was drawn (replay check)
-        self._pending = None      # deferred (record tensor, meta) of the previous step
+        self._pending = None      # deferred (packed host copy, meta) of the previous step
         self._reiter = False      # batches() must re-create its iterator (after a rollback)
-        self.last_record: StepRecord | None = None
-        self._external = False    # framework mode (before_optimizer_step): no rollback in process
+        self.last_record: Verdict | None = None
+        """The verdict of the latest processed step."""
 
-    # ------------------------------------------------------------------ data
+    @staticmethod
+    def _diagnosis_file(log_path, diagnosis_path, store) -> Path | None:
+        if diagnosis_path is not None:
+            return Path(diagnosis_path)
+        if log_path is not None:
+            return Path(log_path).with_name(Path(log_path).stem + ".halt.txt")
+        return Path(store.directory) / "HALT.txt" if store is not None else None
+
+    # ------------------------------------------------------------------ views
+    @property
+    def ledger(self) -> RunLedger:
+        """The run ledger (budgets, skipped data, LR cuts, history; never rolled back)."""
+        return self.policy.ledger
+
+    @property
+    def diagnosis(self) -> str | None:
+        """The halt diagnosis (None unless halted)."""
+        return self.executor.diagnosis
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """The decision records written by this process, in order."""
+        return self.log.records
+
     @property
     def batch_index(self) -> int:
-        """Data-stream index of the batch last yielded by :meth:`batches` (its global batch number)."""
+        """Data-stream index of the batch last yielded by :meth:`batches`."""
         return self._batch_index
 
+    # ------------------------------------------------------------------ data
     def _next_index(self) -> int:
         return int(self.sampler.position) if self.sampler is not None else self._data_count
 
     def batches(self, loader: Iterable, *, steps: int | None = None) -> Iterator[tuple[int, Any]]:
-        """Yield ``(step, batch)`` from ``loader``, skipping the data ranges a rollback chose.
+        """Yield ``(step, batch)`` from ``loader``, skipping the data ranges in the ledger.
 
         Args:
             loader: any iterable of batches (re-iterated at its end when ``steps`` is given, and
@@ -140,9 +166,7 @@ class StabilityGuard(RecoveryActions):
                 and self.store.newest_at_or_before(self.step_count) is None:
             self.save()  # a rollback target from the very start
         it = iter(loader)
-        while steps is None or self.step_count < steps:
-            if self.halted:
-                break
+        while (steps is None or self.step_count < steps) and not self.halted:
             if self._reiter:
                 it, self._reiter = iter(loader), False
             end = None if cfg.shadow else self.policy.skip_to(self._next_index())
@@ -172,10 +196,27 @@ class StabilityGuard(RecoveryActions):
             yield self.step_count, batch
         self.flush()
         if self.halted and cfg.halt_raises:
-            raise TrainingHalted(self.diagnosis or "halted", path=self._diagnosis_file(),
+            raise TrainingHalted(self.diagnosis or "halted", path=self.executor.diagnosis_file,
                                  fix="fix the cause named above, then resume from the checkpoint it names")
 
     # ------------------------------------------------------------------ the step
+    def _judge(self, loss, *, clip: bool) -> Judgement:
+        """The shared prologue: global loss (one all-reduce under DDP), unscale, grad norm, judge."""
+        import torch
+
+        local = loss.detach().to(torch.float64).reshape(())
+        glob = local.clone()
+        if self._world > 1:
+            torch.distributed.all_reduce(glob)  # one small all-reduce: the statistics use the global loss
+            glob /= self._world
+        if clip and self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        from .gate import grad_norm
+        gn = grad_norm(self._params, self.config.max_grad_norm if clip else None).to(torch.float64)
+        if isinstance(self.judge, HostJudge):
+            return self.judge.judge(float(glob), float(gn), float(local))
+        return self.judge.judge(glob, gn, local)
+
     def step(self, loss, *, replay: Callable[[], Any] | None = None) -> None:
         """Judge this step and apply its update only if it is good; then step the scheduler and
         zero the gradients. Call after ``loss.backward()`` instead of ``optimizer.step()``.
@@ -191,19 +232,7 @@ class StabilityGuard(RecoveryActions):
             return
         cfg, opt = self.config, self.optimizer
         with torch.no_grad():
-            local = loss.detach().to(torch.float64).reshape(())
-            glob = local.clone()
-            if self._world > 1:
-                torch.distributed.all_reduce(glob)  # one small all-reduce: the statistics use the global loss
-                glob /= self._world
-            if self.scaler is not None:
-                self.scaler.unscale_(opt)
-            from .gate import grad_norm
-            gn = grad_norm(self._params, cfg.max_grad_norm).to(torch.float64)
-            if self._host_stats:
-                _, apply, packed = self._judge_on_host(glob, gn, local)
-            else:
-                _, apply, packed = self._judge_on_device(glob, gn, local)
+            j = self._judge(loss, clip=True)
             factor = self.policy.lr_factor(self.step_count)
             groups = opt.param_groups
             saved = [g["lr"] for g in groups]
@@ -212,8 +241,9 @@ class StabilityGuard(RecoveryActions):
                     g["lr"] = g["lr"] * factor
             lr_used = float(groups[0]["lr"]) if groups else math.nan
             if self.gate == "device":
+                apply = j.apply if torch.is_tensor(j.apply) else torch.tensor(bool(j.apply))
                 (self.scaler.step(opt, gate=apply) if self.scaler is not None else opt.step(gate=apply))
-            elif cfg.shadow or bool(apply):  # host gate: the one sync of this path
+            elif cfg.shadow or bool(j.apply):  # host gate: the one sync of this path
                 (self.scaler.step(opt) if self.scaler is not None else opt.step())
             for g, lr in zip(groups, saved):
                 g["lr"] = lr
@@ -228,29 +258,27 @@ class StabilityGuard(RecoveryActions):
             opt.zero_grad(set_to_none=True)
         meta = {"step": self.step_count, "batch_index": self._batch_index, "lr": lr_used, "loss_scale": scale,
                 "rng": self._rng, "replay": None if self._defer else replay}
-        self.step_count += 1
-        self.state.step = self.step_count
+        self._advance()
         if self._defer:
-            host = self._copy_to_host(packed)
+            host = self._copy_to_host(j.packed)
             prev, self._pending = self._pending, (host, meta)
             if prev is not None:
                 self._process(*prev)
         else:
-            self._process(packed, meta)
+            self._process(j.packed, meta)
         if (self.store is not None and cfg.checkpoint_every and not self.halted
                 and self.step_count % cfg.checkpoint_every == 0 and not self._reiter):
             self.save()
 
     def before_optimizer_step(self, loss) -> bool:
-        """Framework mode: judge this step when a framework (Lightning, ...) calls ``optimizer.step()``
-        itself. Call after backward, before the optimizer step.
+        """Framework mode: judge this step when a framework (Lightning, HF, ...) calls
+        ``optimizer.step()`` itself. Call after backward, before the optimizer step.
 
         A bad step's gradients are dropped (``zero_grad(set_to_none=True)``): torch's optimizers skip
         every parameter without a gradient, so weights, moments, Adam's ``t`` and weight decay stay
-        exactly as they were and no NaN reaches them. The framework still steps its scheduler (the
-        accounting of a skip is as in :meth:`step`). The framework owns the data loader, so the
-        guard cannot rewind or skip data: where it would roll back it halts instead, naming the
-        checkpoint to resume from and the batches to skip.
+        exactly as they were. The framework owns the data loader, so where the guard would roll back
+        it halts instead, naming the checkpoint and the batches to skip (and writing them to the
+        ledger's ``resume_from``).
 
         Returns:
             True if the update may be applied (always True in shadow mode or once halted).
@@ -259,78 +287,56 @@ class StabilityGuard(RecoveryActions):
 
         if self.halted:
             return True
-        self._external = True
+        self.executor.in_process_rollback = False
         with torch.no_grad():
-            local = loss.detach().to(torch.float64).reshape(())
-            glob = local.clone()
-            if self._world > 1:
-                torch.distributed.all_reduce(glob)
-                glob /= self._world
-            from .gate import grad_norm
-            gn = grad_norm(self._params).to(torch.float64)
-            if self._host_stats:
-                bad, _, packed = self._judge_on_host(glob, gn, local)
-            else:
-                bad_t, _, packed = self._judge_on_device(glob, gn, local)
-                bad = bool(bad_t)  # framework mode needs the verdict now: one sync
+            j = self._judge(loss, clip=False)
+            bad = bool(j.bad)  # framework mode needs the verdict now: one sync
         lr = float(self.optimizer.param_groups[0]["lr"]) if self.optimizer.param_groups else math.nan
         meta = {"step": self.step_count, "batch_index": self.step_count, "lr": lr,
                 "loss_scale": float(self.scaler.get_scale()) if self.scaler is not None else math.nan,
                 "rng": None, "replay": None}
-        self.step_count += 1
-        self.state.step = self.step_count
-        self._process(packed, meta)
+        self._advance()
+        self._process(j.packed, meta)
         if bad and not self.config.shadow:
             self.optimizer.zero_grad(set_to_none=True)
         return not bad or self.config.shadow
 
-    def _judge_on_device(self, glob, gn, local):
-        """Verdict as 0-d tensors on the device (no sync); returns (bad, apply, packed record)."""
-        import torch
+    def _advance(self) -> None:
+        self.step_count += 1
+        self.state.step = self.step_count
 
-        gn_finite = torch.isfinite(gn)
-        lv = self._loss_det.update(glob)
-        if self._gn_det is not None:
-            gv = self._gn_det.update(gn)
-            gn_out, gn_z = gv.outlier, gv.z
-        else:
-            gn_out, gn_z = ~gn_finite, torch.full_like(gn, math.nan)
-        # With a GradScaler, overflow steps are the scaler's business (it skips them itself).
-        overflow = (~gn_finite) if self.scaler is not None else torch.zeros_like(gn_finite)
-        bad = lv.outlier | (gn_out & ~overflow)
-        apply = torch.ones_like(bad) if self.config.shadow else ~bad
-        packed = torch.stack([glob, gn, lv.z, gn_z, lv.baseline, lv.outlier.double(), gn_out.double(),
-                              overflow.double(), bad.double(), local])
-        return bad, apply, packed
-
-    def _judge_on_host(self, glob, gn, local):
-        """The same verdict with the analyser's OnlineOutlier on Python floats (CPU runs)."""
-        import torch
-
-        lossv, gnv = float(glob), float(gn)
-        lv = self._loss_det.update(lossv)
-        gn_finite = math.isfinite(gnv)
-        if self._gn_det is not None:
-            gv = self._gn_det.update(gnv)
-            gn_out, gn_z = gv.outlier, gv.z
-        else:
-            gn_out, gn_z = not gn_finite, math.nan
-        overflow = self.scaler is not None and not gn_finite
-        bad = lv.outlier or (gn_out and not overflow)
-        ok = self.config.shadow or not bad
-        apply = torch.tensor(ok) if self.gate == "device" else ok
-        packed = [lossv, gnv, lv.z, gn_z, lv.baseline, float(lv.outlier), float(gn_out), float(overflow),
-                  float(bad), float(local)]
-        return bad, apply, packed
+    def _process(self, packed, meta: dict) -> None:
+        """Host side of one step: verdict -> log -> (replay check) -> policy -> executor."""
+        v = Judgement.verdict(packed, step=meta["step"], batch_index=meta["batch_index"], lr=meta["lr"],
+                              loss_scale=meta["loss_scale"])
+        self.last_record = v
+        if self.config.log_metrics:
+            m = {"loss": v.loss, "grad_norm": v.grad_norm, "lr": v.lr}
+            if self.scaler is not None:
+                m["loss_scale"] = v.loss_scale
+            self.log.metrics(v.step, m)
+        transient = False
+        # Replay only when the update was withheld: in shadow mode the weights already moved.
+        if v.bad and meta["replay"] is not None and meta["rng"] is not None and self.config.replay \
+                and not self.config.shadow:
+            from .replay import replay_check
+            transient = replay_check(v, meta, world=self._world, log=self.log, rtol=self.config.replay_rtol,
+                                     device=self._params[0].device if self._params else "cpu")
+        for d in self.policy.observe(v, transient=transient):
+            data_count = self._data_count
+            out = self.executor.carry_out(d)
+            if out.rolled_back_to is not None:
+                self.step_count = self.state.step
+                if self.sampler is None:
+                    self._data_count = data_count  # the stream itself was not rewound
+                self._reiter, self._pending = True, None
+                break
+            if out.halted:
+                self.halted = True
+                break
 
     def _copy_to_host(self, packed):
-        """Start the one device-to-host copy of this step's record; returns what ``_process`` reads.
-
-        On CUDA the copy goes into one of two pinned buffers (a pageable target would make
-        ``non_blocking`` synchronous) and an event marks its end; the record is read one step later,
-        after ``event.synchronize()``, by which time the copy has long finished. (Unverified here:
-        no GPU on the development machine.)
-        """
+        """Start the one device-to-host copy of this step's verdict (pinned buffer + event on CUDA)."""
         import torch
 
         if not packed.is_cuda:
@@ -346,49 +352,59 @@ class StabilityGuard(RecoveryActions):
         return _PendingCopy(buf, done)
 
     def flush(self) -> None:
-        """Process the deferred record of the last step (on CUDA with ``defer_host_read``)."""
+        """Process the deferred verdict of the last step (on CUDA with ``defer_host_read``)."""
         if self._pending is not None:
             prev, self._pending = self._pending, None
             self._process(*prev)
 
     # ------------------------------------------------------------------ checkpoints and state
     def save(self) -> Any:
-        """Checkpoint the whole training state (model, optimizer, ..., this guard) at the current step."""
+        """Checkpoint the whole training state (model, optimizer, ..., this guard's timeline)."""
         self.flush()
         self.state.step = self.step_count
         return self.store.save(self.step_count, self.state.state_dict())
 
     def restore(self, step: int | None = None) -> int:
-        """Resume from the store (newest valid checkpoint when ``step`` is None); returns the step."""
+        """Resume from the store; returns the step.
+
+        Args:
+            step: the checkpoint to load. None = the ledger's ``resume_from`` if a previous process
+                left one (a rollback it could not carry out; it is then cleared), else the newest valid.
+        """
+        if step is None and self.ledger.resume_from is not None:
+            step, self.ledger.resume_from = self.ledger.resume_from, None
+            self.ledger.save()
         self.state.load_state_dict(self.store.load(step))
         self.step_count = self.state.step
         self._reiter = True
         return self.step_count
 
-    @property
-    def events(self) -> list[dict[str, Any]]:
-        """The decision records written by this process, in order."""
-        return self.log.records
-
     def state_dict(self) -> dict[str, Any]:
-        """Detector windows, policy budgets and episode, data counter (goes into TrainState extras)."""
-        return {"format": GUARD_FORMAT, "loss": self._loss_det.state_dict(),
-                "grad_norm": None if self._gn_det is None else self._gn_det.state_dict(),
-                "policy": self.policy.state_dict(), "data_count": self._data_count}
+        """The timeline: detector windows, the policy's open episode, the data counter (JSON-safe).
+        Goes into every checkpoint (TrainState extras) and is rolled back with it."""
+        return {"format": GUARD_FORMAT, "judge": self.judge.state_dict(), "policy": self.policy.state_dict(),
+                "data_count": self._data_count}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output."""
-        if not isinstance(sd, dict) or sd.get("format") != GUARD_FORMAT:
+        """Restore :meth:`state_dict` output (format 1, from before the ledger, is read too)."""
+        if not isinstance(sd, dict) or sd.get("format") not in (1, GUARD_FORMAT):
             from ..errors import CheckpointError
             raise CheckpointError("not a StabilityGuard state", fix="load a checkpoint saved with the guard")
-        self._loss_det.load_state_dict(sd["loss"])
-        if self._gn_det is not None and sd.get("grad_norm") is not None:
-            self._gn_det.load_state_dict(sd["grad_norm"])
+        if sd["format"] == 1:  # windows at the top level, budget inside the policy
+            sd = {"judge": {"loss": sd["loss"], "grad_norm": sd.get("grad_norm")},
+                  "policy": {"episode": sd["policy"]["episode"], "overflow_streak": sd["policy"]["overflow_streak"]},
+                  "data_count": sd["data_count"]}
+        self.judge.load_state_dict(sd["judge"])
         self.policy.load_state_dict(sd["policy"])
         self._data_count = int(sd["data_count"])
 
+    def adopt_ledger(self, ledger: RunLedger) -> None:
+        """Use ``ledger`` from now on (a framework callback restoring its own saved ledger)."""
+        ledger.path = self.ledger.path if ledger.path is None else ledger.path
+        self.policy.ledger = ledger
+
     def close(self) -> None:
-        """Process any deferred record and close the log."""
+        """Process any deferred verdict and close the log."""
         self.flush()
         self.log.close()
 

@@ -51,3 +51,30 @@ def reproduces(original: float, replayed: float, rtol: float) -> bool:
     if not math.isfinite(original) or not math.isfinite(replayed):
         return not math.isfinite(original) and not math.isfinite(replayed)
     return abs(replayed - original) <= rtol * max(abs(original), 1e-12)
+
+
+def replay_check(verdict, meta: dict[str, Any], *, world: int, log, rtol: float, device) -> bool:
+    """Replay a flagged step and log the result; returns True if the fault was *transient*.
+
+    Args:
+        verdict: the flagged step's :class:`Verdict` (its ``local_loss`` is compared).
+        meta: the step's ``replay`` callable and ``rng`` state.
+        world: ranks; under DDP every rank takes the same decision (one MIN all-reduce).
+        log: the :class:`EventLog` the ``replay`` event goes to.
+        rtol: :attr:`GuardConfig.replay_rtol`.
+        device: where the all-reduce flag lives.
+    """
+    from ..recovery.action import Action
+    from ..recovery.decision import Decision
+
+    again = replay_loss(meta["replay"], meta["rng"])
+    ok = reproduces(verdict.local_loss, again, rtol)
+    if world > 1:
+        flag = torch.tensor([1.0 if ok else 0.0], dtype=torch.float64, device=device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
+        ok = bool(flag.item())
+    log.event(Decision(Action.REPLAY, verdict.step, [
+        "fault reproduces on replay (data or model)" if ok else
+        "fault did not reproduce on replay: transient (hardware) fault"],
+        {"loss": verdict.local_loss, "replayed_loss": again, "reproduced": ok, "transient": not ok}).record())
+    return not ok

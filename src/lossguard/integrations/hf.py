@@ -11,34 +11,61 @@ micro-batches of one optimizer step under gradient accumulation) and judges the 
 leaves every parameter and its state untouched. Where the guard would roll back it halts instead (the
 Trainer owns the data loader) and sets ``control.should_training_stop``.
 
+State: the callback is an HF ``ExportableState``, so the Trainer writes the guard's timeline
+(detector windows, open episode) and run ledger into ``trainer_state.json`` of every checkpoint
+(``stateful_callbacks``) and a run resumed with ``resume_from_checkpoint`` gets them back: read from
+the resumed ``TrainerState`` at train begin, so it works whether or not
+``TrainingArguments.restore_callback_states_from_checkpoint`` is set (when it is, HF rebuilds the
+callback from its ``args``, which are therefore JSON-safe: the config as a dict, the log path and
+the store's directory as strings).
+
 The Trainer clips gradients *before* ``on_pre_optimizer_step``, so the guard sees the clipped norm:
 non-finite gradients are still caught, but a gradient-norm spike beyond ``max_grad_norm`` is not;
-the loss test is unaffected. To watch the true norm, set ``TrainingArguments(max_grad_norm=0)``
-(the guard does not clip in framework mode, so the run then trains unclipped).
+the loss test is unaffected. To watch the true norm, set ``TrainingArguments(max_grad_norm=0)``.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import require
 from ..guard.config import GuardConfig
+from ._state import guard_state, restore_guard
 
 transformers = require("transformers", "hf", "The Hugging Face integration")
 
 
-class StabilityCallback(transformers.TrainerCallback):
+class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callback.ExportableState):
     """Skip bad steps in a ``Trainer`` run and stop it with a diagnosis when skipping is not enough.
 
     Args:
-        config: the guard's thresholds and budgets.
+        config: the guard's thresholds and budgets (a :class:`GuardConfig`, or its dict form).
         log_path: the JSONL log the guard writes its decisions (and per-step metrics) to.
-        store: optional :class:`CheckpointStore` whose checkpoints a halt may name.
+        store: optional :class:`CheckpointStore` (or its directory) whose checkpoints a halt may
+            name; its directory also holds the run ledger.
     """
 
-    def __init__(self, config: GuardConfig | None = None, *, log_path=None, store=None) -> None:
+    def __init__(self, config: GuardConfig | dict | None = None, *, log_path=None, store=None) -> None:
+        if isinstance(config, dict):
+            from ..guard.config_file import config_from_dict
+            config = config_from_dict(config)
         self.config = config or GuardConfig()
+        if isinstance(store, str):
+            from ..checkpoint.store import CheckpointStore
+            store = CheckpointStore(store)
         self.log_path, self.store = log_path, store
         self.guard = None
+        self.restored_state: dict[str, Any] | None = None
+        """Guard state from a resumed checkpoint, loaded into the guard at train begin."""
         self._losses: list = []
         self._hook = None
+
+    def state(self) -> dict[str, Any]:
+        """HF ``ExportableState``: JSON-safe constructor args and the guard's timeline + ledger."""
+        from ..guard.config_file import config_to_dict
+        return {"args": {"config": config_to_dict(self.config),
+                         "log_path": None if self.log_path is None else str(self.log_path),
+                         "store": None if self.store is None else str(self.store.directory)},
+                "attributes": {"restored_state": guard_state(self.guard)}}
 
     def _keep_loss(self, module, inputs, output) -> None:
         import torch
@@ -53,6 +80,8 @@ class StabilityCallback(transformers.TrainerCallback):
         from ..guard.guard import StabilityGuard
 
         self.guard = StabilityGuard(model, optimizer, store=self.store, config=self.config, log_path=self.log_path)
+        restore_guard(self.guard, self.restored_state or _saved_state(state))
+        self.restored_state = None
         self.guard.step_count = state.global_step
         self._hook = model.register_forward_hook(self._keep_loss)
 
@@ -72,3 +101,13 @@ class StabilityCallback(transformers.TrainerCallback):
             self._hook = None
         if self.guard is not None:
             self.guard.close()
+
+
+def _saved_state(trainer_state) -> dict[str, Any] | None:
+    """The guard state this callback saved into a resumed ``TrainerState`` (None on a fresh run)."""
+    saved = (getattr(trainer_state, "stateful_callbacks", None) or {}).get(StabilityCallback.__name__)
+    if isinstance(saved, list):
+        saved = saved[0] if saved else None
+    if not isinstance(saved, dict):
+        return None
+    return saved.get("attributes", {}).get("restored_state") or None

@@ -7,8 +7,9 @@ Lightning calls ``optimizer.step()`` itself, so the callback uses the guard's fr
 the step at ``on_before_optimizer_step`` (after backward and fp16 unscaling, before clipping), and a
 bad step's gradients are dropped so the optimizer leaves every parameter and its state untouched.
 Where the guard would roll back it halts instead (Lightning owns the data loader) and the callback
-asks the trainer to stop. The guard's state (detector windows, budgets) is saved in Lightning's
-checkpoints through the callback's ``state_dict``.
+asks the trainer to stop. The guard's timeline (detector windows, open episode) and its run ledger
+(budgets, skipped ranges, LR cuts) are saved in Lightning's checkpoints through the callback's
+``state_dict``, so a resumed run keeps both.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 
 from ..errors import require
 from ..guard.config import GuardConfig
+from ._state import guard_state, restore_guard
 
 pl = require("lightning.pytorch", "lightning", "The Lightning integration")
 
@@ -43,7 +45,7 @@ class StabilityCallback(pl.Callback):
         self.guard = StabilityGuard(pl_module, trainer.optimizers[0], store=self.store, scaler=scaler,
                                     config=self.config, log_path=self.log_path)
         if self._pending_state is not None:
-            self.guard.load_state_dict(self._pending_state)
+            restore_guard(self.guard, self._pending_state)
             self._pending_state = None
         self.guard.step_count = trainer.global_step
 
@@ -60,8 +62,10 @@ class StabilityCallback(pl.Callback):
             self.guard.close()
 
     def state_dict(self) -> dict[str, Any]:
-        return {} if self.guard is None else self.guard.state_dict()
+        """The guard's timeline and ledger (Lightning saves it in its checkpoints)."""
+        return guard_state(self.guard)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Keep the saved state until the guard is built at fit start."""
         if state_dict:
             self._pending_state = state_dict  # the guard is built at fit start

@@ -15,8 +15,11 @@ from typing import Iterable, Sequence, Union
 from ..errors import LogFormatError, LossguardError, UnknownFormatError
 from ..runlog import RunLog, merge
 from ..stitch import stitch
+from . import _stdin
+from . import _runs
+from ._wandb_history import EmptyRunError
 
-READERS = ("tensorboard", "hf_trainer_state", "megatron", "wandb", "lightning", "jsonl", "csv")
+READERS = ("tensorboard", "hf_trainer_state", "pasted", "megatron", "wandb", "lightning", "jsonl", "csv")
 """Reader modules in sniffing priority: the first whose ``sniff`` says yes reads the file."""
 
 HEAD_BYTES = 64 * 1024
@@ -64,7 +67,22 @@ def detect_format(path: str | os.PathLike, head: bytes | None = None) -> str | N
     return None
 
 
-def _expand(paths: PathArg) -> list[tuple[Path, Path | None]]:
+def _walk(root: Path) -> list[Path]:
+    """Files under ``root`` in sorted order, hidden ones left out, each real file once (W&B's
+    ``latest-run`` and ``debug.log`` are symlinks to files also reached directly)."""
+    seen: set[Path] = set()
+    out = []
+    for f in sorted(root.rglob("*")):
+        if any(part.startswith(".") for part in f.relative_to(root).parts) or not f.is_file():
+            continue
+        real = f.resolve()
+        if real not in seen:
+            seen.add(real)
+            out.append(f)
+    return out
+
+
+def _expand(paths: PathArg, only: Sequence[str] = ()) -> list[tuple[Path, Path | None]]:
     """(file, root directory or None) for every path; directories are walked in sorted order."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -72,13 +90,18 @@ def _expand(paths: PathArg) -> list[tuple[Path, Path | None]]:
     for p in paths:
         p = Path(p)
         if p.is_dir():
-            files = sorted(f for f in p.rglob("*") if f.is_file() and not any(
-                part.startswith(".") for part in f.relative_to(p).parts))
+            files = _walk(p)
             if not files:
                 raise LossguardError("the directory holds no files", path=str(p),
                                      fix="point lossguard at a run directory that contains log files")
-            out.extend((f, p) for f in files)
+            picked = [f for f in files if _runs.selected(f, p, only)]
+            if not picked:
+                raise LossguardError(f"no file matches --only {' '.join(only)}", path=str(p),
+                                     fix="the globs match file names or paths relative to the directory, "
+                                         "e.g. --only 'runs/*' or --only '*.csv'")
+            out.extend((f, p) for f in picked)
         elif p.exists():
+            _stdin.check_regular(p)  # a FIFO with no writer would block the read forever
             out.append((p, None))
         else:
             raise LossguardError("no such file or directory", path=str(p),
@@ -88,29 +111,44 @@ def _expand(paths: PathArg) -> list[tuple[Path, Path | None]]:
     return out
 
 
-def read_log(paths: PathArg, *, format: str | None = None) -> RunLog:
+def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] | str = ()) -> RunLog:
     """Read one run from one or more files or directories and return its stitched timeline.
 
     Files given by name must be recognised; files found by walking a directory that no reader
-    recognises (checkpoints, configs) are skipped and listed in ``metadata["skipped"]``.
+    recognises (checkpoints, configs), and the side files writers put beside their logs
+    (``hparams.yaml``, W&B's debug logs), are skipped and listed in ``metadata["skipped"]``.
+    The parts must be one run (see :mod:`lossguard.io._runs`): the same points written by two
+    writers (HF's TensorBoard events and ``trainer_state.json``) are read from one of them, and
+    logs that look like separate runs are an error that names them.
 
     Args:
         paths: a file, a directory, or several of them: all are read as segments of one run.
         format: force a reader (one of :func:`available_formats`) instead of sniffing.
+        only: glob(s) picking files inside directories (matched against the file name and the
+            path relative to the directory), e.g. ``"runs/*"``.
 
     Returns:
         The stitched :class:`~lossguard.runlog.RunLog`.
 
     Raises:
-        LossguardError: unreadable path, unknown format, or a reader's :class:`LogFormatError`.
+        LossguardError: unreadable path, unknown format, separate runs, or a reader's
+            :class:`LogFormatError`.
     """
+    if _stdin.wants_stdin(paths):  # '-': spool stdin to a temp file, read it as a file, name it <stdin>
+        return _stdin.read_piped(paths, read_log, format=format, only=only)
     if format is not None and (format not in READERS or reader(format) is None):
         raise UnknownFormatError(f"unknown format {format!r}",
                                  fix=f"use one of: {', '.join(available_formats())}")
+    only = [only] if isinstance(only, str) else list(only)
     logs: list[RunLog] = []
     skipped: list[str] = []
+    warnings: list[str] = []
     event_roots: set[Path] = set()  # run directories whose event files are read in one call
-    for path, root in _expand(paths):
+    expanded = _expand(paths, only)
+    for path, root in expanded:
+        if root is not None and format is None and _runs.is_side_file(path):
+            skipped.append(str(path))
+            continue
         head = _head(path)
         name = format or detect_format(path, head)
         if name == "tensorboard" and root is not None:
@@ -118,7 +156,8 @@ def read_log(paths: PathArg, *, format: str | None = None) -> RunLog:
             # those files must join the launch they belong to, not look like restarts at step 0.
             if root not in event_roots:
                 event_roots.add(root)
-                logs.append(reader(name).read(root, root=root))
+                events = [f for f, r in expanded if r == root and reader(name).is_event_file(f)]
+                logs.append(reader(name).read(root, root=root, files=events if only else None))
             continue
         if name is None:
             if root is not None:
@@ -131,18 +170,32 @@ def read_log(paths: PathArg, *, format: str | None = None) -> RunLog:
                 "no reader recognises this file", path=str(path),
                 fix=f"pass --format with one of: {', '.join(available_formats())}; CSV needs a header "
                     "naming a step column, JSONL one JSON object per line")
-        logs.append(reader(name).read(path, root=root))
+        try:
+            logs.append(reader(name).read(path, root=root))
+        except EmptyRunError as exc:
+            if root is None:
+                raise
+            skipped.append(str(path))  # a launch killed before it logged: nothing to read, not an error
+            warnings.append(f"{path}: {exc.what}")
     if not logs:
+        explained = _runs.explain_unreadable(skipped)
+        if explained is not None:
+            raise explained
         raise UnknownFormatError(
             f"none of the {len(skipped)} files is a training log lossguard can read "
-            f"(for example {Path(skipped[0]).name})", path=", ".join(sorted({str(r) for _, r in _expand(paths) if r})),
+            f"(for example {Path(skipped[0]).name})", path=", ".join(sorted({str(r) for _, r in expanded if r})),
             fix=f"formats read: {', '.join(available_formats())}")
     hf = [g for g in logs if g.format == "hf_trainer_state"]
     if len(hf) > 1:  # every HF checkpoint repeats the whole history: keep each point once
         logs = [g for g in logs if g.format != "hf_trainer_state"] + reader("hf_trainer_state").collapse(hf)
+    logs, duplicates = _runs.one_run(logs)
     log = stitch(merge(logs))
     if skipped:
         log.metadata["skipped"] = skipped
+    if duplicates:
+        log.metadata["duplicate_sources"] = duplicates
+    if warnings:
+        log.metadata["warnings"] = list(log.metadata.get("warnings", [])) + warnings
     return log
 
 

@@ -11,15 +11,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from itertools import compress
 from typing import Callable
 
 import numpy as np
 
 from ..errors import LogFormatError
-from ..metrics import EPOCH, STEP_ALIASES, canonical_name, is_loss
+from ..metrics import EPOCH, STEP_ALIASES, canonical_name, is_bookkeeping, is_loss
 
 TIME_NAMES = ("time", "timestamp", "_timestamp", "wall_time", "walltime", "unix_time", "created_at")
 """Column names holding the Unix wall time of a row; they date segments and are not metrics."""
+
+MAX_COLUMNS = 10_000
+"""Most columns (keys) one file may hold. Past it, the first columns seen (and the step) are kept
+and the rest dropped with a warning: a record with 700,000 keys (a dumped
+vocabulary histogram) must not cost minutes and gigabytes. Per-layer statistics of the largest
+models stay well under it (100 layers x 20 statistics = 2,000)."""
 
 _KNOWN = {"loss", "val_loss", "grad_norm", "lr", "loss_scale", "skipped_iters", "nan_iters",
           "iter_time", "tokens", EPOCH}
@@ -46,6 +53,10 @@ class Table:
         lines: int64 line (or record) number of each row, for error messages.
         unit: what ``lines`` counts: ``"line"`` or ``"record"``.
         header: True when the names come from a header line (CSV), False for record keys.
+        exact_lines: True when ``lines`` are the exact lines (the fast paths know this only when
+            every chunk's rows are its lines); errors found on an inexact table are re-derived.
+        warnings: what the reader dropped or worked around (a half-written last line, columns over
+            :data:`MAX_COLUMNS`), shown by ``lossguard info``.
     """
 
     names: list[str]
@@ -55,11 +66,43 @@ class Table:
     lines: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     unit: str = "line"
     header: bool = False
+    exact_lines: bool = True
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def rows(self) -> int:
         """Number of data rows."""
         return len(self.lines)
+
+
+def limit_columns(names: list[str], warnings: list[str], *, word: str = "keys") -> list[str]:
+    """``names`` cut to the first :data:`MAX_COLUMNS` seen (plus the step column), with a warning when cut.
+
+    First seen wins because the columns every row has (step, loss, lr) come first; the flood of keys
+    is what one odd record adds later. Cost is linear in the number of names, with no per-name
+    lookup beyond the step's.
+    """
+    if len(names) <= MAX_COLUMNS:
+        return names
+    kept = names[:MAX_COLUMNS]
+    if find_step_column(kept) is None:
+        step = find_step_column(names)
+        if step is not None:
+            kept = kept[:-1] + [step]
+    warnings.append(f"{len(names):,} distinct {word}: kept the first {MAX_COLUMNS:,} and dropped "
+                    f"{len(names) - MAX_COLUMNS:,} (lossguard reads at most {MAX_COLUMNS:,} columns per log)")
+    return kept
+
+
+def printable(name: str) -> str:
+    """A column name that can be printed: lone surrogates (from ``"\\udc80"`` in JSON) become escapes."""
+    if name.isascii():
+        return name
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def find_step_column(names: list[str]) -> str | None:
@@ -124,11 +167,12 @@ def to_runlog(table: Table, *, path: Path, format: str, segments: np.ndarray | N
     taken: set[str] = set()
     ignored: list[str] = []
     for raw in table.names:
-        if raw == step_col or normalise(raw) in TIME_NAMES:
+        if raw == step_col or normalise(raw) in TIME_NAMES or is_bookkeeping(raw):
             continue
         name = rename(raw)
         if name is None:
             continue
+        name = printable(name)
         if raw in table.text:
             cells, bad, numbers_before = table.text[raw]
             if is_known_metric(name) or numbers_before:
@@ -172,8 +216,10 @@ def to_runlog(table: Table, *, path: Path, format: str, segments: np.ndarray | N
     if metadata:
         b.metadata.update(metadata)
     if ignored:
-        b.metadata["ignored_columns"] = ignored
-    b.metadata["columns"] = {raw: name for raw, name in metric_cols}
+        b.metadata["ignored_columns"] = [printable(n) for n in ignored]
+    if table.warnings:
+        b.metadata["warnings"] = list(b.metadata.get("warnings", [])) + list(table.warnings)
+    b.metadata["columns"] = {printable(raw): name for raw, name in metric_cols}
     times = _time_column(table)
     if segments is None:
         seg_ids = [0]
@@ -221,29 +267,40 @@ def _time_column(table: Table) -> np.ndarray | None:
 
 
 def parse_numeric(cells: list[str]) -> tuple[np.ndarray, np.ndarray] | tuple[int, bool]:
-    """Convert cell strings to float64 (empty = missing).
+    """Convert cell strings to float64 (empty or blank = missing).
+
+    Cells are converted one by one with ``float`` (no fixed-width string array: one 10 MB cell in
+    a column must not make every row 10 MB wide).
 
     Returns:
         ``(values, present)``, or when a cell is not a number ``(its index, True if a number came
         before it)``: a column that starts with text is a label column, one that turns to text
         part-way is a broken metric.
     """
-    arr = np.asarray(cells, dtype=str) if cells else np.zeros(0, dtype=str)
-    arr = np.char.strip(arr) if arr.size else arr
-    present = arr != ""
-    values = np.full(len(arr), np.nan)
+    n = len(cells)
+    present = np.fromiter(map(bool, cells), dtype=bool, count=n)
     try:
-        values[present] = arr[present].astype(np.float64)
+        if present.all():
+            return np.fromiter(map(float, cells), dtype=np.float64, count=n), present
+        values = np.full(n, np.nan)
+        values[present] = np.fromiter(map(float, compress(cells, present)), dtype=np.float64,
+                                      count=int(present.sum()))
+        return values, present
     except (ValueError, OverflowError):
-        seen_number = False
-        for i, c in enumerate(arr.tolist()):
-            if c:
-                try:
-                    float(c)
-                    seen_number = True
-                except (ValueError, OverflowError):
-                    return i, seen_number
-        return 0, False  # pragma: no cover - numpy and float() disagree
+        pass
+    # Some cell is blank or not a number: find which, exactly, in one pass.
+    values = np.full(n, np.nan)
+    seen_number = False
+    for i, c in enumerate(cells):
+        c = c.strip()
+        present[i] = bool(c)
+        if not c:
+            continue
+        try:
+            values[i] = float(c)
+            seen_number = True
+        except (ValueError, OverflowError):
+            return i, seen_number
     return values, present
 
 

@@ -19,7 +19,8 @@ import numpy as np
 
 from ..errors import LogFormatError
 from ._chunks import Piece, chunks, join_pieces
-from ._table import Table, add_text_columns, find_step_column, normalise, to_runlog
+from ._table import MAX_COLUMNS, Table, add_text_columns, find_step_column, limit_columns, normalise, to_runlog
+from ._tail import cut_partial_last_line
 
 NAME = "csv"
 SEGMENT_COLUMN = "segment"
@@ -85,17 +86,32 @@ def check_file(path: Path) -> None:
 
 
 def read_table(path: Path, *, fast: bool = True) -> Table:
-    """Parse a CSV/TSV file into a :class:`Table` (pyarrow when available and ``fast``)."""
+    """Parse a CSV/TSV file into a :class:`Table` (pyarrow when available and ``fast``).
+
+    A half-written last row (no newline, fewer cells than the header) is left out with a warning
+    in ``Table.warnings``.
+    """
     check_file(path)
     with open(path, "rb") as f:
         head = f.read(65536)
     header = _first_line(head) or ""
     delimiter = delimiter_of(header) or ","
-    if fast:
-        table = _read_arrow(path, delimiter)
-        if table is not None:
-            return table
-    return _read_exact(path, read_bytes(path), delimiter)
+    warnings: list[str] = []
+    width = len(next(_csv.reader([header], delimiter=delimiter), []))
+    limit = cut_partial_last_line(path, lambda last: _cells_in(last, delimiter) >= width, warnings)
+    table = _read_arrow(path, delimiter, limit) if fast else None
+    if table is None:
+        data = read_bytes(path)
+        table = _read_exact(path, data if limit is None else data[:limit], delimiter)
+    table.warnings.extend(warnings)
+    return table
+
+
+def _cells_in(line: bytes, delimiter: str) -> int:
+    try:
+        return len(next(_csv.reader([line.decode("utf-8", "replace").rstrip("\r")], delimiter=delimiter), []))
+    except _csv.Error:
+        return 0
 
 
 def arrow_column(col, pa) -> tuple[np.ndarray, np.ndarray] | None:
@@ -128,38 +144,58 @@ def arrow_column(col, pa) -> tuple[np.ndarray, np.ndarray] | None:
     return values, present
 
 
-def _read_arrow(path: Path, delimiter: str) -> Table | None:
-    """pyarrow fast path; None when pyarrow is missing or anything about the file needs the exact path."""
+def _read_arrow(path: Path, delimiter: str, limit: int | None = None) -> Table | None:
+    """pyarrow fast path; None when pyarrow is missing or anything about the file needs the exact path.
+
+    Raises:
+        LogFormatError: a row with the wrong number of cells, at its exact line (found without
+            re-reading the file).
+    """
     try:
-        return _arrow_table(path, delimiter)
+        return _arrow_table(path, delimiter, limit)
+    except LogFormatError:
+        raise
     except Exception:  # noqa: BLE001 - pyarrow rejects odd bytes in many ways; the exact path explains them
         return None
 
 
-def _arrow_table(path: Path, delimiter: str) -> Table | None:
+def _arrow_table(path: Path, delimiter: str, limit: int | None) -> Table | None:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
     # Parsed in 4 MB chunks of whole lines (read into one reused buffer, column names given once),
-    # so that peak memory stays nearer the output arrays than one read_csv of the whole file. Row i is
-    # taken to be on line i + 2; blank lines or quoted newlines break that, but row lines are only
-    # used in error messages, and every error is re-derived on the exact path.
-    parse = pacsv.ParseOptions(delimiter=delimiter)
+    # so that peak memory stays nearer the output arrays than one read_csv of the whole file. Where
+    # a chunk's rows are its lines one to one, row line numbers are exact; otherwise (blank lines,
+    # quoted newlines) they are approximate and an error is re-derived on the exact path.
+    bad_rows: list = []
+
+    def on_bad_row(row) -> str:
+        if row.text.strip():
+            bad_rows.append(row)
+        return "skip"
+
+    parse = pacsv.ParseOptions(delimiter=delimiter, invalid_row_handler=on_bad_row)
     convert = pacsv.ConvertOptions(null_values=[""], strings_can_be_null=True, true_values=[], false_values=[])
     pieces: list[Piece] = []
     names: list[str] | None = None
     read = None
-    for header, chunk in chunks(path, skip_first_line=True):
+    for chunk in chunks(path, skip_first_line=True, limit=limit):
         if names is None:  # the header is parsed once; every block is then read with these names
-            names = [str(n) for n in pacsv.read_csv(pa.BufferReader(header), parse_options=parse).column_names]
-            if len(set(names)) != len(names) or any(not n for n in names):
+            names = [str(n) for n in pacsv.read_csv(pa.BufferReader(chunk.header),
+                                                   parse_options=pacsv.ParseOptions(delimiter=delimiter)).column_names]
+            if len(set(names)) != len(names) or any(not n for n in names) or len(names) > MAX_COLUMNS:
                 return None
             read = pacsv.ReadOptions(column_names=names)
-        t = pacsv.read_csv(pa.BufferReader(pa.py_buffer(chunk)), read_options=read, parse_options=parse,
+        try:  # pyarrow's bad-row callback cannot show bytes that are not UTF-8; the exact path explains them
+            str(chunk.data, "utf-8")
+        except UnicodeDecodeError:
+            return None
+        t = pacsv.read_csv(pa.BufferReader(pa.py_buffer(chunk.data)), read_options=read, parse_options=parse,
                            convert_options=convert)
-        cols = names
-        piece = Piece(rows=t.num_rows)
-        for name, col in zip(cols, t.columns):
+        if bad_rows:
+            _raise_ragged(path, chunk, bad_rows[0], len(names))
+        piece = Piece(rows=t.num_rows, lines=chunk.row_lines(t.num_rows))
+        for name, col in zip(names, t.columns):
             parsed = arrow_column(col, pa)
             if parsed is None:
                 piece.text[name] = ["" if v is None else str(v) for v in col.to_pylist()]
@@ -170,7 +206,25 @@ def _arrow_table(path: Path, delimiter: str) -> Table | None:
     if names is None:
         return None  # header only: the exact path explains
     total = sum(p.rows for p in pieces)
-    return join_pieces(pieces, names, Table(names=[], lines=np.arange(2, total + 2, dtype=np.int64), header=True))
+    table = Table(names=[], lines=np.arange(2, total + 2, dtype=np.int64), header=True, exact_lines=False)
+    segment = tuple(n for n in names if normalise(n) == SEGMENT_COLUMN)
+    return join_pieces(pieces, names, table, keep_text=segment)
+
+
+def _raise_ragged(path: Path, chunk, row, width: int) -> None:
+    """Report a row with the wrong number of cells at its line (found by its text inside the chunk)."""
+    data = bytes(chunk.data)
+    at = data.find(row.text.encode("utf-8", "surrogateescape"))
+    if at < 0 or b'"' in data[:at]:
+        raise _Inexact()  # a quoted field may hide newlines: the exact path counts lines
+    line = chunk.first_line + data.count(b"\n", 0, at)
+    raise LogFormatError(f"{row.actual_columns} fields where the header has {width}", path=str(path),
+                         where=f"line {line}",
+                         fix="every row needs one cell per header column (leave missing ones empty)")
+
+
+class _Inexact(Exception):
+    """The fast path cannot name the line exactly: let the exact path read the file."""
 
 
 def _read_exact(path: Path, data: bytes, delimiter: str) -> Table:
@@ -207,9 +261,13 @@ def _read_exact(path: Path, data: bytes, delimiter: str) -> Table:
     except _csv.Error as exc:
         raise LogFormatError(f"malformed CSV: {exc}", path=src, where=f"line {reader.line_num}",
                              fix="check the quoting and delimiters on that line") from None
-    columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in names]
-    table = Table(names=names, lines=np.asarray(lines, dtype=np.int64), header=True)
-    add_text_columns(table, dict(zip(names, columns)))
+    warnings: list[str] = []
+    kept = limit_columns(names, warnings, word="columns")
+    index = {n: i for i, n in enumerate(names)}
+    columns = {n: [row[index[n]] for row in rows] for n in kept}
+    del rows
+    table = Table(names=kept, lines=np.asarray(lines, dtype=np.int64), header=True, warnings=warnings)
+    add_text_columns(table, columns)
     return table
 
 
@@ -262,6 +320,6 @@ def read(path: Path, *, root: Path | None = None, fast: bool = True):
     try:
         return to_runlog(table, path=path, format=NAME, segments=segments, segment_notes=notes)
     except LogFormatError:
-        if not fast:
-            raise
+        if table.exact_lines:
+            raise  # the line named is exact: no need to read the file again
         return read(path, root=root, fast=False)  # the exact path names the precise line

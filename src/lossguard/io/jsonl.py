@@ -20,7 +20,8 @@ import numpy as np
 
 from ..errors import LogFormatError
 from ._chunks import Piece, chunks, join_pieces
-from ._table import Table, add_text_columns, to_runlog
+from ._table import MAX_COLUMNS, Table, add_text_columns, limit_columns, to_runlog
+from ._tail import cut_partial_last_line
 from .csv import check_file, read_bytes
 
 NAME = "jsonl"
@@ -62,7 +63,10 @@ def records_table(records: list[dict], lines: list[int], *, unit: str = "line") 
     for r in records:
         for k in r:
             names.setdefault(k, None)
-    table = Table(names=list(names), lines=np.asarray(lines, dtype=np.int64), unit=unit)
+    warnings: list[str] = []
+    table = Table(names=limit_columns(list(names), warnings), lines=np.asarray(lines, dtype=np.int64), unit=unit,
+                  warnings=warnings)
+    names = dict.fromkeys(table.names)
     n = len(records)
     text: dict[str, list[str]] = {}
     for k in names:
@@ -101,10 +105,16 @@ def split_events(records: list[dict], lines: list[int]) -> tuple[list[dict], lis
     return rows, row_lines, np.asarray(seg, dtype=np.int64), notes, events
 
 
-def parse_lines(path: Path, data: bytes) -> tuple[list[dict], list[int]]:
-    """Every non-blank line parsed as a JSON object, with its 1-based line number."""
+def parse_lines(path: Path, data: bytes, *, first_line: int = 1) -> tuple[list[dict], list[int]]:
+    """Every non-blank line parsed as a JSON object, with its 1-based line number.
+
+    Args:
+        path: the file, named in errors.
+        data: its bytes (or a chunk of whole lines of it).
+        first_line: the line number of ``data``'s first line.
+    """
     records, lines = [], []
-    for i, raw in enumerate(data.split(b"\n"), start=1):
+    for i, raw in enumerate(data.split(b"\n"), start=first_line):
         raw = raw.strip()
         if not raw:
             continue
@@ -121,31 +131,47 @@ def parse_lines(path: Path, data: bytes) -> tuple[list[dict], list[int]]:
     return records, lines
 
 
-def _read_arrow(path: Path):
-    """pyarrow fast path: (table, segments, notes, events), or None to use the exact path."""
+def _read_arrow(path: Path, limit: int | None):
+    """pyarrow fast path: (table, segments, notes, events), or None to use the exact path.
+
+    Raises:
+        LogFormatError: a line that is not a JSON object, at its exact line, found by re-reading
+            only the chunk pyarrow rejected.
+    """
     try:
-        return _arrow_table(path)
+        return _arrow_table(path, limit)
+    except LogFormatError:
+        raise
     except Exception:  # noqa: BLE001 - pyarrow rejects odd bytes in many ways; the exact path explains them
         return None
 
 
-def _arrow_table(path: Path):
+def _arrow_table(path: Path, limit: int | None):
     import pyarrow as pa
     import pyarrow.json as pajson
 
     from .csv import arrow_column
 
-    # Parsed in chunks of whole lines so that peak memory stays near the output arrays. Record i is
-    # taken to be on line i + 1 (blank lines would shift that); lines are only used in error
-    # messages, and every error is re-derived on the exact path.
+    # Parsed in chunks of whole lines so that peak memory stays near the output arrays. A chunk whose
+    # records are its lines one to one has exact line numbers; otherwise (blank lines) record i is
+    # taken to be on line i + 1 and an error is re-derived on the exact path.
     pieces: list[Piece] = []
     names: dict[str, None] = {}
     events: list[tuple[int, dict]] = []
     kept_rows: list[np.ndarray] = []
     row0 = 0
-    for _, chunk in chunks(path, skip_first_line=False):
-        t = pajson.read_json(pa.BufferReader(chunk))
+    for chunk in chunks(path, skip_first_line=False, limit=limit):
+        try:
+            t = pajson.read_json(pa.BufferReader(chunk.data),
+                                 read_options=pajson.ReadOptions(block_size=max(1 << 20, len(chunk.data) + 1)))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            # Name the bad line from this chunk alone (a bad record late in a big file costs one chunk).
+            parse_lines(path, bytes(chunk.data), first_line=chunk.first_line)
+            return None  # every line is JSON: pyarrow disliked something else; the exact path reads it
         n = t.num_rows
+        if len(names) + t.num_columns > MAX_COLUMNS and len(set(names) | set(t.column_names)) > MAX_COLUMNS:
+            return None  # the exact path keeps MAX_COLUMNS of them, with a warning
+        lines = chunk.row_lines(n)
         keep = None
         if EVENT_KEY in t.column_names:
             is_event = t.column(EVENT_KEY).is_valid().to_numpy(zero_copy_only=False)
@@ -158,7 +184,7 @@ def _arrow_table(path: Path):
             t = t.drop_columns([EVENT_KEY])
         rows = np.arange(row0, row0 + n, dtype=np.int64)
         kept_rows.append(rows if keep is None else rows[keep])
-        piece = Piece(rows=t.num_rows)
+        piece = Piece(rows=t.num_rows, lines=None if lines is None else (lines if keep is None else lines[keep]))
         for name, col in zip(t.column_names, t.columns):
             typ = col.type
             parsed = arrow_column(col, pa)
@@ -175,9 +201,7 @@ def _arrow_table(path: Path):
         pieces.append(piece)
         row0 += n
     rows = np.concatenate(kept_rows) if kept_rows else np.zeros(0, dtype=np.int64)
-    table = join_pieces(pieces, list(names), Table(names=[], lines=rows + 1))
-    if table is None:
-        return None
+    table = join_pieces(pieces, list(names), Table(names=[], lines=rows + 1, exact_lines=False))
     notes = [""]
     boundaries = []
     for i, rec in events:
@@ -217,18 +241,31 @@ def read(path: Path, *, root: Path | None = None, fast: bool = True, format: str
     """
     path = Path(path)
     check_file(path)
-    fast_result = _read_arrow(path) if fast else None
+    warnings: list[str] = []
+    limit = cut_partial_last_line(path, _is_json, warnings)
+    fast_result = _read_arrow(path, limit) if fast else None
     if fast_result is not None:
         table, seg, notes, events = fast_result
     else:
-        records, lines = parse_lines(path, read_bytes(path))
+        data = read_bytes(path)
+        records, lines = parse_lines(path, data if limit is None else data[:limit])
+        del data
         rows, row_lines, seg, notes, events = split_events(records, lines)
         table = records_table(rows, row_lines)
+    table.warnings[:0] = warnings
     segments = seg if len(notes) > 1 else None
     try:
         return to_runlog(table, path=path, format=format, segments=segments, segment_notes=notes, events=events,
                          rename=rename)
     except LogFormatError:
-        if fast_result is None:
-            raise
+        if table.exact_lines:
+            raise  # the line named is exact: no need to read the file again
         return read(path, root=root, fast=False, format=format, rename=rename)
+
+
+def _is_json(line: bytes) -> bool:
+    try:
+        json.loads(line)
+        return True
+    except (ValueError, RecursionError):
+        return False

@@ -57,9 +57,44 @@ _SNIFF = re.compile(rb"\biteration\s+\d+\s*/\s*\d+\s*\||OVERFLOW!\s*Rank\s+\d+\s
 _FROM_ITERATION, _FROM_OVERFLOW, _FROM_ENGINE = 2, 1, 0
 
 
+# Start-up output of these launchers: the argument dump, the world size, DeepSpeed's own logger.
+_STARTUP = re.compile(rb"using world size:|-{8,} arguments -{8,}|\bmegatron\b|\bdeepspeed\b|DeepSpeed info:|"
+                      rb"> building \S+ tokenizer|torch\.distributed", re.IGNORECASE)
+SCAN_BYTES = 32 * 1024 * 1024
+"""How far past the head :func:`sniff` looks for the first iteration line when the head is a
+launcher's start-up output: real runs print 100 KB to several MB (arguments, NCCL, model summary)
+before their first iteration."""
+_CHUNK = 1024 * 1024
+_NEEDLES = (b"iteration", b"OVERFLOW!", b"step=")
+
+
 def sniff(path: Path, head: bytes) -> bool:
-    """True when the first 64 KiB hold a Megatron iteration line or a DeepSpeed step/overflow line."""
-    return _SNIFF.search(head) is not None
+    """True when the file holds a Megatron iteration line or a DeepSpeed step/overflow line.
+
+    The head (the first 64 KiB) is searched first. When it is text that looks like a Megatron or
+    DeepSpeed start-up (argument dump, world size, DeepSpeed logger lines) but has no iteration
+    line yet, the file is searched further, up to :data:`SCAN_BYTES`, a chunk at a time.
+    """
+    if _SNIFF.search(head) is not None:
+        return True
+    if b"\0" in head or _STARTUP.search(head) is None:
+        return False
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(len(head))
+            tail = head[-512:]  # a line cut at a chunk boundary is searched whole
+            for _ in range(SCAN_BYTES // _CHUNK):
+                chunk = fh.read(_CHUNK)
+                if not chunk:
+                    return False
+                window = tail + chunk
+                # Literal needles first: bytes.find is ~100x faster than the regex on a miss.
+                if any(n in window for n in _NEEDLES) and _SNIFF.search(window) is not None:
+                    return True
+                tail = chunk[-512:]
+    except OSError:
+        return False
+    return False
 
 
 class _Segment:
@@ -81,6 +116,11 @@ class _Segment:
         old = table.get(step)
         if old is None or prio >= old[2]:
             table[step] = (value, line, prio)
+
+    @property
+    def reached(self) -> int:
+        """The largest step this launch logged anything at (-1 before any)."""
+        return max(self.last_iteration, self.last_engine)
 
     @property
     def empty(self) -> bool:
@@ -184,7 +224,9 @@ def _read_line(line: str, number: int, segments: list[_Segment], builder: RunLog
                 pass
             return
     if _BANNER.search(line) is not None:
-        if not seg.empty:
+        # DeepSpeed prints its engine state (step=0) while it initialises, before the training
+        # banner of the same launch: only a segment that got past step 0 was a launch of its own.
+        if not seg.empty and seg.reached > 0:
             seg = _new_segment(segments, f"restart banner at line {number}: {line.strip()[:60]}")
         if seg.start_time is None:
             seg.start_time = _stamp(line)

@@ -14,9 +14,14 @@ Written by ``torch.utils.tensorboard``, ``tensorboardX``, Lightning's ``TensorBo
    varying bytes need a table lookup). Anything unusual takes the per-record slow path.
 
 Files and segments: each event file is a segment (a resumed run writes a new file; the segment's
-``start_time`` is the wall time of the file's first event). Inside one file, a tag whose step does
-not increase starts a new segment (a process that restarted and appended; TensorBoard's own
-loader treats it as a restart too), so :func:`lossguard.stitch.stitch` can mark what it superseded.
+``start_time`` is the wall time of the file's first event). Inside one file, a step going strictly
+*backwards* starts a new segment (a process that restarted and appended; TensorBoard's own loader
+treats it as a restart too), so :func:`lossguard.stitch.stitch` can mark what it superseded. Only
+the run's main metrics (loss, val_loss, grad_norm, lr, loss_scale, loss streams) are judged when
+the file has one: bookkeeping tags are re-logged freely (HF's Trainer writes ``train/epoch`` again
+with every eval log and with the final summary; Lightning writes ``epoch`` with every ``log_dict``
+call, two or three times per validation step). A tag written twice at the *same* step is not a
+restart: the last value written is kept, as TensorBoard's own loader shows it.
 
 Metric names: tags go through :func:`lossguard.metrics.canonical_name`. The sub-directory that
 ``add_scalars(main_tag, {key: value})`` writes (``<main_tag>/<key>/`` with tensorboardX,
@@ -41,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import LogFormatError
-from ..metrics import canonical_name
+from ..metrics import GRAD_NORM, LOSS_SCALE, LR, VAL_LOSS, canonical_name, is_loss
 from ..runlog import RunLog, RunLogBuilder
 from . import _tfrecord as tfr
 from ._event_batch import Decoded, corrupt, decode
@@ -62,7 +67,7 @@ def is_event_file(path: Path) -> bool:
     return "tfevents" in path.name
 
 
-def read(path: Path, *, root: Path | None = None) -> RunLog:
+def read(path: Path, *, root: Path | None = None, files: list[Path] | None = None) -> RunLog:
     """Read one event file, or every event file under a run directory, as one unstitched RunLog.
 
     Args:
@@ -80,7 +85,8 @@ def read(path: Path, *, root: Path | None = None) -> RunLog:
     names: dict[tuple[str, str], str] = {}
     if path.is_dir():
         root = path if root is None else Path(root)
-        files = sorted((p for p in path.rglob("*") if p.is_file() and is_event_file(p)),
+        found = path.rglob("*") if files is None else files
+        files = sorted((p for p in found if p.is_file() and is_event_file(p)),
                        key=lambda p: (str(p.parent), p.name))
         if not files:
             raise LogFormatError("no TensorBoard event file (events.out.tfevents.*) in this directory", path=path,
@@ -186,7 +192,7 @@ def _add_points(path: Path, root: Path, builder: RunLogBuilder, names: dict[tupl
     if not d.parts:
         return []  # only non-scalar records (graphs, histograms, the file header)
     tags = {tid: d.take(tid) for tid in d.tags.values()}  # tag id -> (record, step, value)
-    boundaries = _restarts(tags)
+    boundaries = _restarts({tid: tags[tid] for tid in _judged_tags(d.tags)})
     seg_ids, made = [], []
     for i, first_rec in enumerate([0] + boundaries):
         start = _time(d.wall, first_rec)
@@ -207,18 +213,14 @@ def _add_points(path: Path, root: Path, builder: RunLogBuilder, names: dict[tupl
             names[key] = metric
             used.add(metric)
         rec, steps, values = tags.pop(tid)
-        # Steps rise strictly inside each segment (restarts split them), so the builder's order
-        # check can only fail on a tag repeated inside one record: only then name records.
-        where = rec + 1 if d.multi else None
         if len(seg_ids) == 1:
-            builder.add(names[key], steps, values, where=where, segment=seg_ids[0])
+            builder.add(names[key], *_last_per_step(rec, steps, values), segment=seg_ids[0])
             continue
         segment_of = np.searchsorted(np.asarray(boundaries, dtype=np.int64), rec, side="right")
         for i, seg in enumerate(seg_ids):
             part = np.flatnonzero(segment_of == i)
             if len(part):
-                builder.add(names[key], steps[part], values[part],
-                            where=None if where is None else where[part], segment=seg)
+                builder.add(names[key], *_last_per_step(rec[part], steps[part], values[part]), segment=seg)
     return made
 
 
@@ -230,11 +232,42 @@ def _latest_before(segments: list[tuple[float, int]], start: float | None) -> in
     return max(earlier)[1] if earlier else None
 
 
+_MAIN_METRICS = frozenset({VAL_LOSS, GRAD_NORM, LR, LOSS_SCALE})
+
+
+def _judged_tags(tag_ids: dict[str, int]) -> list[int]:
+    """The tags whose steps decide restarts: the main metrics when the file has any, else all.
+
+    Bookkeeping tags (epoch, runtime, samples per second) are written whenever a framework logs
+    anything, at whatever step it is at, so their steps say nothing about a restart.
+    """
+    main = [tid for tag, tid in tag_ids.items() if _is_main(canonical_name(tag))]
+    return main or list(tag_ids.values())
+
+
+def _is_main(metric: str) -> bool:
+    return metric in _MAIN_METRICS or is_loss(metric)
+
+
+def _last_per_step(rec: np.ndarray, steps: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Steps and values of one tag in one segment, one point per step: the last one written.
+
+    A tag written again at a step it already has (a re-logged bookkeeping tag, or a main metric
+    logged twice before the step advanced) replaces the earlier value, as TensorBoard shows it.
+    """
+    if len(steps) < 2 or bool(np.all(steps[1:] > steps[:-1])):
+        return steps, values
+    order = np.lexsort((rec, steps))  # by step, then by write order
+    s = steps[order]
+    last = np.r_[s[1:] != s[:-1], True]
+    return s[last], values[order][last]
+
+
 def _restarts(tags: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list[int]:
-    """Records at which some tag's step stops increasing: restarts inside one file."""
+    """Records at which some tag's step goes strictly backwards: restarts inside one file."""
     pairs: list[tuple[int, int]] = []
     for rec, steps, _ in tags.values():
-        cand = np.flatnonzero(steps[1:] <= steps[:-1]) + 1
+        cand = np.flatnonzero(steps[1:] < steps[:-1]) + 1
         pairs += zip(rec[cand].tolist(), rec[cand - 1].tolist())
     accepted: list[int] = []
     for at, prev in sorted(pairs):

@@ -1,6 +1,9 @@
 """Weights & Biases run-history exports, read without the ``wandb`` package.
 
-Two layouts:
+Three layouts:
+
+* An offline run's (or a not yet synced run's) ``run-<id>.wandb`` transaction log, read with the
+  W&B SDK's own reader (extra ``wandb``; see :mod:`lossguard.io._wandb_history`).
 
 * The CSV the W&B UI downloads from a chart ("Export panel data" -> CSV): a ``Step`` column and,
   per run shown, ``<run name> - <metric>`` plus its ``<run name> - <metric>__MIN`` and ``__MAX``
@@ -19,8 +22,8 @@ import re
 from pathlib import Path
 
 from ..errors import LogFormatError
-from ..metrics import canonical_name
-from . import jsonl
+from ..metrics import canonical_name, is_bookkeeping
+from . import _wandb_history, jsonl
 from ._table import to_runlog
 from .csv import _first_line, check_file, delimiter_of, read_bytes, read_table
 
@@ -36,7 +39,10 @@ def _csv_columns(head: bytes) -> list[str] | None:
 
 
 def sniff(path: Path, head: bytes) -> bool:
-    """True for a W&B chart CSV (``Step`` + ``<run> - <metric>`` columns) or a history dump (``_step``)."""
+    """True for a ``run-*.wandb`` file, a W&B chart CSV (``Step`` + ``<run> - <metric>`` columns)
+    or a history dump (``_step``)."""
+    if head.startswith(_wandb_history.MAGIC):
+        return True
     start = head.lstrip()[:1]
     if start in (b"{", b"["):
         first = head.lstrip()[:4096]
@@ -48,8 +54,8 @@ def sniff(path: Path, head: bytes) -> bool:
 
 
 def _history_rename(raw: str) -> str | None:
-    if raw.startswith("_"):
-        return None  # _runtime, _wandb, ...: bookkeeping (_step and _timestamp are used before renaming)
+    if is_bookkeeping(raw):
+        return None  # _runtime, _wandb, train/global_step: bookkeeping (the step is taken before renaming)
     return canonical_name(raw)
 
 
@@ -90,7 +96,8 @@ def _read_json_array(path: Path, data: bytes):
 
 
 def read(path: Path, *, root: Path | None = None):
-    """Read one W&B export (chart CSV, history JSON array or JSONL) into an unstitched RunLog.
+    """Read one W&B run file (``run-*.wandb``) or export (chart CSV, history JSON array or JSONL)
+    into an unstitched RunLog.
 
     Raises:
         LogFormatError: several runs in one CSV, invalid JSON, a non-numeric metric, duplicate or
@@ -99,7 +106,10 @@ def read(path: Path, *, root: Path | None = None):
     path = Path(path)
     check_file(path)
     with open(path, "rb") as f:
-        start = f.read(65536).lstrip()[:1]
+        head = f.read(65536)
+    if head.startswith(_wandb_history.MAGIC):
+        return _wandb_history.read(path)
+    start = head.lstrip()[:1]
     if start == b"[":
         return _read_json_array(path, read_bytes(path))
     if start == b"{":

@@ -5,6 +5,10 @@ Plain text always works (CI logs, pipes, ``NO_COLOR``); when ``rich`` is install
 is a terminal, severities are coloured. The plot draws, per column, the range (min..max) of the live
 loss in that bucket of steps, so a one-point spike in a million steps is still visible, and marks
 each incident's onset under the curve with its number.
+
+What a person reads first is whether the run is healthy (:func:`.words.health`): the incidents that
+need action come first, each with its plan; one-step outliers (single bad batches) are one line;
+the full list stays in ``--json`` and the HTML report.
 """
 from __future__ import annotations
 
@@ -16,7 +20,9 @@ from typing import IO
 import numpy as np
 
 from ..analysis import Analysis
-from ..classify.incident import Incident
+from ..classify.incident import Incident, IncidentKind as K
+from ..plan import RecoveryPlan
+from .words import ONE_STEP_LISTED, ONE_STEP_POINTS, health, magnitude
 
 _SEVERITY_COLOR = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -28,8 +34,9 @@ def _fmt(v: float | None, digits: int = 4) -> str:
 
 
 def plot(steps: np.ndarray, values: np.ndarray, incidents: list[Incident], *, width: int = 72,
-         height: int = 10, ascii_only: bool = False) -> list[str]:
-    """The curve as text lines: y axis labels, one column per bucket of steps, incident markers below."""
+         height: int = 10, ascii_only: bool = False, dots: list[int] | None = None) -> list[str]:
+    """The curve as text lines: y axis labels, one column per bucket of steps, incident markers below
+    (the incident's number; ``o`` at each step of ``dots``, the grouped one-step outliers)."""
     ok = np.isfinite(values)
     steps, values = steps[ok], values[ok]
     if len(values) < 2:
@@ -69,17 +76,62 @@ def plot(steps: np.ndarray, values: np.ndarray, incidents: list[Incident], *, wi
         for j, ch in enumerate(tag):
             if c + j < width and marks[c + j] == " ":
                 marks[c + j] = ch
+    for step in dots or []:
+        c = min(max(((step - lo_s) * width) // max(hi_s - lo_s + 1, 1), 0), width - 1)
+        if marks[c] == " ":
+            marks[c] = "o"
     lines.append(" " * 9 + "+" + "-" * width)
-    if incidents:
+    if incidents or dots:
         lines.append(" " * 10 + "".join(marks))
     lines.append(" " * 10 + f"step {lo_s}" + " " * max(1, width - len(f"step {lo_s}") - len(str(hi_s))) + str(hi_s))
     return lines
 
 
+def _incident_line(n: int | str, inc: Incident) -> list[str]:
+    rel = ""
+    if math.isfinite(inc.baseline) and inc.baseline and math.isfinite(inc.peak_value):
+        rel = f" ({inc.peak_value / inc.baseline:.2f}x"
+        rel += f", {inc.magnitude_sigma:+.1f} sigma)" if math.isfinite(inc.magnitude_sigma) else ")"
+    streams = f" streams: {', '.join(inc.streams)}" if inc.streams and inc.kind is K.STREAM_SPIKE else ""
+    return [f"  [{n}] {str(inc.severity).upper():8} {inc.kind.value:20} {inc.metric}: onset {inc.onset}, "
+            f"peak {inc.peak}, end {inc.end if inc.end is not None else '-'}; "
+            f"{_fmt(inc.baseline)} -> {_fmt(inc.peak_value)}{rel}{streams}",
+            f"      {inc.evidence}"]
+
+
+def _plan_lines(p: RecoveryPlan) -> list[str]:
+    what = [str(p.action)]
+    if p.rollback_to_step is not None:
+        what.append(f"to step {p.rollback_to_step}" + (" (checkpoint exists)" if p.checkpoint_exists else ""))
+    if p.skip_batches:
+        what.append(f"skip batches {p.skip_batches[0]}-{p.skip_batches[1]}")
+    if p.lr_factor != 1.0:
+        what.append(f"LR x{p.lr_factor:g}")
+    if p.reset_loss_scale:
+        what.append("reset the loss scale")
+    return ["      plan: " + ", ".join(what)] + [f"        - {r}" for r in p.reasons]
+
+
+def _outlier_line(analysis: Analysis, members: list[int]) -> str:
+    incs = [analysis.incidents[i] for i in members]
+    top = max(incs, key=lambda i: i.peak_value / i.baseline if i.baseline else 0.0)
+    steps = ", ".join(str(i.peak) for i in incs[:ONE_STEP_LISTED])
+    more = f" and {len(incs) - ONE_STEP_LISTED} more" if len(incs) > ONE_STEP_LISTED else ""
+    return (f"  {len(incs)} one-step outlier(s), each back on its trend within {ONE_STEP_POINTS} logged points "
+            f"(largest {magnitude(top)} at step {top.peak}), at steps {steps}{more}: single bad batches, "
+            "nothing to do (details: --json or the HTML report).")
+
+
 def render_text(analysis: Analysis, *, width: int = 80, ascii_only: bool = False) -> str:
-    """The whole terminal summary as one string (no colour codes)."""
+    """The whole terminal summary as one string (no colour codes).
+
+    Health first (:func:`.words.health`), then the incidents that need action, each with its plan, then
+    the one-step outliers in one line, then the other findings; the plot marks itemised incidents by
+    number and grouped outliers with ``o``.
+    """
     log = analysis.log
     s = log.summary()
+    h = health(analysis)
     out = []
     steps, values = log.live(analysis.metric)
     out.append(f"lossguard analyze  {', '.join(log.sources) or '(in memory)'}")
@@ -87,41 +139,33 @@ def render_text(analysis: Analysis, *, width: int = 80, ascii_only: bool = False
                f"{s['last_step']}, every {analysis.log_interval} step(s); {len(log.segments)} segment(s): "
                f"{s['resumes']} resume(s), {s['rollbacks']} rollback(s), {s['dead_points']} superseded point(s)")
     out.append("")
-    out.extend(plot(steps, values, analysis.incidents, width=width, ascii_only=ascii_only))
+    itemised = h.act + h.other
+    marked = [analysis.incidents[i] for i in itemised]
+    lines = plot(steps, values, marked, width=width, ascii_only=ascii_only,
+                 dots=[analysis.incidents[i].onset for i in h.outliers])
+    out.extend(lines)
     out.append("")
-    if not analysis.incidents:
-        out.append("No incidents: no spike, divergence, shift, drop, resume artefact, NaN or loss-scale collapse.")
-    else:
-        out.append(f"{len(analysis.incidents)} incident(s):")
-        for n, inc in enumerate(analysis.incidents, 1):
-            rel = ""
-            if math.isfinite(inc.baseline) and inc.baseline and math.isfinite(inc.peak_value):
-                rel = f" ({inc.peak_value / inc.baseline:.2f}x"
-                rel += f", {inc.magnitude_sigma:+.1f} sigma)" if math.isfinite(inc.magnitude_sigma) else ")"
-            streams = f" streams: {', '.join(inc.streams)}" if inc.streams and inc.kind.value == "stream_spike" else ""
-            out.append(f"  [{n}] {inc.severity.upper():8} {inc.kind.value:20} {inc.metric}: onset {inc.onset}, "
-                       f"peak {inc.peak}, end {inc.end if inc.end is not None else '-'}; "
-                       f"{_fmt(inc.baseline)} -> {_fmt(inc.peak_value)}{rel}{streams}")
-            out.append(f"      {inc.evidence}")
-    actionable = [p for p in analysis.plans if p.action not in ("none", "watch")]
-    if analysis.plans:
+    out.append(h.headline)
+    plans = {p.incident: p for p in analysis.plans}
+    number = {i: n for n, i in enumerate(itemised, 1)}
+    if h.act:
         out.append("")
-        out.append("Plan:" if actionable else "Plan: nothing to do now.")
-        for p in analysis.plans:
-            if p.action in ("none", "watch"):
-                continue
-            what = [p.action]
-            if p.rollback_to_step is not None:
-                what.append(f"to step {p.rollback_to_step}" + (" (checkpoint exists)" if p.checkpoint_exists else ""))
-            if p.skip_batches:
-                what.append(f"skip batches {p.skip_batches[0]}-{p.skip_batches[1]}")
-            if p.lr_factor != 1.0:
-                what.append(f"LR x{p.lr_factor:g}")
-            if p.reset_loss_scale:
-                what.append("reset the loss scale")
-            out.append(f"  [{p.incident + 1}] " + ", ".join(what))
-            for r in p.reasons:
-                out.append(f"      - {r}")
+        out.append(f"Needs action ({len(h.act)}):")
+        for i in h.act:
+            out.extend(_incident_line(number[i], analysis.incidents[i]))
+            if i in plans:
+                out.extend(_plan_lines(plans[i]))
+    if h.outliers:
+        out.append("")
+        out.append(_outlier_line(analysis, h.outliers))
+    if h.other:
+        out.append("")
+        out.append(f"No action needed ({len(h.other)}):")
+        for i in h.other:
+            out.extend(_incident_line(number[i], analysis.incidents[i]))
+            reasons = plans[i].reasons if i in plans else []
+            if reasons:
+                out.append(f"      plan: {reasons[0]}")
     for note in analysis.notes:
         out.append(f"note: {note}")
     if analysis.guard_actions:

@@ -1,10 +1,12 @@
 """What the pictures say in words: incident names and colours, the one-line headline, plans as sentences.
 
-Shared by the HTML and PNG reports so that both name and colour things the same way.
+Shared by the HTML and PNG reports so that both name and colour things the same way; :func:`health`
+sorts the incidents for the terminal summary and says whether the run is healthy.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,13 +31,15 @@ KIND_STYLE: dict[K, tuple[str, str]] = {
     K.NON_FINITE: ("NaN/Inf", "#6a1b9a"),
     K.LOSS_SCALE_COLLAPSE: ("fp16 loss-scale collapse", "#4527a0"),
     K.GRAD_NORM_SPIKE: ("grad-norm spike", "#e57373"),
+    K.REGIME_CHANGE: ("change of regime", "#37474f"),
 }
 """Every incident kind's name (as used in a sentence) and its colour in charts and legends."""
 
 SEVERITY_ORDER = ("critical", "warning", "info")
 
 _PLURAL = {K.REPEATED_DATA: "resumes onto repeated data", K.NON_FINITE: "NaN/Inf steps",
-           K.STREAM_SPIKE: "spikes in one data stream", K.LOSS_SCALE_COLLAPSE: "fp16 loss-scale collapses"}
+           K.STREAM_SPIKE: "spikes in one data stream", K.LOSS_SCALE_COLLAPSE: "fp16 loss-scale collapses",
+           K.REGIME_CHANGE: "changes of regime"}
 
 
 def kind_label(kind: K) -> str:
@@ -167,3 +171,73 @@ def describe_plan(plan: RecoveryPlan) -> str:
     if not steps:
         return f"{plan.action.replace('_', ' ').capitalize()}."
     return ", ".join(steps) + "."
+
+
+ONE_STEP_POINTS = 3
+"""A fast spike back on its trend within this many logged points of its peak is a one-step outlier
+(a single bad batch), grouped in one line of the terminal summary."""
+ONE_STEP_LISTED = 10
+"""Steps of one-step outliers listed by name in that line; the rest are counted."""
+NO_ACTION = ("none", "watch")
+"""Plan actions that ask nothing of the reader now."""
+
+
+@dataclass
+class Health:
+    """Whether a run needs attention, and its incidents sorted for a person to read.
+
+    Attributes:
+        healthy: True when no incident needs action and none is critical.
+        headline: one line, ``HEALTHY: ...`` / ``UNHEALTHY: ...`` / ``NOT FULLY JUDGED: ...``.
+        act: indices of incidents whose plan asks for action (worst first, then by onset).
+        outliers: indices of one-step outliers (fast spikes back within :data:`ONE_STEP_POINTS`).
+        other: indices of the remaining incidents (no action needed), by onset.
+    """
+
+    healthy: bool
+    headline: str
+    act: list[int]
+    outliers: list[int]
+    other: list[int]
+
+
+def _one_step(inc: Incident) -> bool:
+    pts = inc.details.get("points_to_recover")
+    return inc.kind is K.SPIKE_FAST and pts is not None and pts <= ONE_STEP_POINTS
+
+
+def health(analysis: Analysis) -> Health:
+    """Sort the incidents for the terminal summary and say, in one line, whether the run is healthy."""
+    from ..classify.settings import AnalyzeConfig
+    from ..classify.short import limits
+
+    incs = analysis.incidents
+    action = {p.incident: str(p.action) for p in analysis.plans}
+    rank = {sev: i for i, sev in enumerate(SEVERITY_ORDER)}
+    act = sorted((i for i, inc in enumerate(incs) if action.get(i, "watch") not in NO_ACTION),
+                 key=lambda i: (rank.get(str(incs[i].severity), len(rank)), incs[i].onset))
+    rest = [i for i in range(len(incs)) if i not in act]
+    outliers = [i for i in rest if _one_step(incs[i])]
+    other = [i for i in rest if i not in outliers]
+    critical = any(str(incs[i].severity) == "critical" for i in rest)
+    healthy = not act and not critical
+    points = int(np.isfinite(analysis.log.live(analysis.metric)[1]).sum()) if analysis.metric in analysis.log.series else 0
+    short = limits(points, analysis.log_interval, AnalyzeConfig(metric=analysis.metric))
+    if act or critical:
+        worst = [incs[i] for i in act] or [incs[i] for i in rest if str(incs[i].severity) == "critical"]
+        more = f", and {len(worst) - 2} more" if len(worst) > 2 else ""
+        text = (f"UNHEALTHY: {len(worst)} incident(s) need action: "
+                + ", ".join(incident_summary(inc) for inc in worst[:2]) + more)
+    elif short and not incs:
+        text = (f"NOT FULLY JUDGED: no incident found in {points} points, but the log is too short to judge "
+                + ", ".join(lim.what for lim in short))
+    else:
+        bits = []
+        if outliers:
+            bits.append(f"{len(outliers)} one-step outlier(s)")
+        if other:
+            bits.append(f"{len(other)} finding(s) needing no action")
+        text = "HEALTHY: " + (", ".join(bits) + ", nothing to do" if bits else "no incidents") + f" ({points} points)"
+        if short:
+            text += "; too short to judge " + ", ".join(lim.what for lim in short)
+    return Health(healthy, text, act, outliers, other)

@@ -51,7 +51,10 @@ from ..runlog import RunLog, RunLogBuilder
 from .synthetic_events import (FAST_RECOVERY_MAX, SLOW_RECOVERY_MIN, SPIKE_KINDS, STREAM_NAMES,  # noqa: F401
                                TERMINAL_KINDS, RunDraft, TrueEvent)
 
-__all__ = ["FAST_RECOVERY_MAX", "SLOW_RECOVERY_MIN", "SPIKE_KINDS", "TERMINAL_KINDS", "SyntheticRun",
+GENERATED_KINDS = tuple(k for k in K if k is not K.REGIME_CHANGE)
+"""The kinds this generator injects (every kind but the regime change, added after it)."""
+
+__all__ = ["GENERATED_KINDS", "FAST_RECOVERY_MAX", "SLOW_RECOVERY_MIN", "SPIKE_KINDS", "TERMINAL_KINDS", "SyntheticRun",
            "TrueEvent", "generate_run", "generate_suite"]
 
 
@@ -86,8 +89,10 @@ def _kinds(kinds: K | Iterable[K] | None) -> list[K]:
             out.append(K(k))
         except ValueError:
             problems.append(f"kinds: unknown kind {k!r}; use one of {', '.join(x.value for x in K)}")
+    problems += [f"kinds: this generator does not inject {k.value!r}" for k in out if k not in GENERATED_KINDS]
     if problems:
-        raise ConfigError(problems[0], fix="pass IncidentKind members or their string values")
+        raise ConfigError(problems[0], fix="pass IncidentKind members or their string values "
+                                           "(lossguard.testing.curves generates the newer kinds)")
     if sum(k in TERMINAL_KINDS for k in out) > 1:
         raise ConfigError(f"kinds: at most one of {sorted(k.value for k in TERMINAL_KINDS)} per run, got "
                           f"{[k.value for k in out]}", fix="generate separate runs for them")
@@ -290,7 +295,7 @@ def generate_suite(n_runs: int, *, seed: int, second_kind: float = 0.2) -> list[
     if n_runs < 1:
         raise ConfigError(f"n_runs must be >= 1, got {n_runs}")
     rng = np.random.default_rng([seed, 0xC0FFEE])
-    kinds = list(K)
+    kinds = list(GENERATED_KINDS)
     n_clean = math.ceil(0.2 * n_runs)
     plan: list[list[K]] = [[] for _ in range(n_clean)]
     offset = int(rng.integers(len(kinds)))

@@ -1,0 +1,199 @@
+"""Does the guard leave healthy runs alone, and does it rescue faulty ones, on models it was not tuned on?
+
+Runs the model zoo (``lossguard.testing.zoo``: MLP, CNN, tiny GPT, TransformerEncoder classifier --
+tuned -- and LSTM, HF GPT-2 under ``transformers.Trainer`` -- held out of all tuning) with the
+guard's default ``GuardConfig``, the README's loop, one torch thread per run, ``--jobs`` runs at once.
+
+Grid, per family (``F.batch_sizes`` x {AdamW, SGD+momentum}):
+    healthy      seeds 0,1 (warm-up+cosine or warm-up+constant LambdaLR, alternating): unguarded
+                 (the clean reference) and guarded -- 12 healthy guarded runs per family
+    bad_pocket   seed 0: 20 garbage batches at 60% of the run, unguarded and guarded
+    lr_jump      seed 0: the LR x10/x20/x30 from mid-run, unguarded and guarded
+    early_nan    seed 0: a NaN gradient at one of steps 0-5, guarded
+    early_huge   seed 0: a 1e6x gradient at one of steps 0-5, unguarded and guarded
+
+Prints one line per run as it finishes, then the summary against the issue's goals, tuned and
+held-out families side by side; raw outcomes go to ``--out`` (JSON lines; ``--summary FILE`` re-prints
+the summary of a saved file without training).
+
+    python benchmarks/zoo.py --jobs 2 --out /tmp/zoo.jsonl
+    python benchmarks/zoo.py --summary /tmp/zoo.jsonl
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+WITHIN = 0.02
+"""A rescued run ends within this relative distance of its clean reference (the issue's 2%)."""
+
+
+def grid(families=None, scenarios=None):
+    """Every RunSpec of the benchmark, in a stable order."""
+    from lossguard.testing.zoo import FAMILIES, Optim, RunSpec, Scenario, Schedule
+
+    names = families or list(FAMILIES)
+    wanted = set(scenarios or [s.value for s in Scenario])
+    specs = []
+    for name in names:
+        fam = FAMILIES[name]
+        for i, bs in enumerate(fam.batch_sizes):
+            for opt in Optim:
+                for seed in (0, 1):
+                    sched = Schedule.WARMUP_COSINE if (seed + i) % 2 == 0 else Schedule.WARMUP_CONSTANT
+                    base = RunSpec(family=name, seed=seed, batch_size=bs, optimizer=opt, schedule=sched,
+                                   steps=fam.steps)
+                    if "healthy" in wanted or seed == 0:
+                        specs += [base, base.with_(guarded=True)] if "healthy" in wanted else [base]
+                    if seed != 0:
+                        continue
+                    for sc in (Scenario.BAD_POCKET, Scenario.LR_JUMP, Scenario.EARLY_HUGE):
+                        if sc.value in wanted:
+                            specs += [base.with_(scenario=sc), base.with_(scenario=sc, guarded=True)]
+                    if Scenario.EARLY_NAN.value in wanted:
+                        specs.append(base.with_(scenario=Scenario.EARLY_NAN, guarded=True))
+    return specs
+
+
+def one(spec_dict: dict) -> dict:
+    """Run one spec (in a worker process); returns its outcome as a dict."""
+    import torch
+
+    torch.set_num_threads(1)
+    from lossguard.testing.zoo import Outcome, run
+
+    spec = Outcome.from_dict({"spec": spec_dict}).spec
+    return run(spec).to_dict()
+
+
+def _spec_dict(spec) -> dict:
+    return {k: getattr(v, "value", v) for k, v in spec.__dict__.items()}
+
+
+def _ref_key(s: dict) -> tuple:
+    return (s["family"], s["seed"], s["batch_size"], s["optimizer"], s["schedule"], s["steps"])
+
+
+def _pct(n: int, d: int) -> str:
+    return f"{n}/{d}" + (f" ({100 * n / d:.0f}%)" if d else "")
+
+
+def summarise(rows: list[dict]) -> str:
+    """The summary tables, tuned and held-out families side by side."""
+    from lossguard.testing.zoo import FAMILIES
+
+    clean = {_ref_key(r["spec"]): r["final_val"] for r in rows
+             if r["spec"]["scenario"] == "healthy" and not r["spec"]["guarded"]}
+
+    def gap(r):
+        ref, v = clean.get(_ref_key(r["spec"])), r["final_val"]
+        if ref is None:
+            return None
+        return math.inf if v is None else v / ref - 1.0
+
+    groups = {"tuned": [n for n, f in FAMILIES.items() if f.tuned],
+              "held-out": [n for n, f in FAMILIES.items() if not f.tuned]}
+    lines = []
+    for gname, fams in groups.items():
+        sel = [r for r in rows if r["spec"]["family"] in fams]
+        lines.append(f"\n== {gname} families: {', '.join(fams)} ==")
+        healthy = [r for r in sel if r["spec"]["scenario"] == "healthy" and r["spec"]["guarded"]]
+        if healthy:
+            bad = [r for r in healthy if r["interventions"]]
+            steps = sum(r["steps"] for r in healthy)
+            skips = sum(r["skips"] for r in healthy)
+            worse = [g for g in (gap(r) for r in healthy) if g is not None]
+            lines.append(f"healthy guarded runs: {len(healthy)}; with a rollback/LR cut/halt: {_pct(len(bad), len(healthy))} "
+                         f"(rollbacks {sum(r['rollbacks'] for r in healthy)}, LR cuts {sum(r['lr_cuts'] for r in healthy)}, "
+                         f"halts {sum(bool(r['halted']) for r in healthy)}); skips {skips}/{steps} steps "
+                         f"({100 * skips / max(1, steps):.2f}%); worst gap to unguarded {max(worse, default=0) * 100:+.1f}%")
+            for r in bad:
+                lines.append(f"    {_key(r)}: rb {r['rollbacks']} cut {r['lr_cuts']} halt {r['halted']} "
+                             f"gap {gap(r) * 100:+.1f}%")
+        for sc in ("bad_pocket", "lr_jump"):
+            g = [r for r in sel if r["spec"]["scenario"] == sc and r["spec"]["guarded"]]
+            u = [r for r in sel if r["spec"]["scenario"] == sc and not r["spec"]["guarded"]]
+            if not g:
+                continue
+            gg, ug = [gap(r) for r in g], [gap(r) for r in u]
+            lines.append(f"{sc}: guarded within 2% of clean {_pct(sum(x is not None and x <= WITHIN for x in gg), len(g))}, "
+                         f"unguarded within 2% {_pct(sum(x is not None and x <= WITHIN for x in ug), len(u))}; "
+                         f"guarded halts {sum(bool(r['halted']) for r in g)}; median gap guarded "
+                         f"{_median(gg) * 100:+.1f}% vs unguarded {_median(ug) * 100:+.1f}%")
+            for r in g:
+                lines.append(f"    {_key(r)}: gap {gap(r) * 100:+.1f}% (unguarded {_gap_of(u, r, gap)}) "
+                             f"skips {r['skips']} rb {r['rollbacks']} cut {r['lr_cuts']} halt {r['halted']}")
+        for sc in ("early_nan", "early_huge"):
+            g = [r for r in sel if r["spec"]["scenario"] == sc and r["spec"]["guarded"]]
+            u = [r for r in sel if r["spec"]["scenario"] == sc and not r["spec"]["guarded"]]
+            if not g:
+                continue
+            lines.append(f"{sc}: fault step skipped {_pct(sum(bool(r['fault_skipped']) for r in g), len(g))}; guarded within 2% "
+                         f"{_pct(sum((x := gap(r)) is not None and x <= WITHIN for r in g), len(g))}"
+                         + (f", unguarded within 2% {_pct(sum((x := gap(r)) is not None and x <= WITHIN for r in u), len(u))}"
+                            if u else "") + f"; halts {sum(bool(r['halted']) for r in g)}")
+            for r in g:
+                if not r["fault_skipped"] or (gap(r) or 0) > WITHIN:
+                    lines.append(f"    {_key(r)}: fault at {r['fault_steps']} skipped={r['fault_skipped']} "
+                                 f"gap {gap(r) * 100:+.1f}%")
+    return "\n".join(lines)
+
+
+def _median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    return xs[len(xs) // 2] if xs else math.nan
+
+
+def _gap_of(unguarded, r, gap):
+    for u in unguarded:
+        if _ref_key(u["spec"]) == _ref_key(r["spec"]):
+            return f"{gap(u) * 100:+.1f}%"
+    return "n/a"
+
+
+def _key(r: dict) -> str:
+    s = r["spec"]
+    return f"{s['family']}/b{s['batch_size']}/{s['optimizer']}/{s['schedule']}/s{s['seed']}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--jobs", type=int, default=2, help="runs at once (one thread each)")
+    ap.add_argument("--out", help="write every outcome here (JSON lines)")
+    ap.add_argument("--families", help="comma-separated subset of families")
+    ap.add_argument("--scenarios", help="comma-separated subset of scenarios (healthy is always needed as reference)")
+    ap.add_argument("--summary", help="print the summary of a saved --out file and exit")
+    a = ap.parse_args(argv)
+    if a.summary:
+        with open(a.summary, encoding="utf-8") as fh:
+            print(summarise([json.loads(line) for line in fh if line.strip()]))
+        return 0
+    specs = grid(a.families.split(",") if a.families else None,
+                 a.scenarios.split(",") if a.scenarios else None)
+    print(f"{len(specs)} runs, {a.jobs} at once", flush=True)
+    t0, rows = time.time(), []
+    out = open(a.out, "w", encoding="utf-8") if a.out else None
+    with ProcessPoolExecutor(a.jobs) as ex:
+        futs = [ex.submit(one, _spec_dict(s)) for s in specs]
+        for f in as_completed(futs):
+            r = f.result()
+            rows.append(r)
+            if out:
+                out.write(json.dumps(r) + "\n")
+                out.flush()
+            print(f"[{len(rows)}/{len(specs)} {time.time() - t0:.0f}s] {_key(r)} {r['spec']['scenario']} "
+                  f"{'G' if r['spec']['guarded'] else 'U'} val {r['final_val']} steps {r['steps']} skips {r['skips']} "
+                  f"rb {r['rollbacks']} cut {r['lr_cuts']} halt {r['halted']} ({r['wall_time']:.1f}s)", flush=True)
+    if out:
+        out.close()
+    print(summarise(rows))
+    print(f"\nwall time {time.time() - t0:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

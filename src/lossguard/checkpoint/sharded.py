@@ -1,0 +1,362 @@
+"""ShardedCheckpointStore: the CheckpointStore's guarantees for sharded (FSDP2 / DCP) checkpoints.
+
+Every rank writes its own shards with ``torch.distributed.checkpoint`` (DCP) into one temporary
+directory; rank 0 alone publishes it. Layout of one checkpoint::
+
+    step-00000200/__0_0.distcp      rank 0's shards of model and optimizer (DCP)
+    step-00000200/__1_0.distcp      rank 1's shards
+    step-00000200/.metadata         DCP's index of every shard (written by the coordinator)
+    step-00000200/rank-00000.pt     rank 0's own state: RNG, data position, scheduler, extras
+    step-00000200/rank-00001.pt     rank 1's own state
+    step-00000200/manifest.json     {"format": 2, "kind": "dcp", "step", "world_size", "files": {name: {size, crc32}}}
+
+How a save is coordinated (:meth:`save`; :meth:`async_save` runs the same steps after the
+in-memory copy, in a background thread on the store's own gloo process group):
+
+1. every rank names the same temp directory ``.tmp-step-<step>-<rank 0's pid>-<n>`` without
+   communicating (rank 0's pid is shared once, when the store is built; ``n`` counts saves, and
+   every rank saves the same number of times);
+2. DCP writes the shards and the coordinator writes ``.metadata`` (DCP fsyncs each file);
+3. each rank writes its ``rank-NNNNN.pt``, computes the CRC-32 of its own files, and the file
+   table is gathered on rank 0 (this gather is the barrier: rank 0 publishes only after every rank
+   has finished writing);
+4. rank 0 checksums the files nobody claimed (``.metadata``), writes the manifest, fsyncs and
+   renames the directory into place, then prunes; the outcome is broadcast so every rank returns
+   (or raises) together.
+
+A kill at any moment leaves either a complete, checksummed checkpoint under its final name or a
+``.tmp-*`` directory that the next store on rank 0 removes (its writer's pid is dead). Loading
+verifies the CRC-32 of every file (spread over the ranks) and every rank agrees on the step, so a
+damaged checkpoint is passed over on all ranks alike. The directory must be on a filesystem every
+rank sees (as DCP's ``FileSystemWriter`` requires for loading on a different world size).
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import CheckpointError
+from .files import Checksum, HashingFile, file_crc, fsync_dir
+from .store import MANIFEST, CheckpointStore
+
+__all__ = ["PendingSave", "ShardedCheckpointStore"]
+
+SHARDED_FORMAT = 2
+_RANK_FILE = "rank-{:05d}.pt"
+
+
+def _dist():
+    import torch.distributed as dist
+
+    return dist if dist.is_available() and dist.is_initialized() else None
+
+
+class PendingSave:
+    """An asynchronous save in flight. :meth:`wait` returns the published path (or raises)."""
+
+    def __init__(self, step: int, thread: threading.Thread | None, box: dict) -> None:
+        self.step, self._thread, self._box = step, thread, box
+
+    def done(self) -> bool:
+        """True once the checkpoint is published (or the save failed); never blocks."""
+        return self._thread is None or not self._thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> Path:
+        """Block until published; returns its directory. Raises the save's error on every rank."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise CheckpointError(f"the asynchronous save of step {self.step} is still running after "
+                                      f"{timeout} s", fix="wait longer, or check the filesystem")
+        if "error" in self._box:
+            raise self._box["error"]
+        return self._box["path"]
+
+
+class ShardedCheckpointStore(CheckpointStore):
+    """Atomic, checksummed, pruned checkpoints of a sharded run, written with DCP by every rank.
+
+    Build it on every rank with the same arguments (it runs one collective). Retention
+    (``keep_last``, ``keep_every``, ``min_keep_steps_back``, :meth:`protect`) works as in
+    :class:`CheckpointStore`; rank 0 applies it, so call :meth:`protect` on every rank (it is
+    local bookkeeping) and it takes effect on rank 0.
+
+    Args:
+        directory: the checkpoint directory, on a filesystem all ranks share.
+        keep_last, keep_every, min_keep_steps_back: as :class:`CheckpointStore`.
+        async_saves: create the store's own gloo process group so :meth:`async_save` can run its
+            collectives in a background thread without meeting the training's collectives (a
+            collective call, so every rank must pass the same value).
+    """
+
+    def __init__(self, directory: str | os.PathLike, *, keep_last: int = 3, keep_every: int | None = None,
+                 min_keep_steps_back: int | None = None, async_saves: bool = False) -> None:
+        dist = _dist()
+        self.rank = dist.get_rank() if dist else 0
+        self.world_size = dist.get_world_size() if dist else 1
+        self._in_flight: set[str] = set()
+        super().__init__(directory, keep_last=keep_last, keep_every=keep_every,
+                         min_keep_steps_back=min_keep_steps_back)  # rank 0 recovers leftovers
+        owner = [os.getpid()]
+        if dist:
+            dist.broadcast_object_list(owner, src=0)
+        self._owner_pid = int(owner[0])
+        self._async_group = dist.new_group(backend="gloo") if (dist and async_saves) else None
+        self._pending: PendingSave | None = None
+        # Counts saves, the same on every rank (every rank saves together); the base class's
+        # _counter also counts rank 0's renames during pruning, so it cannot name temp dirs.
+        self._saves = 0
+
+    # ------------------------------------------------------------------ rank-0 housekeeping
+    def _recover(self) -> None:
+        if self.rank == 0:  # one janitor: rank 0, whose pid names every temp dir of this job
+            super()._recover()
+
+    def prune(self) -> list[int]:
+        """Rank 0 deletes what retention does not keep; other ranks do nothing and return []."""
+        return super().prune() if self.rank == 0 else []
+
+    # ------------------------------------------------------------------ save
+    def save(self, step: int, state: dict[str, Any]) -> Path:
+        """Write a sharded checkpoint of ``step`` on every rank, atomically; returns its directory.
+
+        Args:
+            step: optimizer steps taken so far (>= 0); the same on every rank.
+            state: ``{"sharded": DCP state dict (e.g. from get_state_dict), "rank": this rank's own
+                state (anything torch.save accepts)}``, as
+                :meth:`lossguard.checkpoint.ShardedTrainState.state_dict` returns.
+        """
+        return self._start(step, state, asynchronous=False).wait()
+
+    def async_save(self, step: int, state: dict[str, Any]) -> PendingSave:
+        """Start a save and return once the state is copied to host memory; the write, the
+        checksums and the publication run in a background thread on the store's own gloo group.
+
+        Only one save is in flight: a new save (sync or async) first waits for the previous one.
+        Requires ``async_saves=True`` when the store was built under torch.distributed.
+        """
+        return self._start(step, state, asynchronous=True)
+
+    def wait(self) -> Path | None:
+        """Wait for the asynchronous save in flight, if any; returns its path."""
+        pending, self._pending = self._pending, None
+        return pending.wait() if pending is not None else None
+
+    def _start(self, step: int, state: dict[str, Any], *, asynchronous: bool) -> PendingSave:
+        import torch
+        import torch.distributed.checkpoint as dcp
+
+        if not isinstance(step, int) or step < 0:
+            raise CheckpointError(f"checkpoint step must be an int >= 0, got {step!r}", path=self.directory,
+                                  fix="pass the number of optimizer steps taken so far")
+        if not isinstance(state, dict) or "sharded" not in state or "rank" not in state:
+            raise CheckpointError("a sharded checkpoint needs {'sharded': ..., 'rank': ...}",
+                                  fix="pass ShardedTrainState.state_dict()")
+        dist = _dist()
+        if asynchronous and dist and self._async_group is None:
+            raise CheckpointError("async_save needs the store built with async_saves=True",
+                                  path=self.directory, fix="ShardedCheckpointStore(..., async_saves=True)")
+        self.wait()
+        self._recover()
+        self._saves += 1
+        name = f".tmp-step-{step:08d}-{self._owner_pid}-{self._saves}"
+        tmp = self.directory / name
+        self._in_flight.add(name)
+        tmp.mkdir(parents=True, exist_ok=True)
+        # The rank's own state is serialised now: the RNG and data position of THIS moment.
+        buf = io.BytesIO()
+        torch.save(state["rank"], buf)
+        rank_bytes = buf.getvalue()
+        box: dict[str, Any] = {}
+        if not asynchronous:
+            try:
+                dcp.save(state["sharded"], checkpoint_id=tmp, no_dist=dist is None)
+                box["path"] = self._finish(step, tmp, rank_bytes, None)
+            finally:
+                self._in_flight.discard(name)
+            return PendingSave(step, None, box)
+        group = self._async_group
+        future = dcp.async_save(state["sharded"], checkpoint_id=tmp, process_group=group, no_dist=dist is None)
+
+        def finish() -> None:
+            try:
+                future.result()
+                box["path"] = self._finish(step, tmp, rank_bytes, group)
+            except BaseException as exc:  # noqa: BLE001 - handed to wait() on the training thread
+                box["error"] = exc if isinstance(exc, CheckpointError) else CheckpointError(
+                    f"asynchronous save of step {step} failed: {exc!r}", path=tmp,
+                    fix="check the filesystem; older checkpoints are untouched")
+            finally:
+                self._in_flight.discard(name)
+
+        thread = threading.Thread(target=finish, name=f"lossguard-save-{step}", daemon=True)
+        thread.start()
+        self._pending = PendingSave(step, thread, box)
+        return self._pending
+
+    def _finish(self, step: int, tmp: Path, rank_bytes: bytes, group) -> Path:
+        """Steps 3 and 4 of the module docstring; runs on every rank, returns the published path."""
+        dist = _dist()
+        mine: dict[str, Any] = {}
+        try:
+            rank_file = _RANK_FILE.format(self.rank)
+            with open(tmp / rank_file, "wb") as raw:
+                hashing = HashingFile(raw)
+                hashing.write(rank_bytes)
+                raw.flush()
+                os.fsync(raw.fileno())
+            files = {rank_file: {"size": hashing.size, Checksum.NAME: hashing.crc.hexdigest()}}
+            own = re.compile(rf"^__{self.rank}_\d+\.distcp$")
+            for entry in sorted(tmp.iterdir()):
+                if own.match(entry.name):
+                    files[entry.name] = {"size": entry.stat().st_size, Checksum.NAME: file_crc(entry)}
+            mine = {"files": files}
+        except OSError as exc:
+            mine = {"error": f"rank {self.rank}: {exc}"}
+        tables = [None] * self.world_size if self.rank == 0 else None
+        if dist:
+            dist.gather_object(mine, tables, dst=0, group=group)
+        else:
+            tables = [mine]
+        outcome: list[Any] = [None]
+        if self.rank == 0:
+            outcome[0] = self._publish_gathered(step, tmp, tables)
+        if dist:
+            dist.broadcast_object_list(outcome, src=0, group=group)
+        if isinstance(outcome[0], str):
+            raise CheckpointError(f"sharded save of step {step} failed: {outcome[0]}", path=self.directory,
+                                  fix="check the filesystem on every rank; older checkpoints are untouched")
+        return self.path_of(step)
+
+    def _publish_gathered(self, step: int, tmp: Path, tables: list[dict]) -> str | None:
+        """Rank 0: write the manifest from every rank's file table and rename; an error string on failure."""
+        try:
+            errors = [t["error"] for t in tables if "error" in t]
+            if errors:
+                raise OSError("; ".join(errors))
+            files: dict[str, Any] = {}
+            for table in tables:
+                files.update(table["files"])
+            for entry in sorted(tmp.iterdir()):  # .metadata and anything else DCP wrote
+                if entry.is_file() and entry.name not in files:
+                    files[entry.name] = {"size": entry.stat().st_size, Checksum.NAME: file_crc(entry)}
+            manifest = {"format": SHARDED_FORMAT, "kind": "dcp", "step": step, "world_size": self.world_size,
+                        "created": time.time(), "files": files}
+            with open(tmp / MANIFEST, "w") as fh:
+                json.dump(manifest, fh, indent=1)
+                fh.flush()
+                os.fsync(fh.fileno())
+            fsync_dir(tmp)
+            self._publish(tmp, step)
+            self._recover()
+            self.prune()
+            return None
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            return str(exc)
+
+    def shared_steps(self) -> list[int]:
+        """Rank 0's list of valid checkpoint steps, the same on every rank (a collective)."""
+        listing: list[Any] = [self.steps() if self.rank == 0 else None]
+        dist = _dist()
+        if dist:
+            dist.broadcast_object_list(listing, src=0)
+        return list(listing[0])
+
+    # ------------------------------------------------------------------ load
+    def load(self, step: int | None = None, *, template: dict[str, Any] | None = None, verify: bool = True,
+             **_ignored) -> dict[str, Any]:
+        """Load a sharded checkpoint on every rank, into ``template`` (DCP loads in place).
+
+        Args:
+            step: the step to load; None: the newest checkpoint that verifies on every rank.
+            template: ``ShardedTrainState.state_dict()`` of this run: its ``"sharded"`` tensors are
+                filled in place; its ``"rank"`` part is replaced by this rank's saved one.
+            verify: check every file's CRC-32 first (each rank reads ``1/world`` of the files);
+                False checks sizes only (faster; DCP still fails on a truncated shard).
+
+        Returns:
+            ``{"format", "step", "sharded": template["sharded"], "rank": saved rank state}``.
+        """
+        if template is None or "sharded" not in template:
+            raise CheckpointError("a sharded checkpoint loads into a template state dict",
+                                  fix="call ShardedTrainState.restore(store), or pass template=state.state_dict()")
+        dist = _dist()
+        listing: list[Any] = [None]
+        if self.rank == 0:
+            valid = self.steps()
+            if step is None:
+                listing[0] = list(reversed(valid))
+            elif int(step) in valid:
+                listing[0] = [int(step)]
+            else:
+                reason = next((i.reason for i in self.list() if i.step == int(step)), "it does not exist")
+                listing[0] = f"checkpoint of step {step} is not loadable ({reason}; valid: {valid})"
+        if dist:
+            dist.broadcast_object_list(listing, src=0)
+        if isinstance(listing[0], str):
+            raise CheckpointError(listing[0], path=self.directory, fix="pick a valid step, or None for the newest")
+        damaged = []
+        for candidate in listing[0]:
+            problem = self._verify_share(candidate, verify)
+            problems = [None] * self.world_size
+            if dist:
+                dist.all_gather_object(problems, problem)
+            else:
+                problems = [problem]
+            problems = [p for p in problems if p]
+            if not problems:
+                return self._load_verified(candidate, template)
+            damaged.append(f"step {candidate}: {problems[0]}")
+            if step is None:
+                import warnings
+
+                warnings.warn(f"{self.path_of(candidate)}: {problems[0]}; trying an older checkpoint", stacklevel=2)
+        raise CheckpointError("no sharded checkpoint verifies" + (f" ({'; '.join(damaged)})" if damaged else ""),
+                              path=self.directory, fix="start from scratch or point to the right directory")
+
+    def _verify_share(self, step: int, checksum: bool) -> str | None:
+        """This rank's part of the verification of ``step``: an error string or None."""
+        path = self.path_of(step)
+        try:
+            manifest = json.loads((path / MANIFEST).read_text())
+        except (OSError, ValueError) as exc:
+            return f"{MANIFEST} unreadable on rank {self.rank} ({exc})"
+        if manifest.get("format") != SHARDED_FORMAT:
+            return "not a sharded checkpoint (use CheckpointStore for whole-model ones)"
+        if manifest.get("world_size") != self.world_size:
+            return (f"saved by {manifest.get('world_size')} ranks, this run has {self.world_size} (the per-rank "
+                    "RNG and data position do not map onto a different world size)")
+        for k, (name, expected) in enumerate(sorted(manifest["files"].items())):
+            if k % self.world_size != self.rank:
+                continue
+            try:
+                size = (path / name).stat().st_size
+            except OSError:
+                return f"{name} is missing"
+            if size != expected.get("size"):
+                return f"{name} has {size} bytes, the manifest recorded {expected.get('size')}"
+            if checksum and file_crc(path / name) != expected.get(Checksum.NAME):
+                return f"{name} does not match its CRC-32 in {MANIFEST} (corrupted)"
+        return None
+
+    def _load_verified(self, step: int, template: dict[str, Any]) -> dict[str, Any]:
+        import torch
+        import torch.distributed.checkpoint as dcp
+
+        path = self.path_of(step)
+        try:
+            dcp.load(template["sharded"], checkpoint_id=path, no_dist=_dist() is None)
+        except Exception as exc:  # DCP raises CheckpointException / RuntimeError on a mismatch
+            raise CheckpointError(f"DCP load failed: {str(exc).splitlines()[0]}", path=path,
+                                  fix="the checkpoint does not match this model/optimizer; use the same "
+                                      "configuration as the run that saved it") from exc
+        rank_state = torch.load(path / _RANK_FILE.format(self.rank), map_location="cpu", weights_only=False)
+        return {"format": SHARDED_FORMAT, "step": step, "sharded": template["sharded"], "rank": rank_state}

@@ -1,0 +1,168 @@
+"""Short logs: judging from a handful of points, and saying what cannot be judged.
+
+A run that died at step 40 is exactly when someone runs this tool, and an excerpt pasted from a
+chat has 3-9 points. The detectors need a noise estimate (``min_points`` points before their first
+verdict, a window for a good one); with fewer points :func:`short_pass` applies *relative* rules to
+the whole log, the same relative distance the point test uses while its window fills
+(``rel_threshold * warmup_rel_factor``, 24% by default):
+
+* **jump**: the loss rises at least that much above the lowest point before its peak, and one step
+  carries at least half the rise. A spike, onset at the jump; recovered when a later point is back
+  within ``rel_threshold`` of the level before it, fast when that is the next logged point or
+  within ``fast_steps`` (a sparse log cannot resolve recovery below its interval); otherwise a
+  spike without recovery whose log ends too soon to tell a slow recovery from none;
+* **climb**: the same rise over at least three points, no step carrying half of it: a divergence,
+  onset at the lowest point before the climb (the turn).
+
+:func:`limits` lists what a log is too short to judge at all, and :func:`coverage_notes` says it
+in words ("40 points: too short to judge level shifts (needs 640)"): never a bare "no incidents" on
+a log that could not be judged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..detect.series import DetectorConfig
+from .context import Context
+from .incident import Incident, IncidentKind as K
+from .settings import AnalyzeConfig
+
+SHORT_LOG_POINTS = 32
+"""Below this many finite points (a quarter of the default outlier window) the relative rules judge
+the whole log: the detectors' noise estimate from fewer first differences is too rough to trust."""
+MIN_JUDGED_POINTS = 3
+"""The fewest points the relative rules judge: two to set a level, one to leave it."""
+JUMP_SHARE = 0.5
+"""A rise is a jump when one step carries at least this share of it, else a climb."""
+CLIMB_POINTS = 3
+"""A climb spans at least this many points (its lowest point and two rising after it)."""
+REPLACED = frozenset({K.SPIKE_FAST, K.SPIKE_SLOW, K.SPIKE_NO_RECOVERY, K.DIVERGENCE, K.LEVEL_SHIFT})
+"""Detector incidents on the loss that a short-log finding over the same stretch replaces."""
+STILL_HIGH = 0.5
+"""A climb still counts when the last point keeps at least this share of its rise."""
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A test the log is too short for.
+
+    Attributes:
+        what: the patterns it would find, in words (``"level shifts"``).
+        needed: finite points the test needs.
+    """
+
+    what: str
+    needed: int
+
+
+def limits(points: int, interval: int, cfg: AnalyzeConfig) -> list[Limit]:
+    """The tests a log of ``points`` finite points, logged every ``interval`` steps, is too short for."""
+    d: DetectorConfig = cfg.for_interval(interval)
+    w, o = d.outlier.window, d.outlier
+    q = max(1, w // o.stride)
+    need = [
+        Limit(f"spikes and climbs under {o.rel_threshold * o.warmup_rel_factor:.0%}", SHORT_LOG_POINTS),
+        Limit("slow recoveries", d.spike.fast_points + d.spike.settle + 1),
+        Limit("regime changes", 4 * w + 2),
+        Limit("sudden drops", (d.drop.slow_spans + 1) * d.drop.span_points + d.drop.smooth_points),
+        Limit("level shifts", w + 4 * q * o.stride + 1),
+    ]
+    return [lim for lim in need if points < lim.needed]
+
+
+def coverage_notes(ctx: Context) -> list[str]:
+    """One note naming what the log is too short to judge, or nothing."""
+    n = len(ctx.ev.values)
+    short = limits(n, ctx.interval, ctx.cfg)
+    if not short:
+        return []
+    if n < MIN_JUDGED_POINTS:
+        return [f"{n} finite point(s): too short to judge anything."]
+    parts = ", ".join(f"{lim.what} (needs {lim.needed})" for lim in short)
+    return [f"{n} points: too short to judge {parts} points."]
+
+
+def _back(x: np.ndarray, after: int, level: float, rel: float) -> int | None:
+    """First index > ``after`` whose value is back within ``rel`` of ``level``, or None."""
+    ok = np.flatnonzero(x[after + 1:] <= level + rel * abs(level))
+    return after + 1 + int(ok[0]) if len(ok) else None
+
+
+def _spike(ctx: Context, s: int) -> Incident:
+    x, st, cfg = ctx.ev.values, ctx.st, ctx.cfg
+    base = float(np.median(x[:s]))
+    peak = s + int(np.argmax(x[s:]))
+    rel = (x[peak] - base) / abs(base)
+    back = _back(x, peak, base, cfg.detectors.outlier.rel_threshold)
+    what = (f"The {ctx.metric} jumped from {base:.4g} to {x[s]:.4g} at step {int(st[s])} and peaked at {x[peak]:.4g} "
+            f"(+{rel:.0%}) at step {int(st[peak])}")
+    details = {"relative": rel, "rule": "short log, relative", "points": len(x)}
+    if back is not None:
+        rec = int(st[back] - st[peak])
+        fast = rec <= cfg.fast_steps or back - peak <= 1
+        details["points_to_recover"] = back - peak
+        evidence = (f"{what}; it was back within {cfg.detectors.outlier.rel_threshold:.0%} of that level at step "
+                    f"{int(st[back])} ({back - peak} logged point(s) later).")
+        return Incident(kind=K.SPIKE_FAST if fast else K.SPIKE_SLOW, metric=ctx.metric, onset=int(st[s]),
+                        peak=int(st[peak]), end=int(st[back]), baseline=base, peak_value=float(x[peak]),
+                        magnitude=float(x[peak] - base), magnitude_sigma=float("nan"), recovery_steps=rec,
+                        streams=ctx.streams, severity="warning" if not fast or rel >= 0.5 else "info",
+                        evidence=evidence, details=details)
+    left = len(x) - 1 - peak
+    details["too_short_to_judge"] = "recovery"
+    ends = ("it is the last point of the log" if not left else
+            f"the log ends {left} point(s) ({int(st[-1] - st[peak])} steps) later, still at {x[-1]:.4g} "
+            f"({x[-1] / base:.2f}x)")
+    evidence = f"{what}; {ends}: {len(x)} points are too short to tell a slow recovery from none."
+    return Incident(kind=K.SPIKE_NO_RECOVERY, metric=ctx.metric, onset=int(st[s]), peak=int(st[peak]), end=None,
+                    baseline=base, peak_value=float(x[peak]), magnitude=float(x[peak] - base),
+                    magnitude_sigma=float("nan"), streams=ctx.streams, severity="critical", evidence=evidence,
+                    details=details)
+
+
+def _climb(ctx: Context, m: int, p: int) -> Incident:
+    x, st = ctx.ev.values, ctx.st
+    rise = float(x[p] - x[m])
+    evidence = (f"The {ctx.metric} climbed from {x[m]:.4g} (step {int(st[m])}) to {x[p]:.4g} (step {int(st[p])}), "
+                f"+{rise / abs(x[m]):.0%} over {p - m + 1} logged points, no single step carrying half the rise: a climb, not a "
+                f"jump; the last point is {x[-1]:.4g}. Judged by the relative rule ({len(x)} points give no noise "
+                "estimate).")
+    return Incident(kind=K.DIVERGENCE, metric=ctx.metric, onset=int(st[m]), peak=int(st[p]), end=None,
+                    baseline=float(x[m]), peak_value=float(x[p]), magnitude=rise, magnitude_sigma=float("nan"),
+                    streams=ctx.streams, severity="critical", evidence=evidence,
+                    details={"relative": rise / abs(x[m]), "rule": "short log, relative", "points": len(x)})
+
+
+def short_pass(ctx: Context) -> None:
+    """The relative rules over a log shorter than :data:`SHORT_LOG_POINTS` (see the module docstring)."""
+    x = ctx.ev.values
+    n = len(x)
+    if not MIN_JUDGED_POINTS <= n < SHORT_LOG_POINTS:
+        return
+    o = ctx.cfg.detectors.outlier
+    p = int(np.argmax(x))
+    if p < 1:
+        return
+    m = int(np.argmin(x[:p]))
+    rise = float(x[p] - x[m])
+    if not (x[m] != 0 and rise >= o.rel_threshold * o.warmup_rel_factor * abs(x[m])):
+        return
+    d = np.diff(x[m:p + 1])
+    s = m + 1 + int(np.argmax(d))
+    if float(d.max()) >= JUMP_SHARE * rise:
+        if s < MIN_JUDGED_POINTS - 1:
+            return  # one point before the jump sets no level
+        inc = _spike(ctx, s)
+    elif p - m + 1 >= CLIMB_POINTS and x[-1] - x[m] >= STILL_HIGH * rise:
+        inc = _climb(ctx, m, p)
+    else:
+        return
+    # Where the detectors named the same stretch from their rough noise estimate, the relative rule
+    # decides (the 13B excerpt: a divergence "without a spike" dated after the jump it denies).
+    last = inc.end if inc.end is not None else int(ctx.st[-1])
+    ctx.incidents[:] = [i for i in ctx.incidents if not (
+        i.metric == ctx.metric and i.kind in REPLACED and i.onset <= last and inc.onset <= (i.end or i.peak))]
+    ctx.incidents.append(inc)
+    ctx.claims.events.append((inc.onset, last))

@@ -1,0 +1,47 @@
+"""``lossguard simulate LOG... [--config guard.toml] [--json]``: what the guard would have done.
+
+Replays the guard's judge and policy over a recorded run (see :mod:`lossguard.simulate`) and prints
+step by step which steps it would have skipped, where it would have rolled back to and which
+batches it would have skipped, when it would have cut the LR or halted. Exit 0; 2 on bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``simulate`` verb."""
+    p = subparsers.add_parser(
+        "simulate", help="replay the guard over a recorded log: what would it have skipped, rolled back, cut, halted",
+        description="Replay the StabilityGuard's judge and policy over a recorded run (files or run directories, "
+                    "read as one run), offline, and say step by step what it would have done. Assumes batch "
+                    "index == step unless the log has a batch_index series, and checkpoints every "
+                    "checkpoint_every steps unless --checkpoints is given.",
+        epilog="Exit codes: 0 ok, 2 bad input. The --config TOML layout is documented in docs/guard.md.")
+    p.add_argument("paths", nargs="+", metavar="LOG", help="log files or run directories (one run)")
+    p.add_argument("--config", default=None, metavar="TOML", help="guard configuration (GuardConfig fields)")
+    p.add_argument("--checkpoints", default=None, metavar="DIR|STEPS",
+                   help="checkpoint directory or a comma list of steps (default: every checkpoint_every steps)")
+    p.add_argument("--metric", default="loss", metavar="NAME", help="the loss series to judge (default: loss)")
+    p.add_argument("--format", default=None, metavar="NAME", help="force a reader instead of sniffing the format")
+    p.add_argument("--json", action="store_true", help="print the simulation as JSON")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``lossguard simulate``."""
+    from ..guard.config_file import load_config
+    from ..io import read_log
+    from ..plan import parse_checkpoints
+    from ..simulate import describe, simulate
+
+    cfg = load_config(args.config) if args.config else None
+    checkpoints = parse_checkpoints(args.checkpoints) if args.checkpoints else None
+    log = read_log(args.paths, format=args.format)
+    sim = simulate(log, cfg, checkpoints=checkpoints, metric=args.metric)
+    if args.json:
+        print(json.dumps(sim.to_dict(), indent=2, allow_nan=False))
+    else:
+        print("\n".join(describe(sim)))
+    return 0

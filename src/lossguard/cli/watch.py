@@ -1,0 +1,156 @@
+"""``lossguard watch PATH...``: follow a live run's logs and raise the alarm as things happen.
+
+Reads only what the files gain every ``--every`` seconds, runs the online detectors on each new
+point, and prints each incident once it is decided, with the evidence and plan ``analyze`` would
+give (``--json``: one JSON object per line, see docs/watch.md). ``--on-incident CMD`` and
+``--webhook URL`` are run for every decided incident and for a run that stopped writing.
+``--until-idle SECONDS`` ends the watch once no file has grown for that long. A directory of
+several runs (a sweep) gets one line per run.
+
+Exit codes: 0 nothing matched ``--fail-on`` (also after Ctrl-C, which prints the summary), 1 an
+incident matched ``--fail-on``, 2 bad input or usage.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from ..classify.incident import IncidentKind
+from ..errors import LossguardError
+from .analyze import SEVERITIES, parse_fail_on
+
+
+def _positive(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return v
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``watch`` verb."""
+    kinds = ", ".join(k.value for k in IncidentKind)
+    p = subparsers.add_parser(
+        "watch", help="follow a live run's logs; print each incident as it is decided, run hooks",
+        description="Follow growing training logs (files or run directories, read as one run; or a directory of "
+                    "runs) and print each incident the moment it is decided, with the same detectors, evidence "
+                    "and plan as 'analyze'.",
+        epilog=f"incident kinds: {kinds}. Exit codes: 0 nothing matched --fail-on (also after Ctrl-C), "
+               "1 an incident matched --fail-on, 2 bad input.")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="log files or run directories (one run), or one "
+                   "directory whose sub-directories are runs (a sweep)")
+    p.add_argument("--every", type=_positive, default=2.0, metavar="SECONDS",
+                   help="poll the files this often (default 2)")
+    p.add_argument("--json", action="store_true", help="print one JSON object per line (schema: docs/watch.md)")
+    p.add_argument("--on-incident", default=None, metavar="CMD",
+                   help="run this shell command per incident, with the incident as JSON on its stdin")
+    p.add_argument("--webhook", default=None, metavar="URL",
+                   help="POST each incident to this URL (Slack-compatible: {\"text\": ...} plus the incident)")
+    p.add_argument("--fail-on", default=None, metavar="KIND[,KIND]",
+                   help="exit 1 at the end when an incident of these kinds was found; 'any', or a severity "
+                        "('warning', 'critical') meaning that severity or worse")
+    p.add_argument("--hook-attempts", type=int, default=4, metavar="N",
+                   help="tries per event for a failing hook, with backoff 0.5, 1, 2... s (default 4)")
+    p.add_argument("--until-idle", type=_positive, default=None, metavar="SECONDS",
+                   help="stop once no file has grown for this long (say so, decide what is open, exit)")
+    p.add_argument("--stall-after", type=_positive, default=600.0, metavar="SECONDS",
+                   help="without --until-idle: say once that the run stopped writing after this long (default 600)")
+    p.add_argument("--checkpoints", default=None, metavar="DIR|STEPS",
+                   help="checkpoint directory or comma list of steps; plans roll back to one that exists")
+    p.add_argument("--metric", default=None, metavar="NAME", help="the loss to follow (default: loss)")
+    p.add_argument("--format", default=None, metavar="NAME", help="force a reader instead of sniffing the format")
+    p.add_argument("--sweep", action=argparse.BooleanOptionalAction, default=None,
+                   help="treat the one directory given as a directory of runs (default: detected)")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``lossguard watch``."""
+    from ..classify.settings import AnalyzeConfig
+    from ..io import READERS
+    from ..plan import parse_checkpoints
+    from ..watch.alerts import HookConfig, HookRunner, Printer
+    from ..watch.engine import WatchConfig
+    from ..watch.events import EventKind, WatchEvent
+    from ..watch.session import RunWatch
+    from ..watch.sweep import Sweep, run_dirs, state_event
+
+    kinds, severity = parse_fail_on(args.fail_on)
+    if args.format is not None and args.format not in READERS:
+        raise LossguardError(f"unknown format {args.format!r}", fix=f"use one of: {', '.join(READERS)}")
+    checkpoints = tuple(parse_checkpoints(args.checkpoints)) if args.checkpoints else None
+    config = WatchConfig(settings=AnalyzeConfig(metric=args.metric), checkpoints=checkpoints)
+    hooks = HookRunner(HookConfig(command=args.on_incident, webhook=args.webhook, attempts=args.hook_attempts))
+    printer = Printer(sys.stdout, as_json=args.json)
+    sweep_runs = run_dirs(args.paths[0]) if len(args.paths) == 1 and args.sweep is not False else []
+    if args.sweep and not sweep_runs:
+        raise LossguardError("not a directory of runs (it needs two or more sub-directories with files)",
+                             path=args.paths[0], fix="name one run's files or directory without --sweep")
+    sweep = Sweep(args.paths[0], config, format=args.format) if sweep_runs else None
+    runs = list(sweep.runs.values()) if sweep else [RunWatch(" ".join(args.paths), args.paths, config,
+                                                             format=args.format)]
+
+    def emit(events: list[WatchEvent], *, show: bool = True) -> None:
+        for ev in events:
+            if show:
+                printer(ev)
+            hooks(ev)
+
+    interrupted = False
+    try:
+        while True:
+            started = time.monotonic()
+            if sweep is not None:
+                lines, own = sweep.step()
+                runs = list(sweep.runs.values())
+                emit([e for e in own if e.kind is not EventKind.NOTICE], show=False)
+                emit(lines)
+            else:
+                emit(runs[0].step())
+            limit = args.until_idle or args.stall_after
+            for r in runs:
+                if r.idle_seconds() >= limit:
+                    events = r.stall()
+                    emit(events, show=sweep is None)
+                    if sweep is not None and events:
+                        emit([state_event(r)])
+            if args.until_idle and all(r.stalled for r in runs):
+                break
+            time.sleep(max(0.0, args.every - (time.monotonic() - started)))
+    except KeyboardInterrupt:
+        interrupted = True
+    for r in runs:
+        try:
+            emit(r.finish(), show=sweep is None)
+        except KeyboardInterrupt:  # a second Ctrl-C: skip the final classification
+            break
+    if sweep is not None:
+        emit([state_event(r) for r in runs])
+    hooks.close(timeout=5.0 if interrupted else 30.0)
+    incidents = [i for r in runs for i in r.engine.incidents()]
+    hit = [i for i in incidents
+           if i.kind in kinds or (severity and SEVERITIES.index(i.severity) >= SEVERITIES.index(severity))]
+    summary = {"runs": [r.summary() for r in runs], "interrupted": interrupted,
+               "hooks": {"delivered": hooks.delivered, "failed": hooks.failed}, "fail_on_matched": len(hit)}
+    if args.json:
+        printer(WatchEvent(EventKind.SUMMARY, args.paths[0] if sweep else runs[0].name, None,
+                           "watch ended", data=summary))
+    else:
+        why = "interrupted" if interrupted else "every run idle"
+        print(f"lossguard watch: {why}; {len(runs)} run(s), {len(incidents)} incident(s)"
+              + (f", hooks delivered {hooks.delivered}, failed {hooks.failed}" if hooks.active else ""), flush=True)
+        for r in runs:
+            s = r.summary()
+            print(f"  {s['run']}: {s['state']}, {s['points']} points to step {s['last_step']}, "
+                  f"{s['incidents']} incident(s)" + (f" ({', '.join(s['kinds'])})" if s["kinds"] else ""), flush=True)
+    if hit:
+        print(f"lossguard: {len(hit)} incident(s) matched --fail-on {args.fail_on}", file=sys.stderr)
+        return 1
+    return 0
+
+
+__all__ = ["register", "run"]

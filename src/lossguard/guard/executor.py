@@ -1,0 +1,163 @@
+"""The executor: carries out the policy's decisions on what it is given, and writes each one down.
+
+It acts on the objects it receives at construction -- the checkpoint store, the
+:class:`TrainState`, the optimizer, the GradScaler, the event log, the policy (whose ledger it
+persists) -- and on nothing else: it never reaches into the guard. A rollback restores the
+checkpoint through the TrainState (which holds the guard's *timeline* state: detector windows, the
+open episode) and books the rollback in the :class:`RunLedger`, which the checkpoint does not hold:
+the budget survives the rollback without being saved and put back by hand.
+
+Where the rollback cannot happen in this process (``in_process_rollback=False``: a framework owns
+the data loader), the executor halts instead and records the target in ``ledger.resume_from`` so a
+restarted process (or a person) can carry it out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import LossguardError
+from ..recovery.action import Action
+from ..recovery.checkpoint_choice import choose_checkpoint
+from ..recovery.decision import Decision
+from ..recovery.policy import RecoveryPolicy
+from .config import GuardConfig
+from .events import EventLog
+
+
+class TrainingHalted(LossguardError):
+    """The guard stopped the run: the rollback budget is spent (the message has the diagnosis)."""
+
+
+@dataclass
+class Outcome:
+    """What carrying out one decision did to the run.
+
+    Attributes:
+        rolled_back_to: the checkpoint step restored (None: no rollback happened).
+        halted: the run is halted.
+    """
+
+    rolled_back_to: int | None = None
+    halted: bool = False
+
+
+class RecoveryExecutor:
+    """Carries out skip / rollback / LR cut / loss-scale reset / halt decisions.
+
+    Args:
+        config: the guard's configuration.
+        policy: the policy (its ledger is booked and persisted here).
+        log: the event log.
+        state: the :class:`TrainState` a rollback loads (None: no rollback possible).
+        store: the :class:`CheckpointStore` (None: no rollback possible).
+        optimizer: checked finite before a loss-scale reset.
+        scaler: the GradScaler a loss-scale reset acts on (or None).
+        diagnosis_file: where a halt writes its diagnosis (None: only into the log).
+        write_files: this rank writes the diagnosis (rank 0).
+        in_process_rollback: False under a framework that owns the data loader (halts instead).
+    """
+
+    def __init__(self, *, config: GuardConfig, policy: RecoveryPolicy, log: EventLog, state=None, store=None,
+                 optimizer=None, scaler=None, diagnosis_file: Path | None = None, write_files: bool = True,
+                 in_process_rollback: bool = True) -> None:
+        self.config, self.policy, self.log = config, policy, log
+        self.state, self.store, self.optimizer, self.scaler = state, store, optimizer, scaler
+        self.diagnosis_file, self.write_files = diagnosis_file, write_files
+        self.in_process_rollback = in_process_rollback
+        self.diagnosis: str | None = None
+
+    @property
+    def ledger(self):
+        """The run ledger (the policy's)."""
+        return self.policy.ledger
+
+    # ---------------------------------------------------------------- dispatch
+    def carry_out(self, d: Decision) -> Outcome:
+        """Carry out one decision and log it."""
+        if d.action is Action.ROLLBACK:
+            return self._rollback(d)
+        if d.action is Action.HALT:
+            return self._halt(d)
+        if d.action is Action.LOSS_SCALE_RESET and not self.config.shadow:
+            from .gate import optimizer_state_finite
+            if not optimizer_state_finite(self.optimizer):
+                return self.carry_out(self.policy.escalate(d.step, "optimizer state is not finite: a loss-scale "
+                                                                   "reset cannot help"))
+            from ..techniques.loss_scale import reset_grad_scaler
+            self.emit(d, new_scale=reset_grad_scaler(self.scaler, self.config.loss_scale_reset_to))
+            return Outcome()
+        self.emit(d)
+        if d.action is Action.SKIP:
+            self.ledger.save()  # skip counts: cheap, rare, and a restart should see them
+        return Outcome()
+
+    def emit(self, d: Decision, **extra: Any) -> None:
+        """Write the decision's event record (plus ``extra``); future-changing ones go to the ledger too."""
+        rec = d.record()
+        rec.update(extra)
+        if self.config.shadow:
+            rec["shadow"] = True
+        self.log.event(rec)
+        if d.action.changes_future:
+            self.ledger.note(rec)
+
+    def target(self, onset: int) -> int | None:
+        """The rollback target for an episode starting at ``onset`` (:func:`choose_checkpoint`)."""
+        if self.store is None:
+            return None
+        return choose_checkpoint(onset, self.store.steps(), self.config.recipe.rollback_distance)
+
+    # ---------------------------------------------------------------- actions
+    def _rollback(self, d: Decision) -> Outcome:
+        target = self.target(d.numbers["onset"])
+        if self.config.shadow:
+            self.emit(d, would_roll_back_to=target)
+            for f in self.policy.rolled_back(d, d.step):
+                self.emit(f)
+            return Outcome()
+        if not self.in_process_rollback:
+            self.ledger.resume_from = target
+            return self._halt(Decision(Action.HALT, d.step, d.reasons + [
+                "a rollback is needed, but the framework owns the data loader: resume from the checkpoint "
+                f"below and skip batches {d.numbers.get('skip_batches')} (half-open)"], d.numbers))
+        if target is None or self.state is None:
+            return self._halt(Decision(Action.HALT, d.step, d.reasons + [
+                f"no checkpoint at least {self.config.recipe.rollback_distance} steps before the episode "
+                f"onset (step {d.numbers['onset']})"], d.numbers))
+        self.store.protect(target)
+        self.state.load_state_dict(self.store.load(target))  # timeline only: the ledger is not in it
+        follow = self.policy.rolled_back(d, target)
+        self.emit(d, to_step=target)
+        if self.scaler is not None and self.config.recipe.reset_loss_scale:
+            from ..techniques.loss_scale import reset_grad_scaler
+            from .gate import optimizer_state_finite
+            if optimizer_state_finite(self.optimizer):
+                new = reset_grad_scaler(self.scaler, self.config.loss_scale_reset_to)
+                self.emit(Decision(Action.LOSS_SCALE_RESET, target, ["reset with the rollback"], {"new_scale": new}))
+        for f in follow:
+            self.emit(f)
+        self.ledger.save()
+        return Outcome(rolled_back_to=target)
+
+    def _halt(self, d: Decision) -> Outcome:
+        onset = d.numbers.get("onset", d.step)
+        resume = self.target(onset)
+        led = self.ledger
+        lines = [f"lossguard halted the run at step {d.step}.", "Why:"] + [f"  - {r}" for r in d.reasons] + [
+            f"Episode onset: step {onset}; rollbacks done: {led.rollbacks}; steps skipped: {led.skips} "
+            f"({led.transients} transient).",
+            f"Data ranges skipped (batch indices, half-open): {[r.to_json() for r in led.skip_ranges] or 'none'}.",
+            (f"Resume from checkpoint step {resume}: {self.store.path_of(resume)}" if resume is not None
+             else "No checkpoint before the episode is available."),
+            "Before resuming: lower the LR, check the data around the episode's batches, or raise max_rollbacks."]
+        self.diagnosis = "\n".join(lines)
+        path = None if self.config.shadow else self.diagnosis_file
+        if path is not None and self.write_files:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(self.diagnosis + "\n", encoding="utf-8")
+        if not self.config.shadow:
+            led.halted = True
+        self.emit(d, resume_from=resume, diagnosis=None if path is None else str(path))
+        return Outcome(halted=not self.config.shadow)

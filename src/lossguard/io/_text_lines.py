@@ -1,0 +1,71 @@
+"""The lines of a pasted or captured terminal log, cleaned of what terminals and markdown add.
+
+A terminal capture separates tqdm's redraws with ``\\r``, not ``\\n``; a paste in an issue thread
+is quoted (``> ``), fenced (```` ``` ````) or wrapped in backticks. :func:`text_lines` reads a file
+in fixed blocks (memory does not grow with the length of a line), splits on both ``\\n`` and
+``\\r``, strips the quoting and yields ``(line number, text)``. A line longer than
+:data:`MAX_LINE` is no progress line any tool prints; it is skipped, not held in memory.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterator
+
+BLOCK = 1 << 20
+"""Bytes read at a time."""
+MAX_LINE = 64 * 1024
+"""Longest line kept; longer ones (binary junk, a tqdm line redrawn without end) are skipped."""
+
+_QUOTE = re.compile(r"^(?:\s*>)+\s?")
+
+
+def clean(line: str) -> str:
+    """One line without markdown quote markers, fences and backticks."""
+    line = _QUOTE.sub("", line)
+    if "`" in line:
+        line = line.replace("`", " ")
+    return line
+
+
+def text_lines(path: Path, *, limit: int | None = None) -> Iterator[tuple[int, str]]:
+    """Yield ``(1-based line number, cleaned text)`` for every line of ``path``.
+
+    Line numbers count ``\\n`` (as an editor does); the ``\\r``-separated redraws of one line share
+    its number. Undecodable bytes become U+FFFD. ``limit`` stops after that many bytes.
+    """
+    number = 1
+    carry = b""
+    too_long = False
+    read = 0
+    with open(path, "rb") as f:
+        while True:
+            size = BLOCK if limit is None else min(BLOCK, limit - read)
+            block = f.read(size) if size > 0 else b""
+            read += len(block)
+            if not block:
+                if carry and not too_long:
+                    yield from _pieces(number, carry)
+                return
+            data = carry + block if carry else block
+            start = 0
+            while True:
+                end = data.find(b"\n", start)
+                if end < 0:
+                    break
+                if too_long:
+                    too_long = False
+                else:
+                    yield from _pieces(number, data[start:end])
+                number += 1
+                start = end + 1
+            carry = data[start:]
+            if len(carry) > MAX_LINE:
+                carry, too_long = b"", True
+
+
+def _pieces(number: int, raw: bytes) -> Iterator[tuple[int, str]]:
+    text = raw.decode("utf-8", errors="replace")
+    for piece in text.split("\r"):
+        if piece.strip():
+            yield number, clean(piece)

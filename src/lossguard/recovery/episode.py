@@ -1,0 +1,60 @@
+"""Episode: bad steps close together, the unit the recovery ladder escalates on.
+
+One definition for the guard (built online from verdicts) and the analyser's plans (built from an
+incident's onset and end). An episode opens at its first bad step (the *onset*), grows with every
+bad step at most ``episode_gap`` steps after the previous one, and is over once the run stays calm
+for longer than that. Its budget is per episode: ``rollback_after`` bad steps in one episode ask for
+a rollback, whose skipped data is :meth:`Episode.skip_range`.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .skip_range import SkipRange
+
+
+@dataclass(kw_only=True)
+class Episode:
+    """One episode of bad steps (mutable while it is open)."""
+
+    onset_step: int
+    """First bad step."""
+    onset_batch: int
+    """Data-stream index of the onset's batch (for a recorded log: the step, unless the log says)."""
+    last_step: int
+    """Latest bad step so far."""
+    last_batch: int
+    """Data-stream index of the latest bad step's batch (the *last bad batch*)."""
+    count: int = 1
+    """Bad steps in the episode so far (the per-episode budget is counted against this)."""
+
+    @classmethod
+    def open(cls, step: int, batch_index: int) -> "Episode":
+        """A new episode whose onset is ``step``."""
+        return cls(onset_step=step, onset_batch=batch_index, last_step=step, last_batch=batch_index)
+
+    def is_over(self, step: int, episode_gap: int) -> bool:
+        """True when ``step`` is more than ``episode_gap`` steps after the last bad step."""
+        return step - self.last_step > episode_gap
+
+    def add(self, step: int, batch_index: int) -> None:
+        """Record one more bad step."""
+        self.last_step, self.last_batch, self.count = step, batch_index, self.count + 1
+
+    def needs_rollback(self, rollback_after: int) -> bool:
+        """The per-episode budget of skips is spent: ``count >= rollback_after``."""
+        return self.count >= rollback_after
+
+    def skip_range(self, skip_margin: int) -> SkipRange:
+        """The data a rollback skips: ``[onset batch, last bad batch + 1 + skip_margin)``."""
+        return SkipRange(start=self.onset_batch, stop=self.last_batch + 1 + skip_margin)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Episode":
+        """The inverse of :meth:`to_dict`."""
+        return cls(**{k: int(d[k]) for k in ("onset_step", "onset_batch", "last_step", "last_batch", "count")})

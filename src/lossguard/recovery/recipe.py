@@ -1,0 +1,47 @@
+"""RecoveryRecipe: the PaLM / WeLM / OPT recovery recipe's numbers, one config for guard and plan.
+
+The recipe (PaLM, Chowdhery et al. 2022, sec. 5.1; OPT-175B logbook; WeLM): restart from a
+checkpoint about 100 steps before the spike, skip the episode's batches plus ~200-500 more, lower
+the LR when the run keeps spiking, and reset the fp16 loss scale (only once the optimizer state is
+known finite). :class:`lossguard.guard.GuardConfig` holds one (``recipe=``) and
+:func:`lossguard.plan.make_plans` takes one: the plan an analysis writes is the one the guard runs.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..errors import raise_all
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecoveryRecipe:
+    """What a rollback does, in optimizer steps and data-stream batches."""
+
+    rollback_distance: int = 100
+    """Roll back to the newest checkpoint at least this many steps before the episode's onset
+    (PaLM: ~100). See :func:`lossguard.recovery.choose_checkpoint`."""
+    skip_margin: int = 200
+    """Batches skipped after the episode's last bad batch (PaLM skipped 200-500)."""
+    lr_cut_factor: float = 0.5
+    """Multiply the LR by this when the recipe calls for an LR cut (repeated rollbacks, divergence,
+    repeated spikes)."""
+    reset_loss_scale: bool = True
+    """Reset the fp16 GradScaler fully (scale and growth tracker) after a rollback, when the
+    optimizer state is finite."""
+
+    def __post_init__(self) -> None:
+        p = []
+        for name in ("rollback_distance", "skip_margin"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                p.append(f"recipe.{name} must be an integer >= 0, got {v!r}")
+        if not isinstance(self.lr_cut_factor, (int, float)) or not 0 < self.lr_cut_factor <= 1:
+            p.append(f"recipe.lr_cut_factor must be in (0, 1], got {self.lr_cut_factor!r}")
+        if not isinstance(self.reset_loss_scale, bool):
+            p.append(f"recipe.reset_loss_scale must be true or false, got {self.reset_loss_scale!r}")
+        raise_all(p, fix="correct the RecoveryRecipe field(s) named above")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)

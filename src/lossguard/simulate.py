@@ -1,0 +1,243 @@
+"""Simulate the guard over a recorded log: what would it have done, step by step?
+
+``simulate(log, config)`` replays the guard's judge and policy -- the same :class:`GuardConfig`,
+the same outlier test (the vectorised twin of the guard's :class:`OnlineOutlier`, proven equal
+point for point), the same :class:`RecoveryPolicy` and :func:`choose_checkpoint` -- over a run that
+was logged without the guard. It is how a team chooses thresholds on its own past runs before it
+turns the guard on.
+
+Assumptions about a log (the log cannot say what a live guard knows):
+
+- **batch index == step**, unless the log has a ``batch_index`` series, which is used instead;
+- **checkpoints** at step 0 and every ``config.checkpoint_every`` steps (None: only step 0), unless
+  a list is given (``checkpoints=``, e.g. from ``--checkpoints``);
+- the grad-norm test runs only where the log has a grad norm (a log without one is judged on its
+  loss alone, plus a note); loss-scale resets are not simulated (no GradScaler to watch);
+- a **skip** is taken not to change what follows (one withheld update; the recorded next step is
+  what the guarded run would have seen, approximately). Every action after the first one that
+  *changes the future* (rollback, LR cut, loss-scale reset, halt) is marked ``counterfactual``:
+  the recorded log goes on as if the guard had not acted, so those later decisions only say what
+  the guard would see if the run looked the same.
+
+Cost: two vectorised outlier passes over the whole log plus Python work per *bad* step only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from .detect.outlier import score
+from .guard.config import GuardConfig
+from .metrics import GRAD_NORM, LOSS
+from .recovery.action import Action
+from .recovery.checkpoint_choice import choose_checkpoint
+from .recovery.decision import Decision
+from .recovery.policy import RecoveryPolicy
+from .recovery.verdict import Verdict
+from .runlog import RunLog
+from .stitch import stitch
+
+SIMULATION_FORMAT = 1
+"""Version of :meth:`Simulation.to_dict` (``lossguard simulate --json``)."""
+
+
+@dataclass
+class Simulation:
+    """What the guard would have done over a recorded run.
+
+    Attributes:
+        steps: points replayed (live loss points of the stitched log).
+        first_step / last_step: the steps replayed.
+        decisions: the event records the guard would have written, in order; each has
+            ``"counterfactual": true`` once an earlier action changed the future.
+        first_change: step of the first action that changes the future (None: only skips).
+        checkpoints: the checkpoint steps assumed (or given).
+        config: the guard configuration used (as a dict).
+        notes: assumptions that applied to this log.
+    """
+
+    steps: int
+    first_step: int | None
+    last_step: int | None
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    first_change: int | None = None
+    checkpoints: list[int] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def of(self, action: Action | str) -> list[dict[str, Any]]:
+        """The decision records of one action."""
+        value = Action(action).value
+        return [d for d in self.decisions if d["event"] == value]
+
+    @property
+    def skipped_steps(self) -> list[int]:
+        """Steps whose update would have been withheld."""
+        return [int(d["step"]) for d in self.of(Action.SKIP)]
+
+    @property
+    def halted_at(self) -> int | None:
+        """Step of the halt, or None."""
+        h = self.of(Action.HALT)
+        return int(h[0]["step"]) if h else None
+
+    def summary(self) -> dict[str, Any]:
+        """Counts per action and the headline facts."""
+        counts = {a.value: len(self.of(a)) for a in (Action.SKIP, Action.ROLLBACK, Action.LR_CUT, Action.HALT)}
+        return {"actions": counts, "first_change": self.first_change, "halted_at": self.halted_at}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready document (strict: non-finite numbers as null)."""
+        from .recovery.ledger import _strict
+        return _strict({"format": SIMULATION_FORMAT, "steps": self.steps, "first_step": self.first_step,
+                        "last_step": self.last_step, "summary": self.summary(), "decisions": self.decisions,
+                        "checkpoints": self.checkpoints, "notes": self.notes, "config": self.config,
+                        "conventions": {"batch_index": "== step unless the log has a batch_index series",
+                                        "skip_batches": "half-open [start, stop)"}})
+
+
+def _aligned(log: RunLog, metric: str, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Values of ``metric`` at ``steps`` and a mask of where it was logged (None if absent)."""
+    if metric not in log.series:
+        return None
+    s, v = log.live(metric)
+    if len(s) == 0:
+        return None
+    idx = np.clip(np.searchsorted(s, steps), 0, len(s) - 1)
+    present = s[idx] == steps
+    return np.where(present, v[idx], np.nan), present
+
+
+def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Sequence[int] | None = None,
+             metric: str = LOSS) -> Simulation:
+    """Replay the guard's judge and policy over ``log`` (see the module docstring).
+
+    Args:
+        log: the recorded run (stitched here if needed).
+        config: the guard configuration (default: the guard's defaults).
+        checkpoints: checkpoint steps that exist; default step 0 and every ``checkpoint_every``.
+        metric: the loss series to judge.
+
+    Returns:
+        The :class:`Simulation`.
+
+    Raises:
+        LossguardError: the log has no such loss series.
+    """
+    from dataclasses import asdict
+
+    from .errors import LossguardError
+
+    cfg = config or GuardConfig()
+    log = stitch(log)
+    if metric not in log.series:
+        raise LossguardError(f"the log has no {metric!r} series to simulate the guard on", path=", ".join(log.sources),
+                             fix=f"the metrics found are: {', '.join(log.metrics) or 'none'}")
+    steps, loss = log.live(metric)
+    notes: list[str] = []
+    ls = score(loss, cfg.loss)
+    bad = ls.outlier.copy()
+    gn_vals = np.full(len(steps), np.nan)
+    gn_z = np.full(len(steps), np.nan)
+    gn_out = np.zeros(len(steps), dtype=bool)
+    gn = _aligned(log, GRAD_NORM, steps)
+    if gn is None:
+        notes.append("no grad norm in the log: judged on the loss alone")
+    else:
+        gn_vals, present = gn
+        if cfg.grad_norm is not None:
+            gs = score(gn_vals[present], cfg.grad_norm)  # the test sees only the points it was fed
+            gn_out[present], gn_z[present] = gs.outlier, gs.z
+        else:
+            gn_out = present & ~np.isfinite(gn_vals)
+        bad |= gn_out
+    bidx = _aligned(log, "batch_index", steps)
+    batch = steps.astype(np.int64) if bidx is None else np.where(bidx[1], bidx[0], steps).astype(np.int64)
+    if bidx is None:
+        notes.append("batch index taken to be the step (the log has no batch_index)")
+    if checkpoints is None:
+        every = cfg.checkpoint_every
+        last = int(steps[-1]) if len(steps) else 0
+        ck = list(range(0, last + 1, every)) if every else [0]
+        notes.append(f"checkpoints assumed at step 0 and every {every} steps" if every else
+                     "checkpoints assumed at step 0 only (checkpoint_every is None)")
+    else:
+        ck = sorted(int(c) for c in checkpoints)
+    policy = RecoveryPolicy(cfg)
+    sim = Simulation(steps=len(steps), first_step=int(steps[0]) if len(steps) else None,
+                     last_step=int(steps[-1]) if len(steps) else None, checkpoints=ck, config=asdict(cfg), notes=notes)
+    for i in np.flatnonzero(bad):
+        # Only bad verdicts change the policy's state (no scaler here): the good ones in between are
+        # accounted for by the episode gap, which compares step numbers.
+        step = int(steps[i])
+        v = Verdict(step=step, batch_index=int(batch[i]), loss=float(loss[i]), grad_norm=float(gn_vals[i]),
+                    loss_z=float(ls.z[i]), grad_norm_z=float(gn_z[i]), loss_baseline=float(ls.baseline[i]),
+                    loss_outlier=bool(ls.outlier[i]), grad_norm_outlier=bool(gn_out[i]), overflow=False, bad=True)
+        if _play(policy, v, [c for c in ck if c <= step], cfg, sim):
+            break
+    return sim
+
+
+def _play(policy: RecoveryPolicy, v: Verdict, checkpoints: list[int], cfg: GuardConfig, sim: Simulation) -> bool:
+    """Decide and book one bad verdict; returns True once the simulated run halted."""
+    def emit(d: Decision, **extra: Any) -> None:
+        rec = {**d.record(), **extra}
+        if sim.first_change is not None:
+            rec["counterfactual"] = True
+        sim.decisions.append(rec)
+        if d.action.changes_future and sim.first_change is None:
+            sim.first_change = d.step
+
+    for d in policy.observe(v):
+        if d.action is Action.ROLLBACK:
+            target = choose_checkpoint(d.numbers["onset"], checkpoints, cfg.recipe.rollback_distance)
+            if target is None:
+                d = Decision(Action.HALT, d.step, d.reasons + [
+                    f"no checkpoint at least {cfg.recipe.rollback_distance} steps before the episode onset "
+                    f"(step {d.numbers['onset']})"], d.numbers)
+            else:
+                follow = policy.rolled_back(d, target)
+                emit(d, to_step=target)
+                for f in follow:
+                    emit(f)
+                continue
+        if d.action is Action.HALT:
+            resume = choose_checkpoint(d.numbers.get("onset", d.step), checkpoints, cfg.recipe.rollback_distance)
+            emit(d, resume_from=resume)
+            return True
+        emit(d)
+    return False
+
+
+def describe(sim: Simulation) -> list[str]:
+    """The simulation in words, one line per decision (for the terminal)."""
+    out = [f"Replayed {sim.steps} steps ({sim.first_step}..{sim.last_step}) through the guard's judge and policy."]
+    out += [f"Note: {n}." for n in sim.notes]
+    if not sim.decisions:
+        out.append("The guard would have done nothing.")
+    for d in sim.decisions:
+        tag = " (counterfactual)" if d.get("counterfactual") else ""
+        ev, step = d["event"], d["step"]
+        why = "; ".join(d.get("reasons", []))
+        if ev == Action.SKIP.value:
+            line = f"step {step}: skip ({why})"
+        elif ev == Action.ROLLBACK.value:
+            sb = d.get("skip_batches")
+            line = (f"step {step}: roll back to checkpoint {d['to_step']} (onset {d['onset']}), skip batches "
+                    f"[{sb[0]}, {sb[1]}) ({sb[1] - sb[0]} batches)" if sb else f"step {step}: roll back to {d['to_step']}")
+        elif ev == Action.LR_CUT.value:
+            until = d.get("until_step")
+            line = (f"step {step}: cut the LR x{d['factor']:g} "
+                    + ("for the rest of the run" if until is None else f"until step {until}"))
+        elif ev == Action.HALT.value:
+            line = f"step {step}: HALT ({why}); resume from checkpoint {d.get('resume_from')}"
+        else:
+            line = f"step {step}: {ev} ({why})"
+        out.append(line + tag)
+    s = sim.summary()["actions"]
+    out.append(f"Total: {s['skip']} skip(s), {s['rollback']} rollback(s), {s['lr_cut']} LR cut(s), "
+               f"{s['halt']} halt(s).")
+    return out
+

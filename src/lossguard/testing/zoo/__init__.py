@@ -1,0 +1,53 @@
+"""A model zoo for the guard: several small model families, healthy and faulty, guarded or not.
+
+Each run is a :class:`RunSpec` (family, seed, batch size, optimizer, schedule, scenario, guarded) and
+:func:`run` trains it on one thread in a few seconds and returns an :class:`Outcome` (final held-out
+loss, skips, rollbacks, LR cuts, halts). ``benchmarks/zoo.py`` runs the whole grid; the tests run a
+fast slice. Families (one file each):
+
+- tuned (the guard's thresholds may be chosen on them): ``mlp``, ``cnn``, ``gpt`` (lossguard's tiny
+  GPT), ``encoder`` (a 2-layer ``nn.TransformerEncoder`` classifier);
+- held out of all tuning, reported separately: ``lstm`` and ``hf_gpt2`` (GPT-2 under
+  ``transformers.Trainer`` with the HF ``StabilityCallback``).
+
+Needs torch (and transformers for ``hf_gpt2``); the guard is touched only through :mod:`.adapter`.
+"""
+from __future__ import annotations
+
+from ...errors import require
+
+require("torch", "torch", "the guard's model zoo")
+
+from . import cnn, encoder, gpt, hf_gpt2, lstm, mlp  # noqa: E402
+from .family import Family, Trainer  # noqa: E402
+from .spec import Optim, Outcome, RunSpec, Scenario, Schedule  # noqa: E402
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (mlp.FAMILY, cnn.FAMILY, gpt.FAMILY, encoder.FAMILY,
+                                                   lstm.FAMILY, hf_gpt2.FAMILY)}
+"""Every family of the zoo, by name."""
+
+
+def run(spec: RunSpec, *, config=None, workdir=None) -> Outcome:
+    """Train ``spec`` (one thread) and return its :class:`Outcome`.
+
+    Args:
+        spec: the run.
+        config: the ``GuardConfig`` of a guarded run; None = the guard's defaults.
+        workdir: directory for the guard's checkpoints and log; None = a temporary one.
+    """
+    import torch
+
+    from ...errors import ConfigError
+
+    if spec.family not in FAMILIES:
+        raise ConfigError(f"unknown zoo family {spec.family!r}", fix=f"use one of {', '.join(FAMILIES)}")
+    torch.set_num_threads(1)
+    family = FAMILIES[spec.family]
+    if family.trainer is Trainer.HF:
+        from .hf_loop import run_hf
+        return run_hf(spec, family, config=config, workdir=workdir)
+    from .loop import run_plain
+    return run_plain(spec, family, config=config, workdir=workdir)
+
+
+__all__ = ["FAMILIES", "Family", "Optim", "Outcome", "RunSpec", "Scenario", "Schedule", "run"]

@@ -1,0 +1,59 @@
+"""The ONE place where the zoo touches the guard's API: building it, and reading what it did.
+
+Everything else in the zoo is the guard's user. When the guard's API changes, this file follows it.
+The plain loop is the README's loop (``guard.batches(loader, steps=...)``, ``guard.step(loss)``);
+the HF family uses ``lossguard.integrations.hf.StabilityCallback``. Both use the default
+``GuardConfig`` unless the caller passes one: the zoo measures what a new user gets.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+def _halted_error():
+    from ...guard import TrainingHalted
+
+    return TrainingHalted
+
+
+HALTED = _halted_error()
+"""The exception a halted plain-loop run raises out of ``guard.batches``."""
+
+INTERVENTION_EVENTS = {"skip": "skips", "rollback": "rollbacks", "lr_cut": "lr_cuts", "halt": "halts"}
+"""Decision record ``event`` names -> :class:`Outcome` counters."""
+
+
+def make_guard(model, optimizer, *, scheduler, sampler, workdir: Path, config=None):
+    """The StabilityGuard of a plain-loop zoo run (checkpoints and log under ``workdir``)."""
+    from ...checkpoint.store import CheckpointStore
+    from ...guard import StabilityGuard
+
+    return StabilityGuard(model, optimizer, scheduler=scheduler, sampler=sampler,
+                          store=CheckpointStore(workdir / "ckpt"), log_path=workdir / "guard.jsonl",
+                          config=config)
+
+
+def make_hf_callback(*, workdir: Path, config=None):
+    """The HF ``StabilityCallback`` of an HF zoo run."""
+    from ...integrations.hf import StabilityCallback
+
+    return StabilityCallback(config, log_path=workdir / "guard.jsonl")
+
+
+def tally(events: list[dict[str, Any]], halted: bool) -> dict[str, Any]:
+    """Counts of the guard's decisions (``skips``, ``rollbacks``, ``lr_cuts``, ``halted``), the steps it
+    skipped, and ``(step, event, reasons)`` of every decision."""
+    out: dict[str, Any] = {"skips": 0, "rollbacks": 0, "lr_cuts": 0, "halted": bool(halted),
+                           "skipped_steps": [], "reasons": []}
+    for e in events:
+        kind = e.get("event")
+        if kind is None:
+            continue  # a metric record
+        if kind in INTERVENTION_EVENTS and kind != "halt":
+            out[INTERVENTION_EVENTS[kind]] += 1
+        if kind == "skip":
+            out["skipped_steps"].append(int(e["step"]))
+        if kind == "halt":
+            out["halted"] = True
+        out["reasons"].append([int(e.get("step", -1)), kind, list(e.get("reasons", []))])
+    return out

@@ -1,0 +1,91 @@
+"""The zoo's ``transformers.Trainer`` loop: the HF family, unguarded or with the HF StabilityCallback.
+
+The Trainer owns the data loader (its own shuffled sampler, seeded by the run's seed), the optimizer
+step and the clipping (its default ``max_grad_norm=1.0``, as a new user leaves it). The zoo gives it
+its own optimizer and ``LambdaLR`` (``optimizers=``), a collator that turns the batches at the
+pocket's positions into garbage (counted in the order the loader yields them), and a callback that
+injects the early gradient fault at ``on_pre_optimizer_step`` -- after the Trainer's clipping, so the
+guard sees the fault -- placed before the guard's callback.
+"""
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from . import adapter, scenarios
+from .family import Family, held_out_loss
+from .loop import build_optimizer
+from .spec import Outcome, RunSpec
+
+
+class _Collator:
+    """Stacks ``(x, y)`` samples into ``{"input_ids", "labels"}``; garbage at the pocket's positions."""
+
+    def __init__(self, spec: RunSpec, family: Family) -> None:
+        self.spec, self.family, self.position = spec, family, 0
+        self.pocket = scenarios.pocket(spec)
+
+    def __call__(self, samples):
+        x = torch.stack([s[0] for s in samples])
+        y = torch.stack([s[1] for s in samples])
+        if self.position in self.pocket:
+            x, y = self.family.garbage((x, y), scenarios.garbage_generator(self.spec, self.position))
+        self.position += 1
+        return {"input_ids": x, "labels": x}
+
+
+def run_hf(spec: RunSpec, family: Family, *, config=None, workdir: Path | None = None) -> Outcome:
+    """Train one HF zoo run as ``spec`` says; returns its :class:`Outcome` (see :func:`.loop.run_plain`)."""
+    if workdir is None:
+        with tempfile.TemporaryDirectory(prefix="lossguard-zoo-hf-") as tmp:
+            return run_hf(spec, family, config=config, workdir=Path(tmp))
+    import transformers
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    t0 = time.perf_counter()
+    transformers.logging.set_verbosity_error()
+    train, held = family.data()
+    torch.manual_seed(spec.seed)
+    model = family.model()
+    opt = build_optimizer(spec, family, model)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, scenarios.lr_lambda(spec))
+    out = Outcome(spec=spec)
+    fault_at = scenarios.early_fault_step(spec)
+
+    class Fault(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+            if fault_at is not None and state.global_step == fault_at and not out.fault_steps:
+                scenarios.inject_gradient_fault(spec, [p for p in model.parameters() if p.requires_grad])
+                out.fault_steps.append(state.global_step)
+
+    class Count(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            out.computed_steps += 1
+
+    guard_cb = adapter.make_hf_callback(workdir=workdir, config=config) if spec.guarded else None
+    args = TrainingArguments(output_dir=str(workdir / "hf"), per_device_train_batch_size=spec.batch_size,
+                             max_steps=spec.steps, seed=spec.seed, report_to=[], disable_tqdm=True,
+                             logging_strategy="no", save_strategy="no", use_cpu=True, dataloader_num_workers=0,
+                             remove_unused_columns=False)
+    callbacks = [Fault(), Count()] + ([guard_cb] if guard_cb is not None else [])
+    trainer = Trainer(model=model, args=args, train_dataset=train, data_collator=_Collator(spec, family),
+                      optimizers=(opt, sched), callbacks=callbacks)
+    trainer.remove_callback(transformers.trainer_callback.PrinterCallback)
+    trainer.train()
+    out.steps = trainer.state.global_step
+    if guard_cb is not None:
+        t = adapter.tally(guard_cb.guard.events, guard_cb.guard.halted)
+        out.skips, out.rollbacks, out.lr_cuts, out.halted = t["skips"], t["rollbacks"], t["lr_cuts"], t["halted"]
+        out.reasons = t["reasons"]
+        if out.fault_steps:
+            out.fault_skipped = out.fault_steps[0] in t["skipped_steps"]
+    finite = all(torch.isfinite(p).all() for p in model.parameters())
+    out.final_val = held_out_loss(family, model, held) if finite else math.inf
+    if not math.isfinite(out.final_val):
+        out.final_val = math.inf
+    out.wall_time = time.perf_counter() - t0
+    return out

@@ -1,0 +1,215 @@
+"""RunFollower: the files of one run, found and followed as they appear, grow, rotate or stop.
+
+The paths a user names are files or run directories, read as one run as ``analyze`` reads them. A
+directory is walked again at every poll, so the new log or event file of a resumed job joins the
+run as soon as it has its first line (a file is sniffed once it has content; until a reader
+recognises it, it is looked at again as it grows, up to the 64 KiB ``read_log`` sniffs). Side
+files (configs, W&B debug logs) are never read. When a directory holds logs of several formats
+(HF's TensorBoard events *and* ``trainer_state.json``; Lightning's two loggers) only the format
+``read_log`` prefers is followed, so no point is counted twice.
+
+Each file has a :class:`~.tail.FileTail` (new bytes, rotation, truncation) and a decoder of its
+format; rotated files are recognised by inode, so a log renamed to ``train.log.1`` is not read
+twice.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import LossguardError
+from ..io import HEAD_BYTES, detect_format
+from ..io import _runs
+from .history import Points
+from .lines import CsvDecoder, JsonlDecoder, MegatronDecoder
+from .tail import FileTail
+from .tfevents import EventFileDecoder
+from .wholefile import WholeFileDecoder
+
+LINE_DECODERS = {"csv": CsvDecoder, "jsonl": JsonlDecoder, "megatron": MegatronDecoder}
+"""Formats followed by their new bytes; every other format is re-read whole when it changes."""
+
+
+@dataclass
+class Followed:
+    """One file being followed."""
+
+    path: str
+    format: str
+    tail: FileTail
+    decoder: object
+    root: Path | None
+    broken: str | None = None  # why the file is no longer followed (corrupt)
+    reported_partial: int = 0  # pending bytes already reported after the writer went quiet
+
+
+@dataclass
+class Poll:
+    """What one poll found: the points, and notices in words (new file, rotation, corruption)."""
+
+    points: list[Points] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+    bytes_read: int = 0
+
+
+class RunFollower:
+    """Follows the files and directories of one run.
+
+    Args:
+        paths: files or run directories (they must exist).
+        format: force one reader for every file instead of sniffing.
+
+    Raises:
+        LossguardError: a path that does not exist.
+    """
+
+    def __init__(self, paths: list[str], *, format: str | None = None) -> None:
+        for p in paths:
+            if not os.path.exists(p):
+                raise LossguardError("no such file or directory", path=p,
+                                     fix="check the path (watch follows files that exist; start it once the job "
+                                         "has created its log or run directory)")
+        self.paths = [str(p) for p in paths]
+        self.format = format
+        self.files: dict[str, Followed] = {}
+        self._waiting: dict[str, int] = {}  # unrecognised path -> size when last sniffed
+        self._tb_names: dict[tuple[str, str], str] = {}
+        self._newest: dict[str, dict[str, int]] = {}
+        self._main_tb: str | None = None
+
+    # ---- discovery -----------------------------------------------------------------------------
+    def _candidates(self) -> list[tuple[str, Path | None]]:
+        out = []
+        for p in self.paths:
+            if os.path.isdir(p):
+                root = Path(p)
+                for d, dirs, names in os.walk(p):
+                    dirs[:] = sorted(x for x in dirs if not x.startswith("."))
+                    out.extend((os.path.join(d, n), root) for n in sorted(names) if not n.startswith("."))
+            else:
+                out.append((p, None))
+        return out
+
+    def _discover(self, poll: Poll) -> None:
+        idents = {f.tail.identity: f for f in self.files.values() if f.tail.identity is not None}
+        for path, root in self._candidates():
+            if path in self.files:
+                continue
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            moved = idents.get((st.st_dev, st.st_ino))
+            if moved is not None:
+                continue  # a rotated file: already read under its old name
+            if root is not None and _runs.is_side_file(Path(path)):
+                continue
+            if st.st_size == 0 or self._waiting.get(path) == st.st_size:
+                continue
+            fmt = self._sniff(path, st.st_size)
+            if fmt is None:
+                self._waiting[path] = st.st_size
+                if root is None and st.st_size >= HEAD_BYTES:
+                    raise LossguardError("no reader recognises this file", path=path,
+                                         fix="pass --format; CSV needs a header naming a step column, "
+                                             "JSONL one JSON object per line")
+                continue
+            self._waiting.pop(path, None)
+            if root is not None and not self._preferred(fmt, root):
+                continue
+            self.files[path] = Followed(path, fmt, FileTail(path), self._decoder(path, fmt, root), root)
+            poll.notices.append(f"following {path} ({fmt})")
+
+    def _sniff(self, path: str, size: int) -> str | None:
+        if self.format is not None:
+            return self.format
+        if "tfevents" in os.path.basename(path):
+            return "tensorboard"
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(HEAD_BYTES)
+        except OSError:
+            return None
+        if b"\n" not in head and size < HEAD_BYTES:
+            return None  # not even one whole line yet
+        return detect_format(path, head)
+
+    def _preferred(self, fmt: str, root: Path) -> bool:
+        """False when the directory's files of a format read_log prefers are followed already."""
+        order = _runs.SOURCE_PREFERENCE
+        rank = order.index(fmt) if fmt in order else len(order)
+        others = [f.format for f in self.files.values() if f.root == root]
+        if any((order.index(o) if o in order else len(order)) < rank for o in others):
+            return False
+        for path, f in list(self.files.items()):  # a better source appeared: drop the worse one
+            if f.root == root and (order.index(f.format) if f.format in order else len(order)) > rank:
+                del self.files[path]
+        return True
+
+    def _decoder(self, path: str, fmt: str, root: Path | None):
+        if fmt == "tensorboard":
+            return EventFileDecoder(path, root or Path(path).parent, self._tb_names)
+        if fmt in LINE_DECODERS:
+            return LINE_DECODERS[fmt](path)
+        return WholeFileDecoder(path, fmt, self._newest.setdefault(fmt, {}))
+
+    # ---- reading -------------------------------------------------------------------------------
+    def poll(self) -> Poll:
+        """Find new files and read what every followed file has gained."""
+        poll = Poll()
+        self._discover(poll)
+        for f in list(self.files.values()):
+            if f.broken:
+                continue
+            for _ in range(64):  # bounded catch-up per poll (8 MiB a read)
+                chunk = f.tail.read()
+                if chunk is None:
+                    break
+                poll.bytes_read += len(chunk.data)
+                f.reported_partial = 0
+                if chunk.restarted:
+                    f.decoder.restart()
+                    poll.notices.append(f"{f.path}: {chunk.why}; reading it from the start as a new launch")
+                try:
+                    pts = f.decoder.feed(chunk.data)
+                except LossguardError as exc:
+                    f.broken = str(exc)
+                    poll.notices.append(f"stopped following {f.path}: {exc}")
+                    break
+                poll.points.extend(self._joined(f, pts))
+        return poll
+
+    def _joined(self, f: Followed, pts: list[Points]) -> list[Points]:
+        if f.format != "tensorboard":
+            return pts
+        if f.decoder.is_stream:
+            for p in pts:
+                p.join = self._main_tb
+        elif pts:
+            self._main_tb = f.path
+        return pts
+
+    def flush(self) -> Poll:
+        """The writers are gone: parse unterminated last lines, report incomplete records."""
+        poll = Poll()
+        for f in self.files.values():
+            if f.broken:
+                continue
+            try:
+                poll.points.extend(self._joined(f, f.decoder.flush()))
+            except LossguardError as exc:
+                poll.notices.append(f"{f.path}: {exc}")
+        return poll
+
+    def pending(self) -> list[str]:
+        """Files that end inside a line or record, in words (said once per stall)."""
+        out = []
+        for f in self.files.values():
+            n = len(f.decoder.partial)
+            if n and n != f.reported_partial:
+                f.reported_partial = n
+                unit = "record" if f.format == "tensorboard" else "line"
+                out.append(f"{f.path} ends inside a {unit} ({n} bytes written so far): a writer still writing, "
+                           f"or one killed mid-{unit}; the complete {unit}s before it were read")
+        return out
