@@ -1,4 +1,5 @@
-"""The terminal summary: plot of the curve with incident markers, incidents, plan, plain text."""
+"""The terminal summary: health headline first, incidents needing action with their plans, one-step
+outliers in one line, the plot with markers, plain text."""
 from __future__ import annotations
 
 import io
@@ -10,28 +11,62 @@ from lossguard.report.text import plot, print_text, render_text
 from lossguard.runlog import RunLogBuilder
 
 
-def _analysis():
-    rng = np.random.default_rng(2)
-    t = np.arange(1, 4001)
-    loss = 2 + 8 * t ** -0.4 * (1 + rng.normal(0, 0.004, len(t)))
-    loss[t == 2500] *= 2.0
+def _log(loss, t=None):
+    t = np.arange(1, len(loss) + 1) if t is None else t
     b = RunLogBuilder("test")
     b.start_segment("mem://run")
     b.add("loss", t, loss)
-    return analyze(b.build())
+    return b.build()
 
 
-def test_render_text_has_plot_incidents_and_no_colour_codes():
-    a = _analysis()
+def _curve(n=4000, seed=2, noise=0.004):
+    rng = np.random.default_rng(seed)
+    t = np.arange(1, n + 1)
+    return t, 2 + 8 * t ** -0.4 * (1 + rng.normal(0, noise, len(t)))
+
+
+def _slow_spike_analysis():
+    t, loss = _curve()
+    # a spike at 2500 that takes ~600 steps to decay back: needs a rollback
+    after = t >= 2500
+    loss[after] += 1.2 * np.exp(-(t[after] - 2500) / 150.0)
+    return analyze(_log(loss, t))
+
+
+def test_unhealthy_run_puts_the_incident_and_its_plan_first_and_marks_the_plot():
+    a = _slow_spike_analysis()
     text = render_text(a, width=80)
     assert "\x1b[" not in text
-    assert "1 incident(s):" in text and "spike_fast_recovery" in text and "onset 2500" in text
     lines = text.splitlines()
+    head = next(line for line in lines if line.startswith(("HEALTHY", "UNHEALTHY", "NOT FULLY")))
+    assert head.startswith("UNHEALTHY: 1 incident(s) need action: slow-recovering spike at 2500")
+    assert "Needs action (1):" in text and "spike_slow_recovery" in text and "onset 2500" in text
+    assert "plan: rollback" in text
     frame = next(i for i, line in enumerate(lines) if line.strip().startswith("+---"))
-    marker_line = lines[frame + 1]
-    # the marker "1" sits in the column of step 2500 (of 1..4000 over 70 columns)
-    col = marker_line.index("1") - 10
-    assert abs(col - 2500 * 70 // 4000) <= 1
+    col = lines[frame + 1].index("1") - 10
+    assert abs(col - 2500 * 70 // 4000) <= 1  # the marker sits in the column of step 2500 (of 70)
+
+
+def test_healthy_run_groups_one_step_outliers_in_one_line():
+    t, loss = _curve(8000, seed=5)
+    bad = np.arange(300, 7800, 133)            # 57 single bad batches, each back on the next step
+    loss[bad] *= 1.3 + 0.005 * np.arange(len(bad))
+    a = analyze(_log(loss, t))
+    text = render_text(a, width=80)
+    assert len(a.incidents) == len(bad)        # the detail stays in the analysis (and --json)
+    head = next(line for line in text.splitlines() if line.startswith(("HEALTHY", "UNHEALTHY")))
+    assert head.startswith(f"HEALTHY: {len(bad)} one-step outlier(s), nothing to do")
+    grouped = [line for line in text.splitlines() if "one-step outlier(s), each back" in line]
+    assert len(grouped) == 1 and f"at step {int(t[bad[-1]])}" in grouped[0] and "and 47 more" in grouped[0]
+    assert "Needs action" not in text and len(text.splitlines()) < 30
+
+
+def test_a_short_log_is_never_a_bare_no_incidents():
+    a = analyze(_log(np.array([3.1, 3.0, 3.05, 2.98])))
+    text = render_text(a)
+    assert "No incidents" not in text
+    assert "NOT FULLY JUDGED: no incident found in 4 points" in text
+    assert "4 points: too short to judge" in text and "level shifts (needs" in text
 
 
 def test_plot_ascii_and_short_series():
@@ -43,5 +78,5 @@ def test_plot_ascii_and_short_series():
 
 def test_print_text_to_a_pipe_is_plain():
     buf = io.StringIO()
-    print_text(_analysis(), buf)
-    assert "Plan:" in buf.getvalue() and "\x1b[" not in buf.getvalue()
+    print_text(_slow_spike_analysis(), buf)
+    assert "plan:" in buf.getvalue() and "\x1b[" not in buf.getvalue()

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from lossguard.cli import main
+from lossguard.analysis import SCHEMA_VERSION
 from lossguard.classify.incident import IncidentKind
 from lossguard.cli.analyze import _writer, parse_fail_on
 from lossguard.errors import LossguardError
@@ -30,14 +31,15 @@ def test_text_summary_shows_incident_plan_and_plot(spiky_csv, capsys):
     assert main(["analyze", str(spiky_csv)]) == 0
     out = capsys.readouterr().out
     assert "spike_slow_recovery" in out and "onset 2000" in out
-    assert "Plan:" in out and "rollback" in out and "skip batches" in out
+    assert "UNHEALTHY:" in out and "Needs action (1):" in out
+    assert "plan: rollback" in out and "skip batches" in out
     assert "|" in out and "step 1" in out  # the plot frame
 
 
 def test_json_and_fail_on(spiky_csv, capsys):
     assert main(["analyze", str(spiky_csv), "--json", "--fail-on", "spike_slow_recovery"]) == 1
     doc = json.loads(capsys.readouterr().out)
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == SCHEMA_VERSION
     assert doc["incidents"][0]["kind"] == "spike_slow_recovery"
     assert main(["analyze", str(spiky_csv), "--json", "--fail-on", "divergence,non_finite"]) == 0
     capsys.readouterr()

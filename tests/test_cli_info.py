@@ -20,7 +20,7 @@ BAD = {
     "no_step.csv": b"loss,lr\n2.0,0.1\n",
     "backwards.csv": b"step,loss\n1,2.0\n5,2.0\n3,2.0\n",
     "duplicate.jsonl": b'{"step": 1, "loss": 2}\n{"step": 1, "loss": 2}\n',
-    "truncated.jsonl": b'{"step": 1, "loss": 2}\n{"step": 2, "lo',
+    "cut_mid_file.jsonl": b'{"step": 1, "loss": 2}\n{"step": 2, "lo\n{"step": 3, "loss": 2}\n',
     "unknown.bin": b"\x89PNG\r\n\x1a\n\x00\x00",
     "state.json": b'{"log_history": [{"step": 1, "loss": "x"}]}',
     "wandb.csv": b'"Step","a - loss","b - loss"\n1,2,3\n',
@@ -95,3 +95,40 @@ def test_console_script_end_to_end(tmp_path):
     res = subprocess.run([*cmd, "info", str(bad)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "duplicate step 1" in res.stderr and "line 3" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def _cli() -> list[str]:
+    exe = Path(sys.executable).with_name("lossguard")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "lossguard"]
+
+
+@pytest.mark.parametrize("name,data", [
+    ("run.jsonl", b'{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.9}\n{"step": 3, "lo'),
+    ("run.csv", b"step,loss,lr\n1,2.0,0.1\n2,1.9,0.1\n3,1."),
+])
+def test_half_written_last_line_is_read_up_to_it_with_a_warning(tmp_path, capsys, name, data):
+    p = tmp_path / name
+    p.write_bytes(data)
+    assert main(["info", "--json", str(p)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["metrics"]["loss"]["points"] == 2 and doc["last_step"] == 2
+    assert any("last line is incomplete" in w for w in doc["metadata"]["warnings"])
+
+
+def test_lone_surrogate_key_prints_and_exits_0(tmp_path):
+    p = tmp_path / "sur.jsonl"
+    p.write_bytes(b'{"step": 1, "\\udc80loss": 2.0, "loss": 1.0}\n{"step": 2, "\\udc80loss": 2.1, "loss": 1.0}\n')
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}  # strict, as a terminal's stdout is
+    res = subprocess.run([*_cli(), "info", str(p)], capture_output=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stderr.decode()
+    assert b"\\udc80loss" in res.stdout and b"Traceback" not in res.stderr
+    res = subprocess.run([*_cli(), "analyze", str(p)], capture_output=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stderr.decode()
+
+
+def test_fifo_without_writer_is_refused_not_waited_on(tmp_path):
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    res = subprocess.run([*_cli(), "info", str(fifo)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert "FIFO" in res.stderr and "lossguard analyze -" in res.stderr and "Traceback" not in res.stderr

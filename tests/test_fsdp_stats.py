@@ -68,7 +68,7 @@ def test_sharded_grad_norm_matches_torch_from_one_small_all_reduce():
     for r in (r0, r1):
         assert r["collectives"] == [3]
         assert r["norm"] == pytest.approx(r["torch_norm"], rel=1e-6)
-        assert r["norm"] == pytest.approx(r["full_norm"], rel=1e-12)
+        assert r["norm"] == pytest.approx(r["full_norm"], rel=1e-6)
         assert r["clipped"] == pytest.approx(0.5, rel=1e-5)
         assert r["replicated_sq"] == pytest.approx(12.0)
         assert r["inf"] == (float("inf"), True, 1.0)

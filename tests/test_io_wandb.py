@@ -102,3 +102,17 @@ def test_sniff(tmp_path):
     assert wandb.sniff(p, b'[{"_step": 0, "_runtime": 1.0, "loss": 2.0}]')
     assert not wandb.sniff(p, b"step,loss\n1,2\n")
     assert not wandb.sniff(p, b'{"step": 0, "loss": 2.0}\n')
+
+
+def test_wandb_file_without_the_sdk_names_the_extra(tmp_path, monkeypatch):
+    import importlib.util
+
+    from lossguard.errors import MissingDependencyError
+    from lossguard.io import _wandb_history
+
+    path = tmp_path / "run-abc.wandb"
+    path.write_bytes(_wandb_history.MAGIC + b"\x00\x01" + b"\x00" * 64)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    with pytest.raises(MissingDependencyError, match=r"lossguard\[wandb\]"):
+        read_log(path)

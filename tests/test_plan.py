@@ -16,19 +16,20 @@ def _inc(kind, onset, peak=None, end=None, evidence="x"):
 def test_slow_spike_rolls_back_100_steps_and_skips_a_palm_sized_window():
     (p,) = make_plans([_inc(K.SPIKE_SLOW, 5000, 5005, 5400)])
     assert p.action == "rollback" and p.rollback_to_step == 4900 and not p.checkpoint_exists
-    first, last = p.skip_batches
-    assert first <= 5000 <= 5400 <= last          # covers the whole episode
-    assert 200 <= last - first + 1 <= 2000         # PaLM skipped 200-500; scaled to the episode
+    r = p.skip_batches                             # half-open [start, stop): the guard's convention
+    assert (r.start, r.stop) == (5000, 5400 + 1 + 200)   # the episode's batches plus the recipe's margin
+    assert p.to_dict()["skip_batches"] == [5000, 5601] and p.to_dict()["action"] == "rollback"
     assert p.lr_factor == 1.0 and p.reasons
 
 
 def test_checkpoints_pick_the_newest_at_least_100_steps_before_onset():
     (p,) = make_plans([_inc(K.NON_FINITE, 5000)], checkpoints=[1000, 4800, 4950, 6000])
     assert p.rollback_to_step == 4800 and p.checkpoint_exists
+    # One rule with the guard (choose_checkpoint): a checkpoint closer than rollback_distance is not used.
     (p,) = make_plans([_inc(K.NON_FINITE, 5000)], checkpoints=[4950, 6000])
-    assert p.rollback_to_step == 4950 and any("newest before it" in r for r in p.reasons)
+    assert p.action == "halt" and p.rollback_to_step is None and any("scratch" in r for r in p.reasons)
     (p,) = make_plans([_inc(K.NON_FINITE, 5000)], checkpoints=[6000])
-    assert p.action == "stop" and p.rollback_to_step is None
+    assert p.action == "halt" and p.rollback_to_step is None
 
 
 def test_kind_specific_advice():
@@ -69,5 +70,23 @@ def test_parse_checkpoints_ignores_checkpoints_still_being_written(tmp_path):
 
 
 def test_plan_config_validation():
-    with pytest.raises(ConfigError, match="lr_factor"):
-        PlanConfig(lr_factor=0)
+    with pytest.raises(ConfigError, match="repeat_count"):
+        PlanConfig(repeat_count=1)
+
+
+def test_divergence_advice_comes_from_the_structured_field_not_the_words():
+    words_only = _inc(K.SPIKE_NO_RECOVERY, 5000, evidence="turning into divergence")
+    flagged = _inc(K.SPIKE_NO_RECOVERY, 5000, evidence="no such words")
+    flagged.details["turning_into_divergence"] = True
+    a, b = make_plans([words_only]) + make_plans([flagged])
+    assert a.lr_factor == 1.0 and b.lr_factor == 0.5
+
+
+def test_plan_and_guard_share_one_recipe():
+    from lossguard.guard.config import GuardConfig
+    from lossguard.plan import PlanConfig
+    from lossguard.recovery import RecoveryRecipe
+    recipe = RecoveryRecipe(rollback_distance=40, skip_margin=10, lr_cut_factor=0.25)
+    (p,) = make_plans([_inc(K.DIVERGENCE, 1000)], cfg=PlanConfig(recipe=recipe), checkpoints=[900, 960, 990])
+    assert GuardConfig(recipe=recipe).recipe is recipe
+    assert p.rollback_to_step == 960 and p.lr_factor == 0.25

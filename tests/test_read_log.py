@@ -157,3 +157,92 @@ def test_real_log_known_values(real_logs):
     steps, loss = bloom.live(LOSS)
     assert loss[steps == 94768][0] == pytest.approx(2.0429)
     assert sum(g.kind == "rollback" for g in bloom.segments) == 6
+
+
+def test_side_files_are_not_sniffed(tmp_path):
+    """Lightning's hparams.yaml holds '{}', which a content sniffer takes for JSONL."""
+    write_csv(tmp_path / "version_0" / "metrics.csv", range(1, 11), lambda s: 2.0)
+    (tmp_path / "version_0" / "hparams.yaml").write_text("{}\n")
+    log = read_log(tmp_path)
+    assert log.metadata["skipped"] == [str(tmp_path / "version_0" / "hparams.yaml")]
+
+
+def test_same_points_from_two_formats_are_read_once(tmp_path):
+    write_csv(tmp_path / "a.csv", range(1, 51), lambda s: 3.0 - s / 100)
+    with open(tmp_path / "b.jsonl", "w") as f:
+        for s in range(1, 51):
+            f.write(json.dumps({"step": s, "loss": 3.0 - s / 100}) + "\n")
+    log = read_log(tmp_path)
+    assert log.format in ("csv", "jsonl") and len(log.series[LOSS]) == 50
+    assert len(log.metadata["duplicate_sources"]) == 1 and log.summary()["rollbacks"] == 0
+
+
+def test_unrelated_runs_are_an_error_naming_them(tmp_path):
+    write_csv(tmp_path / "a.csv", range(0, 50), lambda s: 3.0)
+    with open(tmp_path / "b.jsonl", "w") as f:
+        for s in range(0, 80):
+            f.write(json.dumps({"step": s, "loss": 5.0}) + "\n")
+    with pytest.raises(LossguardError, match="separate runs") as err:
+        read_log(tmp_path)
+    assert "a.csv" in str(err.value) and "b.jsonl" in str(err.value) and "--only" in str(err.value)
+    assert read_log(tmp_path, only="*.jsonl").format == "jsonl"
+    assert read_log(tmp_path, only=["a.*"]).format == "csv"
+    with pytest.raises(LossguardError, match="no file matches"):
+        read_log(tmp_path, only="*.parquet")
+
+
+def test_cli_names_separate_runs_and_only_picks_one(tmp_path, capsys):
+    from lossguard.cli import main
+
+    write_csv(tmp_path / "a.csv", range(0, 50), lambda s: 3.0)
+    with open(tmp_path / "b.jsonl", "w") as f:
+        for s in range(0, 80):
+            f.write(json.dumps({"step": s, "loss": 5.0}) + "\n")
+    assert main(["info", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "separate runs" in err and "Traceback" not in err
+    assert main(["info", str(tmp_path), "--only", "*.csv"]) == 0
+
+
+def test_duplicate_source_keeps_its_events(tmp_path):
+    """A guard's JSONL log beside the run's TensorBoard events: the points are read once, from the
+    events, and the guard's decisions are kept."""
+    tensorboardX = pytest.importorskip("tensorboardX")
+    w = tensorboardX.SummaryWriter(str(tmp_path / "tb"))
+    for s in range(1, 31):
+        w.add_scalar("train/loss", 3.0 - s / 64, s)
+    w.close()
+    with open(tmp_path / "guard.jsonl", "w") as f:
+        for s in range(1, 31):
+            f.write(json.dumps({"step": s, "loss": 3.0 - s / 64}) + "\n")
+            if s == 12:
+                f.write(json.dumps({"step": 12, "event": "skip", "reason": "loss spike"}) + "\n")
+    log = read_log(tmp_path)
+    assert log.format == "tensorboard" and len(log.series[LOSS]) == 30
+    assert log.metadata["duplicate_sources"] == [str(tmp_path / "guard.jsonl")]
+    assert [e["event"] for e in log.events] == ["skip"]
+
+
+def test_deterministic_resume_in_another_format_is_not_a_duplicate(tmp_path):
+    """Same values where they overlap (a bitwise-exact resume), new steps after: one run, both read."""
+    write_csv(tmp_path / "a.csv", range(1, 101), lambda s: 3.0 - s / 128)
+    with open(tmp_path / "b.jsonl", "w") as f:
+        for s in range(81, 201):
+            f.write(json.dumps({"step": s, "loss": 3.0 - s / 128}) + "\n")
+    log = read_log(tmp_path)
+    assert "duplicate_sources" not in log.metadata
+    assert log.live(LOSS)[0].tolist() == list(range(1, 201))
+    assert [g.kind for g in log.segments] == ["start", "rollback"]
+
+
+def test_the_fuller_copy_is_kept(tmp_path):
+    """Events of only the last launch beside a CSV with the whole history: the CSV is kept."""
+    tensorboardX = pytest.importorskip("tensorboardX")
+    write_csv(tmp_path / "full.csv", range(1, 61), lambda s: 3.0 - s / 64)
+    w = tensorboardX.SummaryWriter(str(tmp_path / "tb"))
+    for s in range(41, 61):
+        w.add_scalar("loss", 3.0 - s / 64, s)
+    w.close()
+    log = read_log(tmp_path)
+    assert log.format == "csv" and log.live(LOSS)[0].tolist() == list(range(1, 61))
+    assert len(log.metadata["duplicate_sources"]) == 1

@@ -84,3 +84,27 @@ def test_merge_keeps_segments_of_every_file():
     b = _build([("b", 2.0, {"loss": ([1, 2], [1.5, 0.5])}, )])
     log = stitch(merge([a, b]))
     assert len(log.segments) == 2 and log.summary()["dead_points"] == 1
+
+
+def test_bookkeeping_at_step_zero_does_not_move_the_rollback_point():
+    """Lightning writes hp_metric at step 0 at the start of every fit: a resume from step 40 stays a
+    rollback to 40 (not to 0), and the re-logged step-0 value replaces the earlier one."""
+    log = stitch(_build([
+        ("a", 1.0, {"loss": (np.arange(1, 50), np.full(49, 2.0)), "hp_metric": ([0], [-1.0]),
+                    "epoch": (np.arange(1, 50), np.zeros(49))}),
+        ("b", 2.0, {"loss": (np.arange(41, 61), np.full(20, 1.0)), "hp_metric": ([0], [-1.0]),
+                    "epoch": (np.arange(41, 61), np.ones(20))}),
+    ]))
+    assert [g.kind for g in log.segments] == ["start", "rollback"]
+    assert log.live("loss")[0].tolist() == list(range(1, 61))
+    assert log.live("epoch")[0].tolist() == list(range(1, 61))
+    assert log.live("hp_metric")[0].tolist() == [0]
+    assert log.segments[1].superseded == 9 + 9 + 1  # loss and epoch 41-49, the old hp_metric
+
+
+def test_segment_without_main_metrics_uses_every_metric():
+    log = stitch(_build([
+        ("a", 1.0, {"custom": (np.arange(0, 10), np.zeros(10))}),
+        ("b", 2.0, {"custom": (np.arange(5, 15), np.ones(10))}),
+    ]))
+    assert log.segments[1].kind == "rollback" and log.segments[1].superseded == 5

@@ -86,7 +86,11 @@ def test_bounded_history_still_matches_past_its_capacity():
     assert len(run.log.series["loss"]) > 4 * 8192
     eng, _ = follow(run.log, batch=50, config=WatchConfig(history_points=8192))
     assert eng.history.points("loss") <= 8192 and eng.history.dropped("loss") > 28000
-    assert kinds_at(eng.incidents()) == kinds_at(analyze(run.log).incidents)
+    want = kinds_at(analyze(run.log).incidents)
+    assert kinds_at(eng.incidents()) == want
+    # Catching up on a finished log: each launch handed over in one batch, far over the capacity.
+    eng, _ = follow(run.log, batch=10**6, config=WatchConfig(history_points=8192))
+    assert kinds_at(eng.incidents()) == want
 
 
 def test_spike_is_alerted_at_its_own_step_and_decided_when_it_recovers():
@@ -120,3 +124,34 @@ def test_config_is_validated():
     from lossguard.errors import ConfigError
     with pytest.raises(ConfigError, match="history_points"):
         WatchConfig(history_points=10)
+
+
+def test_printed_incident_is_updated_when_its_kind_changes_and_withdrawn_when_gone(monkeypatch):
+    """The bookkeeping between classifications, with the classification itself stubbed."""
+    from lossguard.analysis import Analysis
+    from lossguard.classify.incident import Incident
+    import lossguard.watch.engine as engine
+
+    eng = WatchEngine("run")
+    steps = np.arange(1, 4001)  # the spike at 1000 is more than an episode budget (2000 points) old
+    eng.feed(Points("f", {"loss": (steps, 2.0 + 0.01 * np.sin(steps))}))
+    answer: list[Incident] = []
+    monkeypatch.setattr(engine, "analyze", lambda log, **kw: Analysis(log=log, incidents=list(answer)))
+
+    def spike(kind, end):
+        return Incident(kind, "loss", 1000, 1001, end, 2.0, 6.0, 4.0, 400.0)
+
+    answer[:] = [spike(K.SPIKE_FAST, 1003)]
+    eng._due = True
+    first = eng.poll()
+    assert [e.kind for e in first] == [EventKind.INCIDENT] and first[0].incident.kind is K.SPIKE_FAST
+    eng._due = True
+    assert eng.poll() == []  # the same incident again: printed once
+    answer[:] = [spike(K.SPIKE_NO_RECOVERY, None)]
+    eng._due = True
+    upd = eng.poll()
+    assert [e.kind for e in upd] == [EventKind.UPDATE]
+    assert upd[0].previous_kind is K.SPIKE_FAST and upd[0].incident.kind is K.SPIKE_NO_RECOVERY
+    answer[:] = []
+    gone = eng.finish()
+    assert [e.kind for e in gone] == [EventKind.WITHDRAWN] and eng.incidents() == []

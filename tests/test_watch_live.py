@@ -17,7 +17,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 
 from lossguard.analysis import analyze
 from lossguard.io import read_log
@@ -39,6 +38,10 @@ def finish(proc: subprocess.Popen, timeout: float = 60) -> tuple[int, list[dict]
 def found(events: list[dict]) -> list[tuple]:
     summary = [e for e in events if e["event"] == "summary"][-1]
     return sorted((f["kind"], f["metric"], f["onset"]) for r in summary["data"]["runs"] for f in r["found"])
+
+
+def onsets(events: list[dict]) -> set[int]:
+    return {f[2] for f in found(events)}
 
 
 def analysed(*paths) -> list[tuple]:
@@ -76,12 +79,12 @@ def test_csv_live_half_lines_and_fail_on(tmp_path):
     rnd = random.Random(0)
     lines = ["step,loss,lr\n"] + [f"{s},{loss_at(s, rnd, 500):.5f},0.001\n" for s in range(1, 901)]
     write_lines(path, lines[:2])
-    proc = watch(str(path), "--every", EVERY, "--until-idle", "1", "--json", "--fail-on", "spike_fast_recovery")
+    proc = watch(str(path), "--every", EVERY, "--until-idle", "1", "--json", "--fail-on", "any")
     time.sleep(0.5)
     write_lines(path, lines[2:], mode="a")
     rc, events, _ = finish(proc)
-    assert rc == 1  # a fast spike was found and --fail-on names it
-    assert found(events) == analysed(path) and ("spike_fast_recovery", "loss", 500) in found(events)
+    assert rc == 1  # the spike was found and --fail-on any names it
+    assert found(events) == analysed(path) and 500 in onsets(events)
     kinds = [e["event"] for e in events]
     assert kinds.index("alert") < kinds.index("incident") < kinds.index("stalled") < kinds.index("summary")
     inc = next(e for e in events if e["event"] == "incident")
@@ -123,7 +126,7 @@ def test_megatron_stdout_with_a_restart(tmp_path):
     write_lines(path, lines[5:], mode="a")
     rc, events, _ = finish(proc)
     assert rc == 0
-    assert found(events) == analysed(path) and ("spike_fast_recovery", "loss", 300) in found(events)
+    assert found(events) == analysed(path) and 300 in onsets(events)
     assert read_log(path).summary()["rollbacks"] == 1
 
 
@@ -155,14 +158,17 @@ def test_tensorboard_writer_killed_mid_run(tmp_path):
     finally:
         writer.send_signal(signal.SIGKILL)
         writer.wait()
-    # What a kill inside a write leaves: the head of one more record.
+    # What a kill inside a write leaves: the head of one more record (here a copy of the last one).
     event_file = next(logdir.glob("events.out.tfevents.*"))
-    good = event_file.read_bytes()
+    good, pos, last = event_file.read_bytes(), 0, b""
+    while pos < len(good):
+        end = pos + 16 + int.from_bytes(good[pos:pos + 8], "little")
+        pos, last = end, good[pos:end]
     with open(event_file, "ab") as f:
-        f.write(good[-30:-7])
+        f.write(last[:-5])
     rc, events, _ = finish(proc)
     assert rc == 0
-    assert found(events) == analysed(logdir) and ("spike_fast_recovery", "loss", 400) in found(events)
+    assert found(events) == analysed(logdir) and 400 in onsets(events)
     assert any(e["event"] == "notice" and "ends inside a record" in e["message"] for e in events)
 
 
@@ -220,7 +226,7 @@ def test_failing_hooks_are_retried_and_never_stop_the_watcher(tmp_path):
     write_lines(path, ["step,loss\n"] + [f"{s},{loss_at(s, rnd, 300):.5f}\n" for s in range(1, 601)])
     try:
         proc = watch(str(path), "--every", EVERY, "--until-idle", "0.5", "--hook-attempts", "2",
-                     "--on-incident", f"cat > {tmp_path / 'stdin.json'}; exit 1",
+                     "--on-incident", f"cat >> {tmp_path / 'stdin.jsonl'}; echo >> {tmp_path / 'stdin.jsonl'}; exit 1",
                      "--webhook", f"http://127.0.0.1:{server.server_port}/hook")
         rc, _, err = finish(proc)
     finally:
@@ -228,8 +234,10 @@ def test_failing_hooks_are_retried_and_never_stop_the_watcher(tmp_path):
     assert rc == 0
     assert "--on-incident failed" in err and "exit 1" in err and "retrying in 0.5 s" in err and "giving up" in err
     assert "--webhook failed" in err and "HTTP 500" in err
-    incident = json.loads((tmp_path / "stdin.json").read_text())  # the command got the incident on stdin
-    assert incident["incident"]["kind"] == "spike_fast_recovery" and incident["incident"]["onset"] == 300
+    received = [json.loads(x) for x in (tmp_path / "stdin.jsonl").read_text().splitlines() if x]
+    incident = next(r for r in received if r["event"] == "incident")  # the command got the incident on stdin
+    assert incident["incident"]["onset"] == 300 and incident["incident"]["evidence"]
+    assert len([r for r in received if r["event"] == "incident"]) == 2  # tried twice (--hook-attempts 2)
     posted = [g for g in got if g["event"] == "incident"]
     assert posted and posted[0]["text"].startswith("lossguard watch") and posted[0]["incident"]["onset"] == 300
     assert any(g["event"] == "stalled" for g in got)
@@ -244,7 +252,7 @@ def test_ctrl_c_prints_the_summary_and_exits_cleanly(tmp_path):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=20)
     assert proc.returncode == 0 and "Traceback" not in err
-    assert "interrupted; 1 run(s), 0 incident(s)" in out and "49 points to step 49" in out.replace("98 points", "49 points")
+    assert "interrupted; 1 run(s), 0 incident(s)" in out and "49 points to step 49" in out
 
 
 def test_bad_input_exits_2_with_one_message(tmp_path):
@@ -269,5 +277,5 @@ def test_sweep_prints_one_line_per_run(tmp_path):
     last = {e["run"]: e for e in states}
     assert set(last) == {"lr-1e-3", "lr-3e-3"}
     assert last["lr-1e-3"]["data"]["incidents"] == 0
-    assert last["lr-3e-3"]["data"]["kinds"] == ["spike_fast_recovery"]
+    assert [f["onset"] for f in last["lr-3e-3"]["data"]["found"]] == [250]
     assert all(e["event"] in ("run_state", "summary") for e in events)  # one line per run, nothing else

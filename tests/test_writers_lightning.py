@@ -2,7 +2,8 @@
 
 A LightningModule logs ``train_loss`` (on step and on epoch) and ``val_loss`` through a
 ``TensorBoardLogger`` and a ``CSVLogger`` at once, with a ``LearningRateMonitor`` (column
-``lr-SGD``). It crashes at step 50 and is resumed with ``Trainer.fit(ckpt_path=<step 40 checkpoint>)``.
+``lr-SGD``); it calls ``save_hyperparameters()``, so the TensorBoardLogger writes ``hp_metric`` at
+step 0 at the start of every ``fit``. It crashes at step 50 and is resumed with ``Trainer.fit(ckpt_path=<step 40 checkpoint>)``.
 On disk: ``lightning_logs/version_{0..3}/`` holding event files plus ``hparams.yaml`` (contents
 ``{}``) and ``metrics.csv`` files, one version per launch and logger.
 
@@ -34,6 +35,7 @@ def _train(out: Path) -> None:
     class Module(pl.LightningModule):
         def __init__(self, crash_at: int | None = None):
             super().__init__()
+            self.save_hyperparameters()  # TensorBoardLogger then writes hp_metric at step 0 in every fit
             self.net = torch.nn.Linear(8, 1)
             self.crash_at = crash_at
 
@@ -121,13 +123,18 @@ def test_run_directory_is_one_rollback_and_each_point_once(pl_run):
     assert [g.kind for g in log.segments] == ["start", "rollback"]
     # The same calls went to metrics.csv: one source is read, never both.
     assert sorted(Path(s).name for s in log.metadata["duplicate_sources"]) == ["metrics.csv", "metrics.csv"]
-    assert sorted(Path(s).name for s in log.metadata["skipped"]) == ["hparams.yaml", "hparams.yaml"]
+    versions = list((pl_run / "lightning_logs").glob("version_*"))
+    assert len(versions) == 4  # two launches, two loggers; each logger writes hparams.yaml
+    assert sorted(Path(s).name for s in log.metadata["skipped"]) == ["hparams.yaml"] * 4
     assert {LOSS, VAL_LOSS, LR, EPOCH, "train_loss_epoch"} <= set(log.series)
     assert not any(m.startswith("lr_") for m in log.series)  # lr-SGD is the LR
     truth = _csv_truth(pl_run)
     assert truth[VAL_LOSS] and truth[LR]
     _check_live(log, truth)
     assert log.live("train_loss_epoch")[0].size == 3  # one per epoch of 20 steps, all live
+    # hp_metric at step 0 in the resumed fit does not make the resume a rollback to step 0
+    assert log.segments[1].first_step == 44 and log.live("hp_metric")[0].tolist() == [0]
+    assert int((~log.series[LOSS].alive).sum()) == len(log.series[LOSS]) - len(truth[LOSS])
 
 
 def test_csv_logger_alone(pl_run):

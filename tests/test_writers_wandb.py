@@ -123,3 +123,19 @@ def test_killed_launch_reads_cleanly(tmp_path):
         steps = log.live(LOSS)[0]
         assert steps.tolist() == list(range(1, len(steps) + 1))
         assert any("no exit record" in w for w in log.metadata["warnings"])
+
+
+def test_truncated_and_corrupt_files(wandb_run, tmp_path):
+    """A file cut mid-write (copied while the run is live) reads up to the cut, with a warning; a
+    file with a bad header is a clean error from the SDK's reader."""
+    whole = sorted((wandb_run / "wandb").glob("offline-run-*/run-*.wandb"))[0]
+    cut = tmp_path / "run-cut.wandb"
+    cut.write_bytes(whole.read_bytes()[:6000])
+    log = read_log(cut)
+    steps = log.live(LOSS)[0]
+    assert 0 < len(steps) < 50 and steps.tolist() == list(range(1, len(steps) + 1))
+    assert any("no exit record" in w for w in log.metadata["warnings"])
+    bad = tmp_path / "run-bad.wandb"
+    bad.write_bytes(b":W&B\x00\x01" + b"garbage" * 10)
+    with pytest.raises(LossguardError, match="the W&B SDK cannot read this file"):
+        read_log(bad)

@@ -16,6 +16,8 @@ torch = pytest.importorskip("torch")
 from lossguard.testing.zoo import FAMILIES, Optim, RunSpec, Scenario, Schedule, run  # noqa: E402
 from lossguard.testing.zoo import scenarios  # noqa: E402
 
+BASELINE_LATER_FALSE_ALARMS = ("the fault is skipped, but the default guard then rolls back and halts on healthy "
+                               "grad-norm noise of the small-batch MLP and ends >2% worse than clean (issue 10)")
 BASELINE_FALSE_ALARM = ("the default guard's grad-norm test flags the heavy-tailed grad norms of a healthy "
                         "small-batch MLP run and spends its rollback budget on them (issue 10)")
 
@@ -29,9 +31,9 @@ def test_every_family_is_declared_tuned_or_held_out():
 
 def test_a_run_is_a_function_of_its_spec():
     """Two runs of one spec are the same computation (so guarded-vs-clean gaps are the guard's doing)."""
-    spec = RunSpec(family="mlp", batch_size=32, steps=120, guarded=True)
+    spec = RunSpec(family="mlp", batch_size=32, steps=60, guarded=True)
     a, b = run(spec), run(spec)
-    assert a.final_val == b.final_val and a.skips == b.skips and a.steps == b.steps == 120
+    assert a.final_val == b.final_val and a.skips == b.skips and a.steps == b.steps == 60
 
 
 def test_the_bad_pocket_really_hurts_an_unguarded_run():
@@ -57,8 +59,10 @@ HEALTHY = [
     pytest.param(RunSpec(family="mlp", batch_size=32, optimizer=Optim.ADAMW, steps=600), id="mlp-b32-adamw",
                  marks=pytest.mark.xfail(strict=True, reason=BASELINE_FALSE_ALARM)),
     pytest.param(RunSpec(family="mlp", batch_size=16, optimizer=Optim.SGD, steps=600,
-                         schedule=Schedule.WARMUP_CONSTANT), id="mlp-b16-sgd"),
-    pytest.param(RunSpec(family="cnn", batch_size=128, optimizer=Optim.ADAMW), id="cnn-b128-adamw"),
+                         schedule=Schedule.WARMUP_CONSTANT), id="mlp-b16-sgd",
+                 marks=pytest.mark.xfail(strict=True, reason=BASELINE_FALSE_ALARM)),
+    pytest.param(RunSpec(family="cnn", batch_size=128, optimizer=Optim.ADAMW), id="cnn-b128-adamw",
+                 marks=pytest.mark.xfail(strict=True, reason=BASELINE_FALSE_ALARM.replace("MLP", "CNN"))),
     pytest.param(RunSpec(family="encoder", batch_size=16, optimizer=Optim.ADAMW,
                          schedule=Schedule.WARMUP_CONSTANT), id="encoder-b16-adamw"),
 ]
@@ -75,8 +79,10 @@ def test_a_healthy_run_gets_no_intervention(spec):
 
 EARLY = [
     # variant(): mlp, batch 32, AdamW, seed s -> the fault lands at step s.
-    pytest.param(Scenario.EARLY_NAN, 0, id="nan-step0"),
-    pytest.param(Scenario.EARLY_NAN, 3, id="nan-step3"),
+    pytest.param(Scenario.EARLY_NAN, 0, id="nan-step0",
+                 marks=pytest.mark.xfail(strict=True, reason=BASELINE_LATER_FALSE_ALARMS)),
+    pytest.param(Scenario.EARLY_NAN, 3, id="nan-step3",
+                 marks=pytest.mark.xfail(strict=True, reason=BASELINE_LATER_FALSE_ALARMS)),
     pytest.param(Scenario.EARLY_HUGE, 0, id="1e6x-step0",
                  marks=pytest.mark.xfail(strict=True, reason="the outlier test waits for 5 points (issue 10)")),
     pytest.param(Scenario.EARLY_HUGE, 2, id="1e6x-step2",

@@ -7,6 +7,7 @@ events into incidents (:mod:`lossguard.classify`) and suggests a recovery for ea
 """
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -16,13 +17,14 @@ from .classify.assemble import find_incidents
 from .classify.incident import Incident, IncidentKind
 from .classify.settings import AnalyzeConfig
 from .plan import PlanConfig, RecoveryPlan, make_plans
+from .recovery.severity import Severity
 from .runlog import RunLog
 from .stitch import stitch
 
-SCHEMA_VERSION = 1
-"""Version of the JSON document written by ``lossguard analyze --json``; bumped on breaking change."""
-
-SEVERITY_ORDER = {"info": 0, "warning": 1, "critical": 2}
+SCHEMA_VERSION = 2
+"""Version of the JSON document written by ``lossguard analyze --json``; bumped on breaking change
+(2: plans use the recovery core's words -- ``action`` ``"halt"`` instead of ``"stop"``,
+``skip_batches`` half-open ``[start, stop)``, ``settings.plan.recipe``; see docs/analysis-json.md)."""
 
 
 @dataclass
@@ -61,7 +63,7 @@ class Analysis:
         """``"critical"``, ``"warning"``, ``"info"`` or None when nothing was found."""
         if not self.incidents:
             return None
-        return max((i.severity for i in self.incidents), key=SEVERITY_ORDER.__getitem__)
+        return Severity.worst(i.severity for i in self.incidents).value
 
     def to_dict(self) -> dict[str, Any]:
         """The versioned JSON document (see ``docs/analysis-json.md``)."""
@@ -92,7 +94,7 @@ def _clean(obj: Any) -> Any:
         return {str(k): _clean(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_clean(v) for v in obj]
-    if isinstance(obj, IncidentKind):
+    if isinstance(obj, enum.Enum):
         return obj.value
     if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):  # numpy scalars
         return _clean(obj.item())
@@ -106,7 +108,7 @@ def analyze(log: RunLog, *, checkpoints: Sequence[int] | None = None, settings: 
     Args:
         log: the run (stitched or not; it is stitched here if needed).
         checkpoints: steps of the checkpoints that exist; plans roll back to the newest one at least
-            ``plan.rollback_steps`` before an incident (without it, plans name the step to look for).
+            ``plan.recipe.rollback_distance`` before an incident (without it, plans name the step to look for).
         settings: detector and classifier thresholds (defaults are scale-free).
         plan: the recovery recipe's numbers.
 

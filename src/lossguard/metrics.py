@@ -124,6 +124,17 @@ def is_step_name(raw: str) -> bool:
     return _normalise(raw) in STEP_ALIASES
 
 
+MAIN_METRICS = frozenset({VAL_LOSS, GRAD_NORM, LR, LOSS_SCALE})
+"""Besides the losses (:func:`is_loss`), the metrics whose steps say where a launch is. The rest
+(epoch, runtimes, Lightning's ``hp_metric`` placeholder at step 0) is logged at whatever step a
+framework happens to be at, so it never decides a restart or a rollback point."""
+
+
+def is_main(name: str) -> bool:
+    """True for a canonical metric that places a launch on the step axis (see :data:`MAIN_METRICS`)."""
+    return name in MAIN_METRICS or is_loss(name)
+
+
 def stream_of(name: str) -> str | None:
     """The stream of a loss metric (``"cm4"`` for ``loss/cm4``), or None for anything else."""
     if name.startswith(LOSS + STREAM_SEPARATOR):

@@ -1,10 +1,11 @@
 """Recovery plans: what the OPT, PaLM and WeLM teams did by hand, suggested for each incident.
 
-The recipe (PaLM, Chowdhery et al. 2022, sec. 5.1; OPT logbook; WeLM): restart from a checkpoint
-about 100 steps before the spike, skip roughly 200-500 batches around it, lower the LR when the run
-keeps spiking or diverges, and reset the fp16 loss scale after a collapse (only once the optimizer
-state is known to be finite). Plans are suggestions with reasons, never executed here; the guard
-(:mod:`lossguard.guard`) carries them out in a live run.
+Every recovery concept comes from :mod:`lossguard.recovery`, the same definitions the live guard
+uses: the recipe (:class:`RecoveryRecipe`), the rollback target (:func:`choose_checkpoint`: the
+newest checkpoint at step <= max(onset - rollback_distance, 0)), the skipped data (an
+:class:`Episode`'s :meth:`~Episode.skip_range`, half-open ``[onset, last bad batch + 1 +
+skip_margin)`` with batch index == step) and the :class:`Action`. Plans are suggestions with
+reasons, never executed here; the guard (:mod:`lossguard.guard`) carries them out in a live run.
 """
 from __future__ import annotations
 
@@ -16,6 +17,11 @@ from typing import Any, Sequence
 
 from .classify.incident import Incident, IncidentKind as K
 from .errors import LossguardError, raise_all
+from .recovery.action import Action
+from .recovery.checkpoint_choice import choose_checkpoint, rollback_limit
+from .recovery.episode import Episode
+from .recovery.recipe import RecoveryRecipe
+from .recovery.skip_range import SkipRange
 
 
 @dataclass
@@ -24,45 +30,41 @@ class RecoveryPlan:
 
     Attributes:
         incident: index of the incident in :attr:`lossguard.analysis.Analysis.incidents`.
-        action: ``"none"``, ``"watch"``, ``"skip_batches"``, ``"rollback"`` or ``"stop"``.
+        action: :attr:`Action.NONE`, :attr:`Action.WATCH`, :attr:`Action.ROLLBACK` or
+            :attr:`Action.HALT` (no checkpoint to roll back to: restart from scratch).
         rollback_to_step: checkpoint step to restore (None when no rollback is advised).
         checkpoint_exists: True when ``rollback_to_step`` is a checkpoint known to exist
             (``--checkpoints`` was given), False when it is only the step to look for.
-        skip_batches: ``(first, last)`` inclusive range of batch indices (= optimizer steps) to skip
-            after restoring, or None.
+        skip_batches: batch indices (= optimizer steps) to skip after restoring, half-open
+            ``[start, stop)``, or None.
         lr_factor: multiply the LR by this after restoring (1.0 = unchanged).
         reset_loss_scale: reset the fp16 loss scale (and its growth tracker) after restoring.
         reasons: the reasons, in words, one sentence each.
     """
 
     incident: int
-    action: str
+    action: Action
     rollback_to_step: int | None = None
     checkpoint_exists: bool = False
-    skip_batches: tuple[int, int] | None = None
+    skip_batches: SkipRange | None = None
     lr_factor: float = 1.0
     reset_loss_scale: bool = False
     reasons: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
+        """JSON-ready form (``action`` as its string, ``skip_batches`` as ``[start, stop]``, half-open)."""
         d = asdict(self)
-        d["skip_batches"] = list(self.skip_batches) if self.skip_batches else None
+        d["action"] = self.action.value
+        d["skip_batches"] = self.skip_batches.to_json() if self.skip_batches else None
         return d
 
 
 @dataclass(kw_only=True)
 class PlanConfig:
-    """The recipe's numbers (in optimizer steps)."""
+    """How plans are made: the shared recovery recipe, plus when spikes count as a cluster."""
 
-    rollback_steps: int = 100
-    """Roll back to at least this many steps before the onset (PaLM: ~100)."""
-    min_skip: int = 200
-    """Skip at least this many batches (PaLM: 200-500)."""
-    max_skip: int = 2000
-    """...and at most this many."""
-    lr_factor: float = 0.5
-    """LR multiplier after a divergence or repeated spikes."""
+    recipe: RecoveryRecipe = field(default_factory=RecoveryRecipe)
+    """Rollback distance, skip margin, LR cut, loss-scale reset -- the guard's own recipe."""
     repeat_window: int = 2000
     """Spikes this close together (steps) count as repeated."""
     repeat_count: int = 3
@@ -70,12 +72,10 @@ class PlanConfig:
 
     def __post_init__(self) -> None:
         problems = []
-        if self.rollback_steps < 0:
-            problems.append(f"rollback_steps must be >= 0, got {self.rollback_steps}")
-        if not 0 < self.min_skip <= self.max_skip:
-            problems.append(f"min_skip must be in (0, max_skip={self.max_skip}], got {self.min_skip}")
-        if not 0 < self.lr_factor <= 1:
-            problems.append(f"lr_factor must be in (0, 1], got {self.lr_factor}")
+        if not isinstance(self.recipe, RecoveryRecipe):
+            problems.append(f"recipe must be a RecoveryRecipe, got {type(self.recipe).__name__}")
+        if self.repeat_window < 0:
+            problems.append(f"repeat_window must be >= 0, got {self.repeat_window}")
         if self.repeat_count < 2:
             problems.append(f"repeat_count must be >= 2, got {self.repeat_count}")
         raise_all(problems)
@@ -112,33 +112,31 @@ def parse_checkpoints(spec: str | os.PathLike) -> list[int]:
 
 
 def _rollback(onset: int, cfg: PlanConfig, checkpoints: Sequence[int] | None) -> tuple[int | None, bool, str]:
-    target = onset - cfg.rollback_steps
+    dist = cfg.recipe.rollback_distance
     if checkpoints is None:
-        step = max(0, target)
+        step = rollback_limit(onset, dist)
         return step, False, (f"restore the newest checkpoint at or before step {step} "
-                             f"(at least {cfg.rollback_steps} steps before the onset at {onset}).")
-    ok = [c for c in checkpoints if c <= target]
-    if ok:
-        return ok[-1], True, f"restore checkpoint {ok[-1]}, the newest at least {cfg.rollback_steps} steps before the onset at {onset}."
-    before = [c for c in checkpoints if c < onset]
-    if before:
-        return before[-1], True, (f"restore checkpoint {before[-1]}: no checkpoint is {cfg.rollback_steps} steps before "
-                                  f"the onset at {onset}, this is the newest before it (the spike may be baked in already).")
-    return None, False, f"no checkpoint before the onset at {onset}: the run has to restart from scratch."
+                             f"(at least {dist} steps before the onset at {onset}).")
+    step = choose_checkpoint(onset, checkpoints, dist)
+    if step is not None:
+        return step, True, f"restore checkpoint {step}, the newest at least {dist} steps before the onset at {onset}."
+    return None, False, (f"no checkpoint at least {dist} steps before the onset at {onset} (a newer one may carry "
+                         "the damage already): the run has to restart from scratch.")
 
 
-def _skip(inc: Incident, start: int, cfg: PlanConfig) -> tuple[int, int]:
-    last_bad = inc.end if inc.end is not None else inc.peak
-    span = max(last_bad - inc.onset, 1)
-    first = max(start + 1, inc.onset - min(span, 50))
-    length = min(max(cfg.min_skip, 2 * span), cfg.max_skip)
-    return first, max(first + length - 1, last_bad)
+def _episode(inc: Incident) -> Episode:
+    """The incident as an episode: batch index == step; the last bad batch is its end (or peak)."""
+    last = inc.end if inc.end is not None else inc.peak
+    ep = Episode.open(inc.onset, inc.onset)
+    if last > inc.onset:
+        ep.add(last, last)
+    return ep
 
 
 def plan_for(index: int, inc: Incident, incidents: Sequence[Incident], cfg: PlanConfig,
              checkpoints: Sequence[int] | None) -> RecoveryPlan:
     """The suggested recovery for one incident."""
-    p = RecoveryPlan(incident=index, action="watch")
+    p = RecoveryPlan(incident=index, action=Action.WATCH)
     kind = inc.kind
     loss_spikes = (K.SPIKE_FAST, K.SPIKE_SLOW, K.SPIKE_NO_RECOVERY)
     # Spikes within the window *before* this one (inclusive): the cluster is planned once, at the
@@ -154,39 +152,39 @@ def plan_for(index: int, inc: Incident, incidents: Sequence[Incident], cfg: Plan
 
     def rollback(skip: bool, why: str) -> None:
         step, exists, how = _rollback(inc.onset, cfg, checkpoints)
-        p.action = "rollback" if step is not None else "stop"
+        p.action = Action.ROLLBACK if step is not None else Action.HALT
         p.rollback_to_step, p.checkpoint_exists = step, exists
         p.reasons.append(why)
         p.reasons.append(how[0].upper() + how[1:])
         if skip and step is not None:
-            p.skip_batches = _skip(inc, step, cfg)
-            p.reasons.append(f"Skip batches {p.skip_batches[0]}-{p.skip_batches[1]}: the data around the onset "
-                             f"plus a margin ({p.skip_batches[1] - p.skip_batches[0] + 1} batches; PaLM skipped 200-500).")
+            r = p.skip_batches = _episode(inc).skip_range(cfg.recipe.skip_margin)
+            p.reasons.append(f"Skip batches [{r.start}, {r.stop}) ({len(r)} batches): the episode's data plus a "
+                             f"margin of {cfg.recipe.skip_margin} (PaLM skipped 200-500).")
 
     if kind == K.SPIKE_FAST and not repeated:
         p.reasons.append("The loss came back by itself within the fast budget; no action needed. "
                          "If it recurs, the guard's skip-step would have dropped this update.")
     elif repeated and all(i.kind == K.SPIKE_FAST for i in spikes):
         p.reasons.append(f"{len(spikes)} spikes within {cfg.repeat_window} steps, each back by itself within the fast "
-                         f"budget: no rollback needed, but if they keep coming lower the LR (e.g. {cfg.lr_factor:g}x) "
+                         f"budget: no rollback needed, but if they keep coming lower the LR (e.g. {cfg.recipe.lr_cut_factor:g}x) "
                          "or tighten gradient clipping; the guard's skip-step would have dropped these updates.")
     elif repeated:
         rollback(True, f"{len(spikes)} spikes within {cfg.repeat_window} steps, not all recovering fast: the run is "
                        "unstable at this LR.")
-        p.lr_factor = cfg.lr_factor
-        p.reasons.append(f"Lower the LR to {cfg.lr_factor:g}x for a while after restoring (repeated spikes).")
+        p.lr_factor = cfg.recipe.lr_cut_factor
+        p.reasons.append(f"Lower the LR to {cfg.recipe.lr_cut_factor:g}x for a while after restoring (repeated spikes).")
     elif kind == K.SPIKE_SLOW:
         rollback(True, "The spike took hundreds of steps to recover: those steps were wasted and the weights "
                        "may carry the damage.")
     elif kind == K.SPIKE_NO_RECOVERY:
         rollback(True, "The loss never came back to its pre-spike level.")
-        if "divergence" in inc.evidence:
-            p.lr_factor = cfg.lr_factor
-            p.reasons.append(f"It is turning into divergence: lower the LR to {cfg.lr_factor:g}x after restoring.")
+        if inc.details.get("turning_into_divergence"):
+            p.lr_factor = cfg.recipe.lr_cut_factor
+            p.reasons.append(f"It is turning into divergence: lower the LR to {cfg.recipe.lr_cut_factor:g}x after restoring.")
     elif kind == K.DIVERGENCE:
         rollback(False, "The loss trend turned upward and kept rising: the optimisation itself is unstable.")
-        p.lr_factor = cfg.lr_factor
-        p.reasons.append(f"Lower the LR to {cfg.lr_factor:g}x (or lengthen warm-up); skipping data will not help "
+        p.lr_factor = cfg.recipe.lr_cut_factor
+        p.reasons.append(f"Lower the LR to {cfg.recipe.lr_cut_factor:g}x (or lengthen warm-up); skipping data will not help "
                          "a divergence that has no spike.")
     elif kind == K.LEVEL_SHIFT:
         rollback(True, "The loss moved to a higher level and stayed: check what changed at that step "
@@ -204,9 +202,9 @@ def plan_for(index: int, inc: Incident, incidents: Sequence[Incident], cfg: Plan
     elif kind == K.REPEATED_DATA:
         # The resume itself is the fault, not the data: go back to the checkpoint the resume used (the
         # newest at or before it) and resume again with the right data position.
-        ok = [c for c in checkpoints if c <= inc.onset] if checkpoints is not None else None
-        step = (ok[-1] if ok else None) if checkpoints is not None else inc.onset
-        p.action = "rollback" if step is not None else "stop"
+        # choose_checkpoint with distance 0: the newest checkpoint at or before the resume.
+        step = choose_checkpoint(inc.onset, checkpoints, 0) if checkpoints is not None else inc.onset
+        p.action = Action.ROLLBACK if step is not None else Action.HALT
         p.rollback_to_step, p.checkpoint_exists = step, checkpoints is not None and step is not None
         p.reasons.append("The data loader restarted from an earlier position at the resume: the low loss is "
                          "memorised data, and the model is being trained on it twice.")
@@ -230,7 +228,7 @@ def plan_for(index: int, inc: Incident, incidents: Sequence[Incident], cfg: Plan
                         "loss changed underneath the run. Check the data pipeline and the loss at the onset first; "
                         "then restore from before it.")
     elif kind == K.SUDDEN_DROP:
-        p.action = "none"
+        p.action = Action.NONE
         p.reasons.append("A steep improvement after a slow stretch (grokking-like). Worth a check that it is not "
                          "an evaluation or data bug (e.g. repeated or leaked data).")
     return p

@@ -22,8 +22,9 @@ class Segment:
     Attributes:
         index: position in :attr:`RunLog.segments` (time order after stitching).
         source: the file the segment was read from.
-        first_step: smallest step logged in the segment (any metric).
-        last_step: largest step logged in the segment (any metric).
+        first_step: smallest step logged in the segment (any metric; once stitched, on the main
+            metrics when the segment has any, see :func:`lossguard.stitch.stitch`).
+        last_step: largest step logged in the segment (likewise).
         start_time: Unix time of its first point where the format records wall time, else None.
         kind: ``"start"`` for the first segment, ``"resume"`` when it continues after the previous
             one, ``"rollback"`` when it starts at or before a step already logged (set by stitch).

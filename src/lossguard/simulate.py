@@ -30,12 +30,13 @@ import numpy as np
 
 from .detect.outlier import score
 from .guard.config import GuardConfig
+from .guard.evidence import evidence_series
 from .metrics import GRAD_NORM, LOSS
 from .recovery.action import Action
 from .recovery.checkpoint_choice import choose_checkpoint
 from .recovery.decision import Decision
 from .recovery.policy import RecoveryPolicy
-from .recovery.verdict import Verdict
+from .recovery.verdict import Evidence, Verdict
 from .runlog import RunLog
 from .stitch import stitch
 
@@ -138,10 +139,10 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
     steps, loss = log.live(metric)
     notes: list[str] = []
     ls = score(loss, cfg.loss)
-    bad = ls.outlier.copy()
     gn_vals = np.full(len(steps), np.nan)
     gn_z = np.full(len(steps), np.nan)
-    gn_out = np.zeros(len(steps), dtype=bool)
+    present = np.zeros(len(steps), dtype=bool)
+    gs = None
     gn = _aligned(log, GRAD_NORM, steps)
     if gn is None:
         notes.append("no grad norm in the log: judged on the loss alone")
@@ -149,10 +150,9 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
         gn_vals, present = gn
         if cfg.grad_norm is not None:
             gs = score(gn_vals[present], cfg.grad_norm)  # the test sees only the points it was fed
-            gn_out[present], gn_z[present] = gs.outlier, gs.z
-        else:
-            gn_out = present & ~np.isfinite(gn_vals)
-        bad |= gn_out
+            gn_z[present] = gs.z
+    # The judge's calibrated rule (guard/evidence.py), vectorised: the live judge's twin.
+    bad, gn_out, gn_ratio, evidence = evidence_series(loss, ls, gn_vals, present, gs, cfg)
     bidx = _aligned(log, "batch_index", steps)
     batch = steps.astype(np.int64) if bidx is None else np.where(bidx[1], bidx[0], steps).astype(np.int64)
     if bidx is None:
@@ -174,7 +174,8 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
         step = int(steps[i])
         v = Verdict(step=step, batch_index=int(batch[i]), loss=float(loss[i]), grad_norm=float(gn_vals[i]),
                     loss_z=float(ls.z[i]), grad_norm_z=float(gn_z[i]), loss_baseline=float(ls.baseline[i]),
-                    loss_outlier=bool(ls.outlier[i]), grad_norm_outlier=bool(gn_out[i]), overflow=False, bad=True)
+                    loss_outlier=bool(ls.outlier[i]), grad_norm_outlier=bool(gn_out[i]), overflow=False, bad=True,
+                    grad_norm_ratio=float(gn_ratio[i]), evidence=Evidence(int(evidence[i])))
         if _play(policy, v, [c for c in ck if c <= step], cfg, sim):
             break
     return sim

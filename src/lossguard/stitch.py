@@ -1,7 +1,9 @@
 """Stitch the segments of a run into the one timeline the model really went through.
 
 When a segment starts at a step at or before a step an earlier segment already logged (a rollback,
-or a resume from an older checkpoint), the earlier points from that step on are superseded. They are
+or a resume from an older checkpoint), the earlier points from that step on are superseded. Where a
+segment starts is judged on the run's main metrics (losses, val_loss, grad_norm, lr, loss_scale)
+when it has them, so a bookkeeping value a framework logs at a fixed step does not move it. They are
 kept, marked dead, drawn faded in reports and excluded from analysis, exactly as a person stitching
 TensorBoard or W&B curves by hand would do.
 """
@@ -11,6 +13,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from .metrics import is_main
 from .runlog import RunLog, Segment, Series
 
 
@@ -32,6 +35,26 @@ def _time_order(segments: list[Segment]) -> list[int]:
     return [i for source in sorted(by_source, key=key) for i in by_source[source]]
 
 
+def _main_span(segments: list[Segment], series: dict[str, Series]) -> tuple[list[float], list[float]]:
+    """First and last step of each segment on the run's main metrics (:func:`lossguard.metrics.is_main`),
+    or on every metric for a segment that has none.
+
+    A rollback point is where the model's state went back to: bookkeeping logged at a fixed step
+    (Lightning writes ``hp_metric`` at step 0 at the start of every ``fit``) must not move it.
+    """
+    first = [float(g.first_step) for g in segments]
+    last = [float(g.last_step) for g in segments]
+    main = [s for name, s in series.items() if is_main(name) and len(s)]
+    if not main:
+        return first, last
+    seg = np.concatenate([s.segment for s in main])
+    steps = np.concatenate([s.steps for s in main])
+    for j in np.unique(seg).tolist():
+        mine = steps[seg == j]
+        first[j], last[j] = float(mine.min()), float(mine.max())
+    return first, last
+
+
 def stitch(log: RunLog) -> RunLog:
     """Return a copy of ``log`` with segments in time order, kinds set and superseded points dead.
 
@@ -47,17 +70,25 @@ def stitch(log: RunLog) -> RunLog:
               for name, s in log.series.items()}
 
     superseded = [0] * len(segments)
+    first, last = _main_span(segments, series)
     reached = -np.inf  # the largest step logged by any segment so far
-    for j, g in enumerate(segments):
-        if j and g.first_step <= reached:
+    for j in range(len(segments)):
+        if j and first[j] <= reached:
             for s in series.values():
-                dying = s.alive & (s.segment < j) & (s.steps >= g.first_step)
+                earlier = s.alive & (s.segment < j)
+                dying = earlier & (s.steps >= first[j])
+                # A bookkeeping metric the new launch logged again below its rollback point
+                # (Lightning's hp_metric at step 0) replaces the earlier value at that step.
+                again = s.steps[s.segment == j]
+                if len(again) and again.min() < first[j]:
+                    dying |= earlier & np.isin(s.steps, again)
                 superseded[j] += int(dying.sum())
                 s.alive[dying] = False
-        reached = max(reached, g.last_step)
+        reached = max(reached, last[j])
 
     segments = [
-        replace(g, kind="start" if j == 0 else ("rollback" if superseded[j] else "resume"), superseded=superseded[j])
+        replace(g, kind="start" if j == 0 else ("rollback" if superseded[j] else "resume"), superseded=superseded[j],
+                first_step=int(first[j]), last_step=int(last[j]))
         for j, g in enumerate(segments)
     ]
     return replace(log, series=series, segments=segments, stitched=True)

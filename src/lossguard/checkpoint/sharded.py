@@ -114,6 +114,9 @@ class ShardedCheckpointStore(CheckpointStore):
         # _counter also counts rank 0's renames during pruning, so it cannot name temp dirs.
         self._saves = 0
 
+    sharded = True
+    """Marker: checkpoints are DCP shards loaded into a template (the guard builds a ShardedTrainState)."""
+
     # ------------------------------------------------------------------ rank-0 housekeeping
     def _recover(self) -> None:
         if self.rank == 0:  # one janitor: rank 0, whose pid names every temp dir of this job
@@ -285,6 +288,7 @@ class ShardedCheckpointStore(CheckpointStore):
         Returns:
             ``{"format", "step", "sharded": template["sharded"], "rank": saved rank state}``.
         """
+        self.wait()  # an asynchronous save in flight may still prune or publish
         if template is None or "sharded" not in template:
             raise CheckpointError("a sharded checkpoint loads into a template state dict",
                                   fix="call ShardedTrainState.restore(store), or pass template=state.state_dict()")

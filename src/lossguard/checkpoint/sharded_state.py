@@ -28,19 +28,20 @@ class ShardedTrainState:
     Args:
         model: the ``fully_shard``-ed module (the root).
         optimizer: its optimizer (built over the sharded parameters).
-        scheduler: optional LR scheduler; data: optional data position (``ResumableSampler``).
+        scheduler: optional LR scheduler; scaler: optional ``GradScaler``; data: optional data
+            position (``ResumableSampler``).
         extras: other stateful objects by name, saved per rank.
         step: optimizer steps taken so far.
     """
 
-    def __init__(self, model, optimizer, *, scheduler=None, data=None, extras: dict[str, Any] | None = None,
-                 step: int = 0) -> None:
-        for name, obj in (("scheduler", scheduler), ("data", data)):
+    def __init__(self, model, optimizer, *, scheduler=None, scaler=None, data=None,
+                 extras: dict[str, Any] | None = None, step: int = 0) -> None:
+        for name, obj in (("scheduler", scheduler), ("scaler", scaler), ("data", data)):
             _stateful(name, obj)
         self.extras = dict(extras or {})
         for key, obj in self.extras.items():
             _stateful(f"extras[{key!r}]", obj)
-        self.model, self.optimizer, self.scheduler, self.data = model, optimizer, scheduler, data
+        self.model, self.optimizer, self.scheduler, self.scaler, self.data = model, optimizer, scheduler, scaler, data
         self.step = int(step)
 
     # ------------------------------------------------------------------ the two parts
@@ -52,9 +53,10 @@ class ShardedTrainState:
         return {"model": model_sd, "optim": optim_sd}
 
     def rank_state_dict(self) -> dict[str, Any]:
-        """This rank's own small state: step, scheduler, data position, extras, RNG (captured last)."""
+        """This rank's own small state: step, scheduler, scaler, data position, extras, RNG (captured last)."""
         return {"step": self.step,
                 "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
+                "scaler": None if self.scaler is None else self.scaler.state_dict(),
                 "data": None if self.data is None else self.data.state_dict(),
                 "extras": {key: obj.state_dict() for key, obj in self.extras.items()},
                 "rng": capture_rng()}
@@ -66,7 +68,7 @@ class ShardedTrainState:
 
     def load_rank_state_dict(self, rank_sd: dict[str, Any]) -> None:
         """Restore :meth:`rank_state_dict` output; RNG last."""
-        for name, obj in (("scheduler", self.scheduler), ("data", self.data)):
+        for name, obj in (("scheduler", self.scheduler), ("scaler", self.scaler), ("data", self.data)):
             if obj is not None and rank_sd.get(name) is not None:
                 obj.load_state_dict(rank_sd[name])
             elif (obj is None) != (rank_sd.get(name) is None):

@@ -78,7 +78,7 @@ def _context(log: RunLog, cfg: AnalyzeConfig) -> Context:
     metric = pick_metric(log, cfg.metric)
     steps, values = log.live(metric)
     k = log_interval(steps)
-    dcfg = cfg.for_interval(k)
+    dcfg = cfg.for_interval(k, int(np.isfinite(values).sum()))
     ev = detect_series(steps, values, dcfg)
     ctx = Context(log=log, metric=metric, ev=ev, interval=k, dcfg=dcfg, cfg=cfg,
                   streams=_stream_names(log, metric) if metric == M.LOSS else [],

@@ -150,8 +150,9 @@ def spike_incident(ev: SeriesEvents, ep: Episode, metric: str, cfg: AnalyzeConfi
         else:
             evidence = f"The {metric} {what} and was back on its pre-event trend {rec} steps later ({'within' if fast else 'beyond'} the {cfg.fast_steps}-step fast budget)."
         sev = "warning" if (not fast or rel >= 0.5) else "info"
-        return Incident(kind, metric, int(st[onset]), int(st[ep.peak]), int(st[end]), ep.base, ep.peak_value,
-                        excess, sigma, rec, streams, sev, evidence, details)
+        return Incident(kind=kind, metric=metric, onset=int(st[onset]), peak=int(st[ep.peak]), end=int(st[end]),
+                        baseline=ep.base, peak_value=ep.peak_value, magnitude=excess, magnitude_sigma=sigma,
+                        recovery_steps=rec, streams=streams, severity=sev, evidence=evidence, details=details)
     x = ev.values
     # The largest of the first three points, less the amount by which noise alone lifts the largest
     # of three (E[max of 3 standard normals] = 0.846 sigma): the height of a spike's peak or of a
@@ -171,12 +172,14 @@ def spike_incident(ev: SeriesEvents, ep: Episode, metric: str, cfg: AnalyzeConfi
         settled_excess = settled - expected
     kept = settled_excess / early if early > 0 else 0.0
     rising = ep.tail_rise > max(3.0 * ep.noise, 0.02 * abs(ep.base))
-    details.update(settled=settled, expected=expected, kept_fraction=kept, tail_rise=ep.tail_rise)
+    details.update(settled=settled, expected=expected, kept_fraction=kept, tail_rise=ep.tail_rise,
+                   turning_into_divergence=bool(rising))  # structured twin of the evidence words
     followed = int(st[ep.closed] - st[ep.onset])
     if ep.status == "open" and ep.closed - ep.onset < cfg.for_interval(interval).spike.fast_points:
         evidence = f"The {metric} {what}; the log ends {followed} steps later, before it came back."
-        return Incident(K.SPIKE_NO_RECOVERY, metric, int(st[onset]), int(st[ep.peak]), None, ep.base,
-                        ep.peak_value, excess, sigma, None, streams, "critical", evidence, details)
+        return Incident(kind=K.SPIKE_NO_RECOVERY, metric=metric, onset=int(st[onset]), peak=int(st[ep.peak]),
+                        end=None, baseline=ep.base, peak_value=ep.peak_value, magnitude=excess, magnitude_sigma=sigma,
+                        streams=streams, severity="critical", evidence=evidence, details=details)
     if kept >= cfg.shift_ratio and not rising:
         kind = K.LEVEL_SHIFT
         evidence = (f"The {metric} {what} and stayed there: {followed} steps later it still sits "
@@ -188,8 +191,9 @@ def spike_incident(ev: SeriesEvents, ep: Episode, metric: str, cfg: AnalyzeConfi
         evidence = (f"The {metric} {what}, came partly back, but {followed} steps later it is still not "
                     f"on its pre-event trend, {tail}.")
         sev = "critical"
-    return Incident(kind, metric, int(st[onset]), int(st[ep.peak]), None, ep.base, ep.peak_value, excess,
-                    sigma, None, streams, sev, evidence, details)
+    return Incident(kind=kind, metric=metric, onset=int(st[onset]), peak=int(st[ep.peak]), end=None,
+                    baseline=ep.base, peak_value=ep.peak_value, magnitude=excess, magnitude_sigma=sigma,
+                    streams=streams, severity=sev, evidence=evidence, details=details)
 
 
 def divergence_incident(ev: SeriesEvents, d: Divergence, metric: str, lag: int,
@@ -221,14 +225,17 @@ def divergence_incident(ev: SeriesEvents, d: Divergence, metric: str, lag: int,
             onset -= 1
         evidence = (f"The {metric} stepped up by {step_up:.3g} around step {int(st[at])} and stayed on the new "
                     f"level: one step carries {step_up / rise_total:.0%} of the rise of its baseline.")
-        return Incident(K.LEVEL_SHIFT, metric, int(st[onset]), int(st[at]), None if d.end is None else int(st[d.end]),
-                        d.minimum, float(x[at]), rise_total, sigma, None, streams, "warning", evidence, details)
+        return Incident(kind=K.LEVEL_SHIFT, metric=metric, onset=int(st[onset]), peak=int(st[at]),
+                        end=None if d.end is None else int(st[d.end]), baseline=d.minimum, peak_value=float(x[at]),
+                        magnitude=rise_total, magnitude_sigma=sigma, streams=streams, severity="warning",
+                        evidence=evidence, details=details)
     onset = d.onset
     lo = max(0, d.minimum_at - (d.trigger - d.minimum_at))
     # Where the trend turned: segmented regression with a smooth bend (:func:`best_bend`), over as many
     # points before the baseline's minimum as after it, against log(step) (a loss curve is close to
     # linear in log(step) over that span).
-    k = best_bend(_smooth(x[lo:d.trigger + 1]), np.log(np.maximum(st[lo:d.trigger + 1], 1)))
+    tt = st[lo:d.trigger + 1].astype(np.float64)
+    k = best_bend(_smooth(x[lo:d.trigger + 1]), np.log(np.maximum(tt, 1)))
     if k is not None:
         onset = lo + k
         details["knot_step"] = int(st[lo + k])
@@ -236,9 +243,10 @@ def divergence_incident(ev: SeriesEvents, d: Divergence, metric: str, lag: int,
                 f"(step {int(st[d.minimum_at])}) and rose {rise_total:.3g} ({sigma:.1f} sigma, "
                 f"{rise_total / abs(d.minimum):.0%}) without a spike"
                 + ("; it has not come back." if d.end is None else f"; it came back at step {int(st[d.end])}."))
-    return Incident(K.DIVERGENCE, metric, int(st[onset]), int(st[peak]), None if d.end is None else int(st[d.end]),
-                    d.minimum, float(x[peak]), rise_total, sigma, None, streams,
-                    "critical" if d.end is None else "warning", evidence, details)
+    return Incident(kind=K.DIVERGENCE, metric=metric, onset=int(st[onset]), peak=int(st[peak]),
+                    end=None if d.end is None else int(st[d.end]), baseline=d.minimum, peak_value=float(x[peak]),
+                    magnitude=rise_total, magnitude_sigma=sigma, streams=streams,
+                    severity="critical" if d.end is None else "warning", evidence=evidence, details=details)
 
 
 def _smooth(y: np.ndarray, h: int = 9) -> np.ndarray:
@@ -269,6 +277,7 @@ def drop_incident(ev: SeriesEvents, ep: Episode, metric: str, cfg: DropConfig, s
     sigma = fall / ep.noise if ep.noise > 0 else float("inf")
     evidence = (f"The {metric} fell {fall:.3g} ({fall / abs(ep.base):.0%}, {sigma:.1f} sigma) below its level "
                 f"{ep.base:.4g} within {int(st[peak] - st[onset])} steps, after a slow stretch, and stayed down.")
-    return Incident(K.SUDDEN_DROP, metric, int(st[onset]), int(st[peak]), int(st[peak]), ep.base, float(x[peak]),
-                    -fall, -sigma, int(st[peak] - st[onset]), streams, "info", evidence,
-                    {"relative": -fall / abs(ep.base) if ep.base else None, "detected_at": int(st[ep.onset])})
+    return Incident(kind=K.SUDDEN_DROP, metric=metric, onset=int(st[onset]), peak=int(st[peak]), end=int(st[peak]),
+                    baseline=ep.base, peak_value=float(x[peak]), magnitude=-fall, magnitude_sigma=-sigma,
+                    recovery_steps=int(st[peak] - st[onset]), streams=streams, severity="info", evidence=evidence,
+                    details={"relative": -fall / abs(ep.base) if ep.base else None, "detected_at": int(st[ep.onset])})

@@ -26,7 +26,9 @@ def _overlap(a0: int, a1: int, b0: int, b1: int) -> bool:
 def stream_spikes(log: RunLog, metric: str, dcfg, cfg: AnalyzeConfig, k: int, out: list[Incident],
                   explained: list[tuple[int, int]]) -> None:
     """Spikes on one stream of a mix (and not on the others) are stream spikes."""
-    names = [m for m in log.metrics if M.stream_of(m) is not None and m != metric]
+    # Every stream of the mix, the analysed one included when the log has no mixed loss (then the
+    # "loss" analysed is its first stream, and a spike there is still a spike on one stream).
+    names = [m for m in log.metrics if M.stream_of(m) is not None and (m != metric or M.stream_of(metric))]
     if len(names) < 2:
         return
     found = {}
@@ -48,11 +50,11 @@ def stream_spikes(log: RunLog, metric: str, dcfg, cfg: AnalyzeConfig, k: int, ou
             if any(M.stream_of(o) < M.stream_of(name) for o in others):
                 continue  # reported once, under the first stream of the group
             group = sorted([M.stream_of(name)] + [M.stream_of(o) for o in others])
-            inc = spike_incident(sev, e, name, cfg, k, group)
+            spike = spike_incident(sev, e, name, cfg, k, group)
             quiet = [M.stream_of(o) for o in names if M.stream_of(o) not in group]
-            inc.evidence += f" Only stream(s) {', '.join(group)} spiked; {', '.join(quiet)} did not."
-            inc.details["recovery"] = inc.kind.value
-            inc.kind = K.STREAM_SPIKE
+            inc = replace(spike, kind=K.STREAM_SPIKE, details={**spike.details, "recovery": spike.kind.value},
+                          evidence=spike.evidence + f" Only stream(s) {', '.join(group)} spiked; "
+                                                    f"{', '.join(quiet)} did not.")
             # The mixed loss may show the same event: fold it in.
             for other in list(out):
                 if other.metric == metric and other.kind in (K.SPIKE_FAST, K.SPIKE_SLOW, K.SPIKE_NO_RECOVERY) \
@@ -80,12 +82,11 @@ def grad_norm_spikes(log: RunLog, dcfg, cfg: AnalyzeConfig, k: int, out: list[In
             if a < owner.onset:
                 owner.evidence += f" The grad norm rose first, at step {a} ({e.peak_value / e.base:.1f}x at step {int(gev.steps[e.peak])})."
             continue
-        inc = spike_incident(gev, e, M.GRAD_NORM, cfg, k, [])
-        inc.kind = K.GRAD_NORM_SPIKE
-        inc.severity = "warning" if e.peak_value >= 10 * e.base else "info"
-        inc.evidence += " The loss did not move (yet): grad-norm spikes often build up before a loss spike."
-        inc.magnitude = excess
-        out.append(inc)
+        spike = spike_incident(gev, e, M.GRAD_NORM, cfg, k, [])
+        out.append(replace(spike, kind=K.GRAD_NORM_SPIKE, magnitude=excess,
+                           severity="warning" if e.peak_value >= 10 * e.base else "info",
+                           evidence=spike.evidence + " The loss did not move (yet): grad-norm spikes often build "
+                                                     "up before a loss spike."))
 
 
 def nonfinite_incidents(log: RunLog, metric: str, out: list[Incident]) -> None:
@@ -103,16 +104,18 @@ def nonfinite_incidents(log: RunLog, metric: str, out: list[Incident]) -> None:
             what = "NaN" if r.nan == n else ("Inf" if r.nan == 0 else "NaN/Inf")
             ev = (f"The {name} was {what} at {n} logged point(s) from step {a}" +
                   (f"; finite again at step {end}." if end is not None else " to the end of the log."))
-            out.append(Incident(K.NON_FINITE, name, a, a, end, float("nan"), float("nan"), float("nan"),
-                                float("nan"), None, [], "critical", ev, {"points": n, "nan": r.nan}))
+            out.append(Incident(kind=K.NON_FINITE, metric=name, onset=a, peak=a, end=end, baseline=float("nan"),
+                                peak_value=float("nan"), magnitude=float("nan"), magnitude_sigma=float("nan"),
+                                severity="critical", evidence=ev, details={"points": n, "nan": r.nan}))
     if M.NAN_ITERS in log.series:
         steps, values = log.live(M.NAN_ITERS)
         for i in np.flatnonzero(np.nan_to_num(values) > 0):
             a = int(steps[i])
             if not any(x.kind == K.NON_FINITE and abs(x.onset - a) <= 0 for x in out):
-                out.append(Incident(K.NON_FINITE, M.NAN_ITERS, a, a, None, float("nan"), float("nan"),
-                                    float(values[i]), float("nan"), None, [], "critical",
-                                    f"The log counts {int(values[i])} NaN iteration(s) at step {a}.", {}))
+                out.append(Incident(kind=K.NON_FINITE, metric=M.NAN_ITERS, onset=a, peak=a, end=None,
+                                    baseline=float("nan"), peak_value=float("nan"), magnitude=float(values[i]),
+                                    magnitude_sigma=float("nan"), severity="critical",
+                                    evidence=f"The log counts {int(values[i])} NaN iteration(s) at step {a}."))
 
 
 def loss_scale_collapses(log: RunLog, cfg: AnalyzeConfig, out: list[Incident]) -> None:

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from .. import metrics as M
 from ..detect.drop import drop_threshold, is_drop
 from ..detect.outlier import refresh_counts
 from ..detect.shift import find_shifts
@@ -29,8 +30,6 @@ SHIFT_BOUNDARY_WINDOWS = 2
 def _warmup_end(ctx: Context) -> int:
     """Last step of the LR warm-up (where the logged LR first peaks, plus one window), or, without an
     LR series, the step two windows into the run."""
-    from .. import metrics as M
-
     steps, window = ctx.st, ctx.dcfg.outlier.window
     fallback = ctx.step(2 * window) if len(steps) else 0
     if M.LR not in ctx.log.series:

@@ -10,21 +10,28 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..detect.regime import RegimeChange, find_regime_changes
+from ..detect.regime import D2_TO_SIGMA, RegimeChange, find_regime_changes
 from .context import Context, overlap
 from .incident import Incident, IncidentKind as K
 
 ZERO_RUN_POINTS = 2
 """Consecutive logged values of exactly 0.0 (after a non-zero loss) that make a zero-loss regime."""
+MIN_SIDE_POINTS = 8
+"""Points each side of a loss incident needed to compare the noise before and after it."""
+SETTLE_POINTS = 2
+"""The noise after an incident is measured from this many points past its peak (not the jump itself)."""
+MIN_WINDOW = 32
+"""Shortest window of the regime test on a short log (the outlier window, or a fifth of the log)."""
+UNRECOVERED = frozenset({K.LEVEL_SHIFT, K.SPIKE_NO_RECOVERY, K.DIVERGENCE})
+"""Loss incidents that leave the curve on a new level, which a noisier tail makes a regime change."""
 BOUNDARY_WINDOWS = 2
 """A change within this many resume windows (``resume.level_points``) of a resume belongs to it."""
 PLAN_HINT = ("check the data pipeline (shards, mix, tokenisation, sample masking) and the loss (reduction, "
              "masking, a term that vanished) at that step before training on")
 
 
-def _regime_incident(ctx: Context, r: RegimeChange) -> Incident:
+def _regime_incident(ctx: Context, r: RegimeChange, w: int) -> Incident:
     x = ctx.ev.values
-    w = ctx.dcfg.outlier.window
     span = x[r.onset:r.onset + 2 * w]
     peak = r.onset + int(np.argmax(np.abs(span - r.level_before)))
     change = r.level_after - r.level_before
@@ -33,7 +40,7 @@ def _regime_incident(ctx: Context, r: RegimeChange) -> Incident:
                  "or loss bug than learning" if rel < -ctx.cfg.shift.rel else
                  "upward" if rel > ctx.cfg.shift.rel else "at about the same level")
     evidence = (f"From step {ctx.step(r.onset)} the {ctx.metric} left its level {r.level_before:.4g}: its noise is "
-                f"{r.ratio:.1f}x larger relative to its level over the next two windows ({ 2 * w} points; sigma "
+                f"{r.ratio:.1f}x larger relative to its level over the next {2 * w} points (sigma "
                 f"{r.noise_before:.3g} -> {r.noise_after:.3g}) and its median is {r.level_after:.4g} ({rel:+.0%}), "
                 f"{direction}. A lasting change of regime, not a series of spikes: {PLAN_HINT}.")
     end = None if r.end is None else ctx.step(r.end)
@@ -68,19 +75,53 @@ def _zero_loss(ctx: Context) -> Incident | None:
                     details={"zero_points": n, "test": "exact zero"})
 
 
+def _relative_noise(x: np.ndarray) -> float:
+    """Robust sigma from second differences, over the median level (NaN with too few points)."""
+    if len(x) < MIN_SIDE_POINTS:
+        return float("nan")
+    level = float(np.median(x))
+    sigma = D2_TO_SIGMA * float(np.median(np.abs(x[2:] - 2 * x[1:-1] + x[:-2])))
+    return sigma / abs(level) if level else float("nan")
+
+
+def _noisier_after(ctx: Context, inc: Incident) -> RegimeChange | None:
+    """A loss incident that never came back, with the noise after it ``noise_ratio`` times the noise
+    before it (relative to the level each side): the new level is a new regime."""
+    x, st, w = ctx.ev.values, ctx.st, ctx.dcfg.outlier.window
+    i = int(np.searchsorted(st, inc.onset))
+    settle = int(np.searchsorted(st, inc.peak)) + SETTLE_POINTS  # past the jump itself
+    before, after = x[max(0, i - w):i], x[settle:settle + 2 * w]
+    r0, r1 = _relative_noise(before), _relative_noise(after)
+    if not (r0 > 0 and r1 >= ctx.cfg.regime.noise_ratio * r0):
+        return None
+    lb, la = float(np.median(before)), float(np.median(after))
+    return RegimeChange(i, None, lb, la, r0 * abs(lb), r1 * abs(la), r1 / r0)
+
+
 def regime_pass(ctx: Context) -> None:
     """Report regime changes and fold the loss incidents inside them into them."""
     found: list[Incident] = []
     zero = _zero_loss(ctx)
     if zero is not None:
         found.append(zero)
-    w = ctx.dcfg.outlier.window
-    for r in find_regime_changes(ctx.ev.values, w):
+    # A level that moved and stayed (a shift, a spike that never came back, a climb) with the noise
+    # multiplied after it is one regime change, not a shift plus a noisier curve.
+    for inc in [i for i in ctx.incidents if i.metric == ctx.metric and i.end is None and i.kind in UNRECOVERED]:
+        r = _noisier_after(ctx, inc)
+        if r is not None:
+            ctx.incidents.remove(inc)
+            found.append(_regime_incident(ctx, r, ctx.dcfg.outlier.window))
+            found[-1].details["was"] = inc.kind.value
+    n = len(ctx.ev.values)
+    w = min(ctx.dcfg.outlier.window, max(MIN_WINDOW, n // (ctx.cfg.regime.start_windows + 3)))
+    for r in find_regime_changes(ctx.ev.values, w, ctx.cfg.regime):
+        if any(abs(ctx.step(r.onset) - f.onset) <= w * ctx.interval for f in found):
+            continue
         a, z = ctx.step(r.onset - w), ctx.step(r.onset + w)
         if ctx.claims.covers(a, z, events=False) or \
                 ctx.boundary_near(r.onset, BOUNDARY_WINDOWS * ctx.cfg.resume.level_points) is not None:
             continue  # repeated data or a resume explains it
-        found.append(_regime_incident(ctx, r))
+        found.append(_regime_incident(ctx, r, w))
     for inc in found:
         last = ctx.step(len(ctx.ev.values) - 1) if inc.end is None else inc.end
         inside = [i for i in ctx.incidents if i.metric == ctx.metric and i.kind in

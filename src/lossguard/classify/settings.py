@@ -5,6 +5,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from ..detect.episode import EpisodeConfig
 from ..detect.loss_scale import LossScaleConfig
+from ..detect.regime import RegimeConfig
 from ..detect.resume import ResumeConfig
 from ..detect.series import DetectorConfig
 from ..detect.shift import ShiftConfig
@@ -43,12 +44,18 @@ class AnalyzeConfig:
     drop_span_steps: int = 128
     """A sudden drop falls several times more over this many steps than over the same span before
     (Llama-2-7B: 4 to 2.5 within ~60 steps); converted to points with the log interval."""
+    drop_span_fraction: float = 0.01
+    """...or over this fraction of the run's logged points, whichever is longer: "sudden" is relative
+    to the run's own time scale (a fall over 1% of a million-step run is sudden; 128 steps of it are
+    a slope)."""
     shift: ShiftConfig = field(default_factory=ShiftConfig)
     """Window-median step test for level shifts too small for the point test."""
     resume: ResumeConfig = field(default_factory=ResumeConfig)
     """Boundary tests (resume spike, repeated data)."""
     loss_scale: LossScaleConfig = field(default_factory=LossScaleConfig)
     """fp16 loss-scale collapse."""
+    regime: RegimeConfig = field(default_factory=RegimeConfig)
+    """Regime change: a lasting jump of the relative noise."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -60,20 +67,24 @@ class AnalyzeConfig:
             problems.append(f"shift_ratio must be in (0, 1], got {self.shift_ratio}")
         if not self.grad_norm_rel >= 0:
             problems.append(f"grad_norm_rel must be >= 0, got {self.grad_norm_rel}")
+        if not 0 <= self.drop_span_fraction < 0.25:
+            problems.append(f"drop_span_fraction must be in [0, 0.25), got {self.drop_span_fraction}")
         if self.drop_span_steps < 1:
             problems.append(f"drop_span_steps must be >= 1, got {self.drop_span_steps}")
         if self.grad_lead_points < 0:
             problems.append(f"grad_lead_points must be >= 0, got {self.grad_lead_points}")
         raise_all(problems)
 
-    def for_interval(self, interval: int) -> DetectorConfig:
-        """Detector settings for a run logged every ``interval`` steps."""
+    def for_interval(self, interval: int, points: int = 0) -> DetectorConfig:
+        """Detector settings for a run logged every ``interval`` steps (``points`` logged points in all,
+        0 when unknown, as for a live run)."""
         fast = max(2, -(-self.fast_steps // interval))
         budget = max(fast + 1, 50, -(-self.budget_steps // interval))
         d = self.detectors
         spike = replace(d.spike, fast_points=fast, budget_points=budget)
         dip: EpisodeConfig = replace(d.dip, fast_points=fast, budget_points=budget)
-        drop = replace(d.drop, span_points=max(d.drop.smooth_points, -(-self.drop_span_steps // interval)))
+        drop = replace(d.drop, span_points=max(d.drop.smooth_points, -(-self.drop_span_steps // interval),
+                                               int(self.drop_span_fraction * points)))
         return replace(d, spike=spike, dip=dip, drop=drop)
 
     def to_dict(self) -> dict:

@@ -80,8 +80,8 @@ def coverage_notes(ctx: Context) -> list[str]:
         return []
     if n < MIN_JUDGED_POINTS:
         return [f"{n} finite point(s): too short to judge anything."]
-    parts = ", ".join(f"{lim.what} (needs {lim.needed})" for lim in short)
-    return [f"{n} points: too short to judge {parts} points."]
+    parts = ", ".join(f"{lim.what} (needs {lim.needed} points)" for lim in short)
+    return [f"{n} points: too short to judge {parts}."]
 
 
 def _back(x: np.ndarray, after: int, level: float, rel: float) -> int | None:

@@ -15,8 +15,7 @@ import sys
 
 from ..classify.incident import IncidentKind
 from ..errors import LossguardError, MissingDependencyError
-
-SEVERITIES = ("info", "warning", "critical")
+from ..recovery.severity import SEVERITIES, Severity  # SEVERITIES re-exported for `lossguard watch`
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,13 +36,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "list of steps; plans then roll back to a checkpoint that exists")
     p.add_argument("--metric", default=None, metavar="NAME", help="the loss to analyse (default: loss)")
     p.add_argument("--format", default=None, metavar="NAME", help="force a reader instead of sniffing the format")
+    p.add_argument("--only", action="append", default=None, metavar="GLOB",
+                   help="read only the files of a directory matching GLOB (file name or path inside it); repeatable")
     p.add_argument("--html", default=None, metavar="FILE", help="also write the interactive HTML report")
     p.add_argument("--png", default=None, metavar="FILE", help="also write a PNG image of the report")
     p.set_defaults(handler=run)
 
 
-def parse_fail_on(text: str | None) -> tuple[set[IncidentKind], str | None]:
-    """Kinds and minimum severity that make the command fail; raises a clear error for unknown names."""
+def parse_fail_on(text: str | None) -> tuple[set[IncidentKind], Severity | None]:
+    """Kinds and minimum severity that make the command fail; raises a clear error for unknown names.
+
+    Several severities mean the least of them (``warning,critical`` fails on a warning)."""
     if not text:
         return set(), None
     kinds: set[IncidentKind] = set()
@@ -53,7 +56,7 @@ def parse_fail_on(text: str | None) -> tuple[set[IncidentKind], str | None]:
         if part == "any":
             kinds.update(IncidentKind)
         elif part in SEVERITIES:
-            severity = part if severity is None or SEVERITIES.index(part) < SEVERITIES.index(severity) else severity
+            severity = Severity(part) if severity is None else min(severity, Severity(part))
         else:
             try:
                 kinds.add(IncidentKind(part))
@@ -94,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         writers.append((_writer("html", "write_html", "HTML"), args.html))
     if args.png:
         writers.append((_writer("png", "write_png", "PNG"), args.png))
-    log = read_log(args.paths, format=args.format)
+    log = read_log(args.paths, format=args.format, only=args.only or ())
     analysis = analyze(log, checkpoints=checkpoints, settings=AnalyzeConfig(metric=args.metric))
     if args.json:
         print(json.dumps(analysis.to_dict(), indent=2, allow_nan=False))
@@ -105,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         written = write(analysis, path)
         print(f"lossguard: wrote {written or path}", file=sys.stderr)
     hit = [i for i in analysis.incidents
-           if i.kind in kinds or (severity and SEVERITIES.index(i.severity) >= SEVERITIES.index(severity))]
+           if i.kind in kinds or (severity is not None and Severity(i.severity) >= severity)]
     if hit:
         print(f"lossguard: {len(hit)} incident(s) matched --fail-on {args.fail_on}", file=sys.stderr)
         return 1

@@ -28,10 +28,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of tables")
     p.add_argument("--format", default=None, metavar="NAME",
                    help="force a reader instead of detecting the format from the content")
+    p.add_argument("--only", action="append", default=None, metavar="GLOB",
+                   help="read only the files of a directory matching GLOB (file name or path inside it); repeatable")
     p.set_defaults(handler=run)
 
 
-def _read_with_progress(paths: list[str], fmt: str | None):
+def _read_with_progress(paths: list[str], fmt: str | None, only: list[str] | None = None):
     from ..io import read_log
 
     shown = threading.Event()
@@ -45,7 +47,7 @@ def _read_with_progress(paths: list[str], fmt: str | None):
     timer.daemon = True
     timer.start()
     try:
-        return read_log(paths, format=fmt)
+        return read_log(paths, format=fmt, only=only or ())
     finally:
         timer.cancel()
 
@@ -75,7 +77,7 @@ def _jsonable(x: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``lossguard info``."""
-    log = _read_with_progress(args.paths, args.format)
+    log = _read_with_progress(args.paths, args.format, args.only)
     if args.json:
         print(json.dumps(summary_of(log), indent=2, default=str, allow_nan=False))
         return 0
@@ -121,7 +123,10 @@ def _rows(log) -> tuple[list[str], list[list[str]], list[str], list[list[str]]]:
     short = _short_names(s["sources"])
     mhead = ["metric", "points", "steps", "first", "last", "NaN", "Inf", "dead"]
     mrows = []
-    for name, m in s["metrics"].items():
+    for name, m in _shown(s["metrics"]):
+        if m is None:
+            mrows.append([name, "", "", "", "", "", "", ""])
+            continue
         _, values = log.live(name)
         first = f"{values[0]:.5g}" if len(values) else "-"
         last = f"{values[-1]:.5g}" if len(values) else "-"
@@ -136,6 +141,18 @@ def _rows(log) -> tuple[list[str], list[list[str]], list[str], list[list[str]]]:
                       _n(g["superseded"]) if g["superseded"] else "",
                       *([] if one_source else [short.get(g["source"], g["source"])]), g["note"]])
     return mhead, mrows, shead, srows
+
+
+MAX_METRIC_ROWS = 200
+"""Metrics listed in the table; a log with thousands (per-layer statistics) lists the first ones and
+says how many more there are (all are in ``--json``), so the table stays readable and fast."""
+
+
+def _shown(metrics: dict[str, Any]):
+    items = list(metrics.items())
+    yield from items[:MAX_METRIC_ROWS]
+    if len(items) > MAX_METRIC_ROWS:
+        yield f"... {len(items) - MAX_METRIC_ROWS:,} more (see --json)", None
 
 
 def headline(log) -> str:

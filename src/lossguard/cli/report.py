@@ -25,6 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--title", metavar="T", default=None, help="report title (default: the first file's name)")
     p.add_argument("--format", default=None, metavar="NAME",
                    help="force a reader instead of detecting the format from the content")
+    p.add_argument("--only", action="append", default=None, metavar="GLOB",
+                   help="read only the files of a directory matching GLOB (file name or path inside it); repeatable")
     p.set_defaults(handler=run)
 
 
@@ -55,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         raise LossguardError("this lossguard build has no analyser (lossguard.analysis.analyze)",
                              fix="reinstall lossguard: pip install --force-reinstall 'lossguard[report]'")
     t0 = time.perf_counter()
-    log = read_log(args.paths, format=args.format)
+    log = read_log(args.paths, format=args.format, only=args.only or ())
     analysis = analyze(log)
     written = []
     if args.html:

@@ -26,6 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--metric", default="loss", metavar="NAME", help="the loss series to judge (default: loss)")
     p.add_argument("--format", default=None, metavar="NAME", help="force a reader instead of sniffing the format")
     p.add_argument("--json", action="store_true", help="print the simulation as JSON")
+    p.add_argument("--html", default=None, metavar="FILE",
+                   help="also write the HTML report of the run with the simulated actions drawn on it")
     p.set_defaults(handler=run)
 
 
@@ -44,4 +46,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(sim.to_dict(), indent=2, allow_nan=False))
     else:
         print("\n".join(describe(sim)))
+    if args.html:
+        import sys
+
+        from ..analysis import analyze
+        from ..report.html import write_html
+        written = write_html(analyze(log, checkpoints=checkpoints), args.html, simulation=sim)
+        print(f"lossguard: wrote {written}", file=sys.stderr)
     return 0

@@ -43,8 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                "1 an incident matched --fail-on, 2 bad input.")
     p.add_argument("paths", nargs="+", metavar="PATH", help="log files or run directories (one run), or one "
                    "directory whose sub-directories are runs (a sweep)")
-    p.add_argument("--every", type=_positive, default=2.0, metavar="SECONDS",
-                   help="poll the files this often (default 2)")
+    p.add_argument("--every", type=_positive, default=1.0, metavar="SECONDS",
+                   help="poll the files this often (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object per line (schema: docs/watch.md)")
     p.add_argument("--on-incident", default=None, metavar="CMD",
                    help="run this shell command per incident, with the incident as JSON on its stdin")
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from ..watch.alerts import HookConfig, HookRunner, Printer
     from ..watch.engine import WatchConfig
     from ..watch.events import EventKind, WatchEvent
-    from ..watch.session import RunWatch
+    from ..watch.session import RunWatch, severity_name
     from ..watch.sweep import Sweep, run_dirs, state_event
 
     kinds, severity = parse_fail_on(args.fail_on)
@@ -132,8 +132,8 @@ def run(args: argparse.Namespace) -> int:
         emit([state_event(r) for r in runs])
     hooks.close(timeout=5.0 if interrupted else 30.0)
     incidents = [i for r in runs for i in r.engine.incidents()]
-    hit = [i for i in incidents
-           if i.kind in kinds or (severity and SEVERITIES.index(i.severity) >= SEVERITIES.index(severity))]
+    hit = [i for i in incidents if i.kind in kinds or (
+        severity and SEVERITIES.index(severity_name(i.severity)) >= SEVERITIES.index(severity))]
     summary = {"runs": [r.summary() for r in runs], "interrupted": interrupted,
                "hooks": {"delivered": hooks.delivered, "failed": hooks.failed}, "fail_on_matched": len(hit)}
     if args.json:

@@ -5,5 +5,6 @@ vectorised whole-log twin, proven equal by tests: ``outlier`` (robust trailing m
 ``episode`` (onset/peak/end against a baseline frozen at onset), ``trend`` (divergence), ``drop``
 (steep falls) and ``nonfinite``; ``series`` runs them together. ``loss_scale``, ``resume``
 (boundary tests: resume spikes, repeated data) and ``knot`` (where a trend turned) are whole-log
-analyses only.
+analyses only, as are ``regime`` (lasting jumps of the noise level), ``shift`` (window-median steps)
+and the halving bursts of ``loss_scale``.
 """

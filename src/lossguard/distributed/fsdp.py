@@ -67,17 +67,23 @@ def local_grad_sq(parameters: Iterable[torch.Tensor], *, world_size: int | None 
     """
     world = world_size or (dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1)
     grads = [p.grad for p in parameters if p.grad is not None]
-    total = None
+    # Group the local shards by (device, dtype, share): one fused foreach kernel per group instead
+    # of one norm kernel per parameter (thousands on a real model). Each tensor's norm is taken in
+    # float32 (float64 for float64 grads; bf16/fp16 are accumulated in float32, never in their own
+    # precision) -- as torch's clip_grad_norm_ -- and the squares are summed in float64. Measured on
+    # the CPU, float64 norms cost 1.8x float32 ones for the same result to ~1e-7.
+    groups: dict[tuple, list[torch.Tensor]] = {}
     for g in grads:
         local, share = _local_and_share(g, world)
-        if local.numel() == 0:
-            continue  # an empty shard (FSDP pads uneven dims; the last rank may own nothing)
-        sq = torch.linalg.vector_norm(local, 2, dtype=torch.float64) ** 2
-        sq = sq * share if share != 1.0 else sq
-        total = sq if total is None else total + sq
-    if total is None:
-        device = grads[0].device if grads else torch.device("cpu")
-        total = torch.zeros((), dtype=torch.float64, device=device)
+        if local.numel():  # an empty shard (FSDP pads uneven dims; a rank may own nothing)
+            groups.setdefault((local.device, local.dtype, share), []).append(local)
+    device = grads[0].device if grads else torch.device("cpu")
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    for (_, dtype, share), tensors in groups.items():
+        acc = torch.float64 if dtype == torch.float64 else torch.float32
+        norms = torch._foreach_norm(tensors, 2, dtype=acc)
+        sq = torch.stack(norms).to(torch.float64).square().sum().to(device)
+        total = total + (sq * share if share != 1.0 else sq)
     return total
 
 
@@ -90,16 +96,25 @@ class StepStats:
         grad_norm: global L2 norm of the gradients (float64; NaN/Inf if any shard is).
         nonfinite_ranks: how many ranks saw a non-finite loss or gradient (float64 count).
         any_nonfinite: ``nonfinite_ranks > 0`` (bool); the same on every rank.
+        param_norm: global L2 norm of the parameters (float64) when asked for, else None.
     """
 
     loss: torch.Tensor
     grad_norm: torch.Tensor
     nonfinite_ranks: torch.Tensor
     any_nonfinite: torch.Tensor
+    param_norm: torch.Tensor | None = None
+
+
+class _AsGrad:
+    """Presents a parameter's data as its ``.grad`` so :func:`local_grad_sq` measures the parameter."""
+
+    def __init__(self, p) -> None:
+        self.grad = p.detach()
 
 
 def reduce_step_stats(loss: torch.Tensor, parameters: Iterable[torch.Tensor], *,
-                      group: dist.ProcessGroup | None = None) -> StepStats:
+                      group: dist.ProcessGroup | None = None, param_norm: bool = False) -> StepStats:
     """Global loss, gradient norm and non-finite flag from ONE all-reduce of a float64[3] tensor.
 
     Args:
@@ -107,6 +122,8 @@ def reduce_step_stats(loss: torch.Tensor, parameters: Iterable[torch.Tensor], *,
         parameters: the model's parameters (their ``.grad`` after backward).
         group: the process group spanning all ranks (None: the default group). Without an
             initialised process group the statistics are this process's own.
+        param_norm: also the global parameter norm, as a 4th number in the same all-reduce (the
+            guard needs it during its first steps only).
     """
     params = list(parameters)
     on = dist.is_available() and dist.is_initialized()
@@ -114,12 +131,15 @@ def reduce_step_stats(loss: torch.Tensor, parameters: Iterable[torch.Tensor], *,
     sq = local_grad_sq(params, world_size=world)
     x = loss.detach().to(device=sq.device, dtype=torch.float64).reshape(())
     bad = ~(torch.isfinite(x) & torch.isfinite(sq))
-    packed = torch.stack([x, sq, bad.to(torch.float64)])
+    parts = [x, sq, bad.to(torch.float64)]
+    if param_norm:
+        parts.append(local_grad_sq([_AsGrad(p) for p in params], world_size=world).to(sq.device))
+    packed = torch.stack(parts)
     if on and world > 1:
         dist.all_reduce(packed, op=dist.ReduceOp.SUM, group=group)
     count = packed[2]
     return StepStats(loss=packed[0] / world, grad_norm=torch.sqrt(packed[1]), nonfinite_ranks=count,
-                     any_nonfinite=count > 0)
+                     any_nonfinite=count > 0, param_norm=torch.sqrt(packed[3]) if param_norm else None)
 
 
 def global_grad_norm(parameters: Iterable[torch.Tensor], *, max_norm: float | None = None,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ..detect.outlier import OutlierConfig
 from ..errors import raise_all
 from ..recovery.config import PolicyConfig
+from .evidence import EvidenceConfig
 
 GATES = ("auto", "host", "device")
 STATS = ("auto", "device", "host")
@@ -27,7 +28,12 @@ class GuardConfig(PolicyConfig):
     loss: OutlierConfig = field(default_factory=OutlierConfig)
     """Robust outlier test on the (global) training loss; the analyser's test, same defaults."""
     grad_norm: OutlierConfig | None = field(default_factory=OutlierConfig)
-    """Outlier test on the global gradient norm (before clipping); None watches only the loss."""
+    """Outlier test on the global gradient norm (before clipping); None watches only the loss (and
+    non-finite gradients). Its verdict alone does not withhold a step: see ``evidence``."""
+    evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
+    """What counts as evidence of trouble (:mod:`lossguard.guard.evidence`): a grad-norm outlier
+    together with the loss, a grad norm far beyond its own recent tail, and the first steps'
+    sanity bound. Healthy heavy-tailed grad norms of small batches cost a run nothing."""
     gate: str = "auto"
     """How a bad update is withheld. ``"device"``: the optimizer takes the verdict as a tensor and
     selects with ``torch.where`` (needs :class:`SkipStepAdamW` or any optimizer whose ``step``
@@ -73,6 +79,8 @@ class GuardConfig(PolicyConfig):
             p.append(f"checkpoint_every must be an integer >= 1 or None, got {self.checkpoint_every!r}")
         if not self.replay_rtol >= 0:
             p.append(f"replay_rtol must be >= 0, got {self.replay_rtol}")
+        if not isinstance(self.evidence, EvidenceConfig):
+            p.append(f"evidence must be an EvidenceConfig, got {type(self.evidence).__name__}")
         if not isinstance(self.loss, OutlierConfig):
             p.append(f"loss must be an OutlierConfig, got {type(self.loss).__name__}")
         if self.grad_norm is not None and not isinstance(self.grad_norm, OutlierConfig):

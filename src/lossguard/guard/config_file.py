@@ -31,9 +31,11 @@ from typing import Any
 from ..detect.outlier import OutlierConfig
 from ..errors import LossguardError
 from ..recovery.recipe import RecoveryRecipe
+from .evidence import EvidenceConfig
 from .config import GuardConfig
 
-_NESTED = {"recipe": RecoveryRecipe, "loss": OutlierConfig, "grad_norm": OutlierConfig}
+_NESTED = {"recipe": RecoveryRecipe, "loss": OutlierConfig, "grad_norm": OutlierConfig,
+           "evidence": EvidenceConfig}
 
 
 def config_to_dict(cfg: GuardConfig) -> dict[str, Any]:

@@ -41,6 +41,9 @@ class Outcome:
 
     rolled_back_to: int | None = None
     halted: bool = False
+    restart: bool = False
+    """The rollback is left to a restarted process (framework mode): stop, and exit with
+    :attr:`lossguard.distributed.restart.ExitCode.ROLLBACK`."""
 
 
 class RecoveryExecutor:
@@ -107,7 +110,9 @@ class RecoveryExecutor:
         """The rollback target for an episode starting at ``onset`` (:func:`choose_checkpoint`)."""
         if self.store is None:
             return None
-        return choose_checkpoint(onset, self.store.steps(), self.config.recipe.rollback_distance)
+        # A sharded store's listing comes from rank 0 so every rank picks the same target.
+        steps = self.store.shared_steps() if hasattr(self.store, "shared_steps") else self.store.steps()
+        return choose_checkpoint(onset, steps, self.config.recipe.rollback_distance)
 
     # ---------------------------------------------------------------- actions
     def _rollback(self, d: Decision) -> Outcome:
@@ -118,16 +123,17 @@ class RecoveryExecutor:
                 self.emit(f)
             return Outcome()
         if not self.in_process_rollback:
-            self.ledger.resume_from = target
-            return self._halt(Decision(Action.HALT, d.step, d.reasons + [
-                "a rollback is needed, but the framework owns the data loader: resume from the checkpoint "
-                f"below and skip batches {d.numbers.get('skip_batches')} (half-open)"], d.numbers))
+            if target is None:
+                return self._halt(Decision(Action.HALT, d.step, d.reasons + [
+                    "a rollback is needed, the framework owns the data loader, and no checkpoint at least "
+                    f"{self.config.recipe.rollback_distance} steps before the onset exists"], d.numbers))
+            return self._rollback_by_restart(d, target)
         if target is None or self.state is None:
             return self._halt(Decision(Action.HALT, d.step, d.reasons + [
                 f"no checkpoint at least {self.config.recipe.rollback_distance} steps before the episode "
                 f"onset (step {d.numbers['onset']})"], d.numbers))
         self.store.protect(target)
-        self.state.load_state_dict(self.store.load(target))  # timeline only: the ledger is not in it
+        self.state.restore(self.store, target)  # timeline only: the ledger is not in it
         follow = self.policy.rolled_back(d, target)
         self.emit(d, to_step=target)
         if self.scaler is not None and self.config.recipe.reset_loss_scale:
@@ -140,6 +146,21 @@ class RecoveryExecutor:
             self.emit(f)
         self.ledger.save()
         return Outcome(rolled_back_to=target)
+
+    def _rollback_by_restart(self, d: Decision, target: int) -> Outcome:
+        """Framework mode: book the rollback in the ledger (skip range, budget, LR cut) and name the
+        checkpoint in ``ledger.resume_from``; the process then exits with ExitCode.ROLLBACK and the
+        relaunched one resumes from that checkpoint and skips the batches (docs/large-runs.md)."""
+        from ..distributed.restart import ExitCode
+
+        self.store.protect(target)
+        self.ledger.resume_from = target
+        follow = self.policy.rolled_back(d, target)
+        self.emit(d, to_step=target, restart=True, exit_code=int(ExitCode.ROLLBACK))
+        for f in follow:
+            self.emit(f)
+        self.ledger.save()
+        return Outcome(halted=True, restart=True)
 
     def _halt(self, d: Decision) -> Outcome:
         onset = d.numbers.get("onset", d.step)

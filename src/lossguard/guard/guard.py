@@ -92,7 +92,7 @@ class StabilityGuard:
         self.rank = dist.get_rank() if self._world > 1 else 0
         self.log = EventLog(log_path if self.rank == 0 else None)
         host = cfg.stats == "host" or (cfg.stats == "auto" and device.type == "cpu")
-        judge_args = dict(has_scaler=scaler is not None, shadow=cfg.shadow)
+        judge_args = dict(evidence=cfg.evidence, has_scaler=scaler is not None, shadow=cfg.shadow)
         self.judge = (HostJudge(cfg.loss, cfg.grad_norm, **judge_args) if host
                       else DeviceJudge(cfg.loss, cfg.grad_norm, device=device, **judge_args))
         # Deferring the host read only makes sense when the statistics live on the device.
@@ -100,15 +100,26 @@ class StabilityGuard:
         if ledger is None:
             ledger = RunLedger.open(Path(store.directory) / LEDGER_FILE if store is not None else None)
         self.policy = RecoveryPolicy(cfg, ledger=ledger, has_scaler=scaler is not None)
-        self.state = TrainState(getattr(model, "module", model), optimizer, scheduler=scheduler, scaler=scaler,
-                                data=sampler, extras={"guard": self})
+        # FSDP2: parameters are DTensors (each rank holds shards). Statistics then come from the
+        # local shards in one packed all-reduce, and checkpoints go through DCP (a sharded store).
+        self._sharded = any(hasattr(p, "to_local") for p in self._params)
+        if store is not None and getattr(store, "sharded", False):
+            from ..checkpoint.sharded_state import ShardedTrainState
+            self.state = ShardedTrainState(model, optimizer, scheduler=scheduler, scaler=scaler, data=sampler,
+                                           extras={"guard": self})
+        else:
+            self.state = TrainState(getattr(model, "module", model), optimizer, scheduler=scheduler, scaler=scaler,
+                                    data=sampler, extras={"guard": self})
         self.executor = RecoveryExecutor(config=cfg, policy=self.policy, log=self.log, state=self.state, store=store,
                                          optimizer=optimizer, scaler=scaler,
                                          diagnosis_file=self._diagnosis_file(log_path, diagnosis_path, store),
                                          write_files=self.rank == 0)
         self.step_count = 0
         """The step the next batch feeds (skipped steps count; a rollback sets it back)."""
+        self._judged = 0          # steps judged by this process (the first ones get the sanity bound's scale)
         self.halted = False
+        self.restart_requested = False
+        """Framework mode: a rollback was booked for a restarted process (exit with ExitCode.ROLLBACK)."""
         self._data_count = 0      # batches drawn from the stream (the data position without a sampler)
         self._batch_index = 0     # data-stream index of the batch in flight
         self._rng = None          # torch RNG when the batch in flight was drawn (replay check)
@@ -204,6 +215,8 @@ class StabilityGuard:
         """The shared prologue: global loss (one all-reduce under DDP), unscale, grad norm, judge."""
         import torch
 
+        if self._sharded:
+            return self._judge_sharded(loss, clip=clip)
         local = loss.detach().to(torch.float64).reshape(())
         glob = local.clone()
         if self._world > 1:
@@ -213,9 +226,37 @@ class StabilityGuard:
             self.scaler.unscale_(self.optimizer)
         from .gate import grad_norm
         gn = grad_norm(self._params, self.config.max_grad_norm if clip else None).to(torch.float64)
+        # The first steps' sanity bound needs a scale before any grad norm was accepted: the
+        # parameter norm. Only while the loss test is cold (a host-side step count; no sync later).
+        pn = None
+        if self._judged < self.config.loss.min_points:
+            pn = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.detach().to(torch.float64))
+                                                       for p in self._params])) if self._params else None
+        self._judged += 1
         if isinstance(self.judge, HostJudge):
-            return self.judge.judge(float(glob), float(gn), float(local))
-        return self.judge.judge(glob, gn, local)
+            return self.judge.judge(float(glob), float(gn), float(local), math.nan if pn is None else float(pn))
+        return self.judge.judge(glob, gn, local, pn)
+
+    def _judge_sharded(self, loss, *, clip: bool) -> Judgement:
+        """FSDP2 prologue: loss, grad norm and non-finite flag from the local shards in ONE all-reduce
+        (:func:`lossguard.distributed.fsdp.reduce_step_stats`); every rank gets the same numbers and
+        therefore the same verdict."""
+        import torch
+
+        from ..distributed.fsdp import clip_sharded_grads_, reduce_step_stats
+
+        if clip and self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        warm = self._judged < self.config.loss.min_points
+        stats = reduce_step_stats(loss, self._params, param_norm=warm)
+        if clip and self.config.max_grad_norm is not None:
+            clip_sharded_grads_(self._params, self.config.max_grad_norm, stats.grad_norm)
+        self._judged += 1
+        local = loss.detach().to(torch.float64).reshape(())
+        if isinstance(self.judge, HostJudge):
+            pn = math.nan if stats.param_norm is None else float(stats.param_norm)
+            return self.judge.judge(float(stats.loss), float(stats.grad_norm), float(local), pn)
+        return self.judge.judge(stats.loss, stats.grad_norm, local, stats.param_norm)
 
     def step(self, loss, *, replay: Callable[[], Any] | None = None) -> None:
         """Judge this step and apply its update only if it is good; then step the scheduler and
@@ -288,6 +329,13 @@ class StabilityGuard:
         if self.halted:
             return True
         self.executor.in_process_rollback = False
+        if not self.config.shadow and self.policy.skip_to(self.step_count) is not None:
+            # A batch in a range the ledger skips (booked by a rollback before a restart): the
+            # framework still feeds it, so its update is withheld and the detectors never see it.
+            self.log.event({"step": self.step_count, "event": "skip_data", "batch_index": self.step_count})
+            self.optimizer.zero_grad(set_to_none=True)
+            self._advance()
+            return False
         with torch.no_grad():
             j = self._judge(loss, clip=False)
             bad = bool(j.bad)  # framework mode needs the verdict now: one sync
@@ -332,7 +380,7 @@ class StabilityGuard:
                 self._reiter, self._pending = True, None
                 break
             if out.halted:
-                self.halted = True
+                self.halted, self.restart_requested = True, out.restart
                 break
 
     def _copy_to_host(self, packed):
@@ -374,7 +422,7 @@ class StabilityGuard:
         if step is None and self.ledger.resume_from is not None:
             step, self.ledger.resume_from = self.ledger.resume_from, None
             self.ledger.save()
-        self.state.load_state_dict(self.store.load(step))
+        self.state.restore(self.store, step)  # a sharded state loads into its own template (DCP)
         self.step_count = self.state.step
         self._reiter = True
         return self.step_count

@@ -21,6 +21,8 @@ from typing import Any
 
 from ..detect.outlier import OnlineOutlier, OutlierConfig
 from ..recovery.verdict import PACKED_FIELDS, Verdict
+from .evidence import ColdBound, Evidence, EvidenceConfig, grad_evidence
+from .tail import OnlineTail
 
 
 @dataclass
@@ -51,88 +53,168 @@ class HostJudge:
     Args:
         loss: the loss test.
         grad_norm: the gradient-norm test (None: only a non-finite norm is bad).
+        evidence: the calibrated rule (:mod:`.evidence`); None = its defaults.
         has_scaler: a GradScaler is in charge (its overflow steps are not the guard's to skip).
         shadow: report only (``apply`` is always True).
     """
 
-    def __init__(self, loss: OutlierConfig, grad_norm: OutlierConfig | None, *, has_scaler: bool = False,
-                 shadow: bool = False) -> None:
+    def __init__(self, loss: OutlierConfig, grad_norm: OutlierConfig | None, *,
+                 evidence: EvidenceConfig | None = None, has_scaler: bool = False, shadow: bool = False) -> None:
+        self.evidence = evidence or EvidenceConfig()
         self.loss_test = OnlineOutlier(loss)
         self.grad_norm_test = OnlineOutlier(grad_norm) if grad_norm is not None else None
+        self.grad_norm_tail = (OnlineTail(grad_norm, self.evidence.grad_tail_quantile)
+                               if grad_norm is not None else None)
+        self.cold = ColdBound(self.evidence)
         self.has_scaler, self.shadow = has_scaler, shadow
 
-    def judge(self, loss: float, grad_norm: float, local_loss: float | None = None) -> Judgement:
-        """Judge one step (``grad_norm`` NaN when not measured and no grad-norm test is configured)."""
+    @property
+    def warm(self) -> bool:
+        """The loss test gives verdicts (the first-steps sanity bound no longer applies)."""
+        return self.loss_test.count >= self.loss_test.config.min_points
+
+    def judge(self, loss: float, grad_norm: float, local_loss: float | None = None,
+              param_norm: float = math.nan) -> Judgement:
+        """Judge one step (``grad_norm`` NaN when not measured and no grad-norm test is configured;
+        ``param_norm`` only matters at the very first step, for the sanity bound)."""
+        cold = not self.warm
         lv = self.loss_test.update(loss)
         gn_finite = math.isfinite(grad_norm)
+        ratio, gn_z, gn_stat = math.nan, math.nan, False
         if self.grad_norm_test is not None:
             gv = self.grad_norm_test.update(grad_norm)
-            gn_out, gn_z = gv.outlier, gv.z
-        else:
-            gn_out, gn_z = not gn_finite, math.nan
+            tail = self.grad_norm_tail.update(grad_norm)
+            gn_stat, gn_z = gv.outlier and gn_finite, gv.z
+            ratio = grad_norm / tail if tail > 0 else math.nan
         overflow = self.has_scaler and not gn_finite
-        bad = bool(lv.outlier or (gn_out and not overflow))
+        if not math.isfinite(loss) or (not gn_finite and not overflow):
+            ev = Evidence.NON_FINITE
+        elif lv.outlier:
+            ev = Evidence.LOSS
+        elif self.grad_norm_test is not None and gn_finite:
+            ev = grad_evidence(self.evidence, gn_outlier=gn_stat, loss_z=lv.z, ratio=ratio)
+        else:
+            ev = Evidence.NONE
+        if cold and ev is Evidence.NONE and self.cold.check(loss, grad_norm if gn_finite else math.nan, param_norm):
+            ev = Evidence.COLD_BOUND
+        bad = ev is not Evidence.NONE
+        gn_out = ev in (Evidence.GRAD_AND_LOSS, Evidence.GRAD_TAIL) or (not gn_finite and not overflow)
         values = {"loss": loss, "grad_norm": grad_norm, "loss_z": lv.z, "grad_norm_z": gn_z,
                   "loss_baseline": lv.baseline, "loss_outlier": float(lv.outlier), "grad_norm_outlier": float(gn_out),
                   "overflow": float(overflow), "bad": float(bad),
-                  "local_loss": loss if local_loss is None else local_loss}
+                  "local_loss": loss if local_loss is None else local_loss,
+                  "grad_norm_ratio": ratio, "evidence": float(int(ev))}
         return Judgement(bad=bad, apply=self.shadow or not bad, packed=[float(values[k]) for k in PACKED_FIELDS])
 
     def state_dict(self) -> dict[str, Any]:
         """The detector windows (timeline state)."""
         return {"loss": self.loss_test.state_dict(),
-                "grad_norm": None if self.grad_norm_test is None else self.grad_norm_test.state_dict()}
+                "grad_norm": None if self.grad_norm_test is None else self.grad_norm_test.state_dict(),
+                "grad_norm_tail": None if self.grad_norm_tail is None else self.grad_norm_tail.state_dict(),
+                "cold": self.cold.state_dict()}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output (also accepts a :class:`DeviceJudge`'s)."""
         self.loss_test.load_state_dict(sd["loss"])
         if self.grad_norm_test is not None and sd.get("grad_norm") is not None:
             self.grad_norm_test.load_state_dict(sd["grad_norm"])
+        if self.grad_norm_tail is not None:
+            self.grad_norm_tail.load_state_dict(sd.get("grad_norm_tail"))
+        self.cold.load_state_dict(sd.get("cold"))
 
 
 class DeviceJudge:
     """The judge on the device: 0-d tensors in, 0-d tensors out, no host sync.
 
+    The same rule as :class:`HostJudge` (:mod:`.evidence`) in branch-free tensor arithmetic.
     Args: as :class:`HostJudge`, plus ``device`` (where the statistics live).
     """
 
-    def __init__(self, loss: OutlierConfig, grad_norm: OutlierConfig | None, *, device, has_scaler: bool = False,
-                 shadow: bool = False) -> None:
-        from .device_stats import DeviceOutlier
-
-        self.loss_test = DeviceOutlier(loss, device)
-        self.grad_norm_test = DeviceOutlier(grad_norm, device) if grad_norm is not None else None
-        self.has_scaler, self.shadow = has_scaler, shadow
-
-    def judge(self, loss, grad_norm, local_loss=None) -> Judgement:
-        """Judge one step from 0-d float64 tensors (global loss, global grad norm, this rank's loss)."""
+    def __init__(self, loss: OutlierConfig, grad_norm: OutlierConfig | None, *, device,
+                 evidence: EvidenceConfig | None = None, has_scaler: bool = False, shadow: bool = False) -> None:
         import torch
 
+        from .device_stats import DeviceOutlier
+        from .tail import DeviceTail
+
+        self.evidence = evidence or EvidenceConfig()
+        self.loss_test = DeviceOutlier(loss, device)
+        self.grad_norm_test = DeviceOutlier(grad_norm, device) if grad_norm is not None else None
+        self.grad_norm_tail = (DeviceTail(grad_norm, self.evidence.grad_tail_quantile, device)
+                               if grad_norm is not None else None)
+        f64 = dict(dtype=torch.float64, device=torch.device(device))
+        self._cold_loss = torch.full((), math.nan, **f64)   # largest accepted first-steps loss
+        self._cold_gn = torch.full((), math.nan, **f64)     # largest accepted first-steps grad norm
+        self.has_scaler, self.shadow = has_scaler, shadow
+
+    def judge(self, loss, grad_norm, local_loss=None, param_norm=None) -> Judgement:
+        """Judge one step from 0-d float64 tensors (global loss, global grad norm, this rank's loss,
+        and the parameter norm for the first step's sanity bound, or None)."""
+        import torch
+
+        ev_cfg = self.evidence
+        nan = torch.full_like(loss, math.nan)
+        cold = self.loss_test._count < self.loss_test.config.min_points
         gn_finite = torch.isfinite(grad_norm)
         lv = self.loss_test.update(loss)
         if self.grad_norm_test is not None:
             gv = self.grad_norm_test.update(grad_norm)
-            gn_out, gn_z = gv.outlier, gv.z
+            tail = self.grad_norm_tail.update(grad_norm)
+            gn_stat, gn_z = gv.outlier & gn_finite, gv.z
+            ratio = torch.where(tail > 0, grad_norm / tail, nan)
+            tail_hit = ratio > ev_cfg.grad_tail_factor
+            joint_hit = gn_stat & (lv.z >= ev_cfg.joint_loss_z)
         else:
-            gn_out, gn_z = ~gn_finite, torch.full_like(grad_norm, math.nan)
+            gn_z, ratio = nan, nan
+            tail_hit = joint_hit = torch.zeros_like(gn_finite)
         # With a GradScaler, overflow steps are the scaler's business (it skips them itself).
         overflow = (~gn_finite) if self.has_scaler else torch.zeros_like(gn_finite)
-        bad = lv.outlier | (gn_out & ~overflow)
+        nonfinite = ~torch.isfinite(loss) | (~gn_finite & ~overflow)
+        loss_hit = lv.outlier & ~nonfinite
+        grad_hit = gn_finite & (tail_hit | joint_hit) & ~nonfinite & ~loss_hit
+        ref_g = torch.where(torch.isnan(self._cold_gn), nan if param_norm is None else param_norm.to(nan), self._cold_gn)
+        cold_hit = cold & ~nonfinite & ~loss_hit & ~grad_hit & (
+            (gn_finite & (grad_norm > ev_cfg.cold_grad_factor * ref_g))
+            | ((self._cold_loss > 0) & (loss > ev_cfg.cold_loss_factor * self._cold_loss)))
+        ev = (nonfinite.double() * int(Evidence.NON_FINITE) + loss_hit.double() * int(Evidence.LOSS)
+              + (grad_hit & ~tail_hit).double() * int(Evidence.GRAD_AND_LOSS)
+              + (grad_hit & tail_hit).double() * int(Evidence.GRAD_TAIL) + cold_hit.double() * int(Evidence.COLD_BOUND))
+        bad = nonfinite | loss_hit | grad_hit | cold_hit
+        accept = cold & ~bad
+        self._cold_gn = torch.where(accept & gn_finite, torch.fmax(self._cold_gn, grad_norm), self._cold_gn)
+        self._cold_loss = torch.where(accept & torch.isfinite(loss), torch.fmax(self._cold_loss, loss), self._cold_loss)
+        gn_out = grad_hit | (~gn_finite & ~overflow)
         apply = torch.ones_like(bad) if self.shadow else ~bad
         values = {"loss": loss, "grad_norm": grad_norm, "loss_z": lv.z, "grad_norm_z": gn_z,
                   "loss_baseline": lv.baseline, "loss_outlier": lv.outlier.double(),
                   "grad_norm_outlier": gn_out.double(), "overflow": overflow.double(), "bad": bad.double(),
-                  "local_loss": loss if local_loss is None else local_loss}
+                  "local_loss": loss if local_loss is None else local_loss, "grad_norm_ratio": ratio, "evidence": ev}
         packed = torch.stack([values[k].to(torch.float64).reshape(()) for k in PACKED_FIELDS])
         return Judgement(bad=bad, apply=apply, packed=packed)
+
+    @property
+    def warm(self) -> bool:
+        """Whether the loss test gives verdicts (reads one count back: not for the hot path)."""
+        return int(self.loss_test._count) >= self.loss_test.config.min_points
 
     def state_dict(self) -> dict[str, Any]:
         """The detector windows, in the host twin's format."""
         return {"loss": self.loss_test.state_dict(),
-                "grad_norm": None if self.grad_norm_test is None else self.grad_norm_test.state_dict()}
+                "grad_norm": None if self.grad_norm_test is None else self.grad_norm_test.state_dict(),
+                "grad_norm_tail": None if self.grad_norm_tail is None else self.grad_norm_tail.state_dict(),
+                "cold": {"max_loss": float(self._cold_loss), "max_grad_norm": float(self._cold_gn)}}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output (also accepts a :class:`HostJudge`'s)."""
+        import torch
+
         self.loss_test.load_state_dict(sd["loss"])
         if self.grad_norm_test is not None and sd.get("grad_norm") is not None:
             self.grad_norm_test.load_state_dict(sd["grad_norm"])
+        if self.grad_norm_tail is not None:
+            self.grad_norm_tail.load_state_dict(sd.get("grad_norm_tail"))
+        cold = sd.get("cold") or {}
+        self._cold_loss = torch.tensor(float(cold.get("max_loss", math.nan)), dtype=torch.float64,
+                                       device=self._cold_loss.device)
+        self._cold_gn = torch.tensor(float(cold.get("max_grad_norm", math.nan)), dtype=torch.float64,
+                                     device=self._cold_gn.device)

@@ -6,6 +6,7 @@ detector windows, open episode, budgets, skipped ranges and LR cuts.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 
@@ -13,7 +14,19 @@ def guard_state(guard) -> dict[str, Any]:
     """The callback's checkpointable state ({} before the guard exists)."""
     if guard is None:
         return {}
-    return {"timeline": guard.state_dict(), "ledger": guard.ledger.to_dict()}
+    return _plain({"timeline": guard.state_dict(), "ledger": guard.ledger.to_dict()})
+
+
+def _plain(obj: Any) -> Any:
+    """Plain Python containers and numbers: NumPy scalars (the host judge's noise estimates) would
+    make Lightning's checkpoint refuse ``torch.load(weights_only=True)``, torch's default since 2.6."""
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_plain(v) for v in obj)
+    if hasattr(obj, "item") and hasattr(obj, "dtype") and getattr(obj, "ndim", 1) == 0:
+        return obj.item()  # a NumPy (or 0-d torch) scalar
+    return obj
 
 
 def restore_guard(guard, state: dict[str, Any] | None) -> None:
@@ -26,4 +39,32 @@ def restore_guard(guard, state: dict[str, Any] | None) -> None:
         guard.load_state_dict(state)
         return
     guard.load_state_dict(state["timeline"])
+    path = guard.ledger.path
+    if path is not None and Path(path).exists():
+        return  # the ledger on disk is newer than the checkpoint's copy (it is never rolled back)
     guard.adopt_ledger(RunLedger.from_dict(state["ledger"]))
+
+
+def resume_ledger(guard, step: int) -> None:
+    """A relaunched run has resumed at ``step``: clear the ledger's ``resume_from`` if it named
+    this step, warn if it named another (the script resumed from the wrong checkpoint)."""
+    led = guard.ledger
+    if led.resume_from is None:
+        return
+    if int(led.resume_from) != int(step):
+        import warnings
+
+        warnings.warn(f"the run ledger asks to resume from step {led.resume_from}, the framework resumed at step "
+                      f"{step}; pass lossguard's resume_checkpoint(...) as the checkpoint to resume from",
+                      stacklevel=3)
+        return
+    led.resume_from = None
+    led.save()
+
+
+def exit_for_restart(guard, enabled: bool) -> None:
+    """End the process with ExitCode.ROLLBACK when the guard booked a rollback for a restart."""
+    if enabled and guard is not None and guard.restart_requested:
+        from ..distributed.restart import ExitCode
+
+        raise SystemExit(int(ExitCode.ROLLBACK))

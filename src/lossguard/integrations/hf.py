@@ -8,8 +8,17 @@ keeps each training forward's ``output.loss`` (a forward hook on the model; the 
 micro-batches of one optimizer step under gradient accumulation) and judges the step at
 ``on_pre_optimizer_step`` through the guard's framework mode
 (:meth:`StabilityGuard.before_optimizer_step`): a bad step's gradients are dropped, so the optimizer
-leaves every parameter and its state untouched. Where the guard would roll back it halts instead (the
-Trainer owns the data loader) and sets ``control.should_training_stop``.
+leaves every parameter and its state untouched.
+
+Rollback through a restart (the Trainer owns the data loader, so it cannot happen in the process):
+the guard picks the newest ``checkpoint-<step>`` in ``output_dir`` at least ``rollback_distance``
+steps before the episode, books it with the batches to skip in the run ledger
+(``<output_dir>/ledger.json``), stops the Trainer and, at train end, exits the process with
+``ExitCode.ROLLBACK`` (75). Relaunched (``torchrun --max-restarts``, or any scheduler), the same
+script resumes with ``trainer.train(resume_from_checkpoint=resume_checkpoint(output_dir))`` and the
+callback withholds the updates of the booked batches (the batch index is the optimizer step). With
+no checkpoint old enough it halts as before. ``restart_on_rollback=False`` keeps the old behaviour
+(halt with a diagnosis).
 
 State: the callback is an HF ``ExportableState``, so the Trainer writes the guard's timeline
 (detector windows, open episode) and run ledger into ``trainer_state.json`` of every checkpoint
@@ -29,7 +38,8 @@ from typing import Any
 
 from ..errors import require
 from ..guard.config import GuardConfig
-from ._state import guard_state, restore_guard
+from ._checkpoints import resume_checkpoint as _resume_checkpoint
+from ._state import exit_for_restart, guard_state, restore_guard, resume_ledger
 
 transformers = require("transformers", "hf", "The Hugging Face integration")
 
@@ -41,10 +51,14 @@ class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callb
         config: the guard's thresholds and budgets (a :class:`GuardConfig`, or its dict form).
         log_path: the JSONL log the guard writes its decisions (and per-step metrics) to.
         store: optional :class:`CheckpointStore` (or its directory) whose checkpoints a halt may
-            name; its directory also holds the run ledger.
+            name; its directory also holds the run ledger. None: the Trainer's own checkpoints
+            in ``output_dir`` (with ``restart_on_rollback``).
+        restart_on_rollback: carry out a rollback through a process restart (exit code 75);
+            False: halt with a diagnosis instead.
     """
 
-    def __init__(self, config: GuardConfig | dict | None = None, *, log_path=None, store=None) -> None:
+    def __init__(self, config: GuardConfig | dict | None = None, *, log_path=None, store=None,
+                 restart_on_rollback: bool = True) -> None:
         if isinstance(config, dict):
             from ..guard.config_file import config_from_dict
             config = config_from_dict(config)
@@ -53,6 +67,7 @@ class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callb
             from ..checkpoint.store import CheckpointStore
             store = CheckpointStore(store)
         self.log_path, self.store = log_path, store
+        self.restart_on_rollback = bool(restart_on_rollback)
         self.guard = None
         self.restored_state: dict[str, Any] | None = None
         """Guard state from a resumed checkpoint, loaded into the guard at train begin."""
@@ -64,7 +79,8 @@ class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callb
         from ..guard.config_file import config_to_dict
         return {"args": {"config": config_to_dict(self.config),
                          "log_path": None if self.log_path is None else str(self.log_path),
-                         "store": None if self.store is None else str(self.store.directory)},
+                         "store": None if self.store is None else str(self.store.directory),
+                         "restart_on_rollback": self.restart_on_rollback},
                 "attributes": {"restored_state": guard_state(self.guard)}}
 
     def _keep_loss(self, module, inputs, output) -> None:
@@ -79,10 +95,15 @@ class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callb
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         from ..guard.guard import StabilityGuard
 
-        self.guard = StabilityGuard(model, optimizer, store=self.store, config=self.config, log_path=self.log_path)
+        store = self.store
+        if store is None and self.restart_on_rollback:
+            from ._checkpoints import FrameworkCheckpoints
+            store = FrameworkCheckpoints(args.output_dir, "hf")
+        self.guard = StabilityGuard(model, optimizer, store=store, config=self.config, log_path=self.log_path)
         restore_guard(self.guard, self.restored_state or _saved_state(state))
         self.restored_state = None
         self.guard.step_count = state.global_step
+        resume_ledger(self.guard, state.global_step)
         self._hook = model.register_forward_hook(self._keep_loss)
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
@@ -101,6 +122,7 @@ class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callb
             self._hook = None
         if self.guard is not None:
             self.guard.close()
+        exit_for_restart(self.guard, self.restart_on_rollback)
 
 
 def _saved_state(trainer_state) -> dict[str, Any] | None:
@@ -111,3 +133,10 @@ def _saved_state(trainer_state) -> dict[str, Any] | None:
     if not isinstance(saved, dict):
         return None
     return saved.get("attributes", {}).get("restored_state") or None
+
+
+def resume_checkpoint(output_dir) -> str | None:
+    """Where a (re)launched run resumes: the checkpoint the run ledger in ``output_dir`` names after a
+    rollback booked before a restart, else the newest checkpoint there, else None (fresh start).
+    Pass it to ``trainer.train(resume_from_checkpoint=...)``."""
+    return _resume_checkpoint(output_dir, "hf")

@@ -6,8 +6,14 @@ Lightning calls ``optimizer.step()`` itself, so the callback uses the guard's fr
 (:meth:`StabilityGuard.before_optimizer_step`): it keeps the loss at ``on_before_backward``, judges
 the step at ``on_before_optimizer_step`` (after backward and fp16 unscaling, before clipping), and a
 bad step's gradients are dropped so the optimizer leaves every parameter and its state untouched.
-Where the guard would roll back it halts instead (Lightning owns the data loader) and the callback
-asks the trainer to stop. The guard's timeline (detector windows, open episode) and its run ledger
+Where the guard would roll back, the rollback goes through a restart (Lightning owns the data
+loader): the guard picks the newest ``ModelCheckpoint`` file (``...step=<N>...ckpt``) at least
+``rollback_distance`` steps before the episode, books it with the batches to skip in the run ledger
+(``<dirpath>/ledger.json``), stops the trainer and at fit end exits the process with
+``ExitCode.ROLLBACK`` (75); relaunched, the same script calls
+``trainer.fit(..., ckpt_path=resume_checkpoint(dirpath))`` and the callback withholds the updates
+of the booked batches (the batch index is the optimizer step). With no checkpoint old enough, or
+``restart_on_rollback=False``, it halts with a diagnosis. The guard's timeline (detector windows, open episode) and its run ledger
 (budgets, skipped ranges, LR cuts) are saved in Lightning's checkpoints through the callback's
 ``state_dict``, so a resumed run keeps both.
 """
@@ -17,7 +23,8 @@ from typing import Any
 
 from ..errors import require
 from ..guard.config import GuardConfig
-from ._state import guard_state, restore_guard
+from ._checkpoints import resume_checkpoint as _resume_checkpoint
+from ._state import exit_for_restart, guard_state, restore_guard, resume_ledger
 
 pl = require("lightning.pytorch", "lightning", "The Lightning integration")
 
@@ -28,12 +35,16 @@ class StabilityCallback(pl.Callback):
     Args:
         config: the guard's thresholds and budgets.
         log_path: the JSONL log the guard writes its decisions (and per-step metrics) to.
-        store: optional :class:`CheckpointStore` whose checkpoints a halt may name.
+        store: optional :class:`CheckpointStore` whose checkpoints a halt may name. None: the
+            trainer's ``ModelCheckpoint`` files (with ``restart_on_rollback``).
+        restart_on_rollback: carry out a rollback through a process restart (exit code 75).
     """
 
-    def __init__(self, config: GuardConfig | None = None, *, log_path=None, store=None) -> None:
+    def __init__(self, config: GuardConfig | None = None, *, log_path=None, store=None,
+                 restart_on_rollback: bool = True) -> None:
         self.config = config or GuardConfig()
         self.log_path, self.store = log_path, store
+        self.restart_on_rollback = bool(restart_on_rollback)
         self.guard = None
         self._loss = None
         self._pending_state: dict[str, Any] | None = None
@@ -42,12 +53,21 @@ class StabilityCallback(pl.Callback):
         from ..guard.guard import StabilityGuard
 
         scaler = getattr(trainer.precision_plugin, "scaler", None)
-        self.guard = StabilityGuard(pl_module, trainer.optimizers[0], store=self.store, scaler=scaler,
+        store = self.store
+        ckpt = getattr(trainer, "checkpoint_callback", None)
+        if store is None and self.restart_on_rollback and getattr(ckpt, "dirpath", None):
+            from ._checkpoints import FrameworkCheckpoints
+            store = FrameworkCheckpoints(ckpt.dirpath, "lightning")
+        self.guard = StabilityGuard(pl_module, trainer.optimizers[0], store=store, scaler=scaler,
                                     config=self.config, log_path=self.log_path)
         if self._pending_state is not None:
             restore_guard(self.guard, self._pending_state)
             self._pending_state = None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        # The loops' progress (global_step) is restored from ckpt_path after on_fit_start.
         self.guard.step_count = trainer.global_step
+        resume_ledger(self.guard, trainer.global_step)
 
     def on_before_backward(self, trainer, pl_module, loss) -> None:
         self._loss = loss.detach()
@@ -60,6 +80,7 @@ class StabilityCallback(pl.Callback):
     def on_fit_end(self, trainer, pl_module) -> None:
         if self.guard is not None:
             self.guard.close()
+        exit_for_restart(self.guard, self.restart_on_rollback)
 
     def state_dict(self) -> dict[str, Any]:
         """The guard's timeline and ledger (Lightning saves it in its checkpoints)."""
@@ -69,3 +90,10 @@ class StabilityCallback(pl.Callback):
         """Keep the saved state until the guard is built at fit start."""
         if state_dict:
             self._pending_state = state_dict  # the guard is built at fit start
+
+
+def resume_checkpoint(dirpath) -> str | None:
+    """Where a (re)launched run resumes: the checkpoint the run ledger in ``dirpath`` names after a
+    rollback booked before a restart, else the newest checkpoint there, else None (fresh start).
+    Pass it to ``trainer.fit(..., ckpt_path=...)``."""
+    return _resume_checkpoint(dirpath, "lightning")

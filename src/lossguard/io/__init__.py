@@ -3,6 +3,7 @@
 Each reader is a module ``lossguard.io.<name>`` with ``NAME``, ``sniff(path, head) -> bool`` (``head``
 is the file's first 64 KiB) and ``read(path, *, root=None) -> RunLog`` (unstitched). :func:`read_log`
 asks the readers in :data:`READERS` order, so specific formats win over the generic CSV/JSONL ones.
+Which files of a directory are read, and when its parts are one run, is :mod:`lossguard.io._runs`.
 """
 from __future__ import annotations
 
@@ -177,6 +178,8 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
                 raise
             skipped.append(str(path))  # a launch killed before it logged: nothing to read, not an error
             warnings.append(f"{path}: {exc.what}")
+    if not logs and warnings:  # only launches killed before they logged anything
+        raise LogFormatError(warnings[0], fix="the run was killed before it logged a step: there is nothing to analyse")
     if not logs:
         explained = _runs.explain_unreadable(skipped)
         if explained is not None:
@@ -186,14 +189,21 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
             f"(for example {Path(skipped[0]).name})", path=", ".join(sorted({str(r) for _, r in expanded if r})),
             fix=f"formats read: {', '.join(available_formats())}")
     hf = [g for g in logs if g.format == "hf_trainer_state"]
+    hf_sources = [src for g in hf for src in g.sources]
     if len(hf) > 1:  # every HF checkpoint repeats the whole history: keep each point once
         logs = [g for g in logs if g.format != "hf_trainer_state"] + reader("hf_trainer_state").collapse(hf)
     logs, duplicates = _runs.one_run(logs)
     log = stitch(merge(logs))
+    extra = [e for d in duplicates for e in d.events]
+    if extra:  # the guard's decisions in a log whose points another source already gave
+        log.events = sorted(log.events + extra, key=lambda e: e["step"] if isinstance(e.get("step"), (int, float)) else 0)
     if skipped:
         log.metadata["skipped"] = skipped
     if duplicates:
-        log.metadata["duplicate_sources"] = duplicates
+        dropped = [src for d in duplicates for src in d.sources]
+        if any(d.format == "hf_trainer_state" for d in duplicates):
+            dropped += [src for src in hf_sources if src not in dropped]  # the checkpoints collapse() merged
+        log.metadata["duplicate_sources"] = dropped
     if warnings:
         log.metadata["warnings"] = list(log.metadata.get("warnings", [])) + warnings
     return log

@@ -17,7 +17,8 @@ from typing import Iterator
 
 import numpy as np
 
-from ._table import Table, add_text_columns, parse_numeric
+from ._columns import SPARSE_BELOW, add_text_columns, store_cells, store_numeric
+from ._table import Table
 
 
 @dataclass
@@ -28,15 +29,37 @@ class Piece:
         rows: number of rows parsed from the chunk.
         numeric: column -> float64/int64 values.
         present: column -> bool mask of the cells that hold a value.
-        text: column -> cell strings, for columns the parser did not read as numbers.
-        lines: int64 line number of each row, or None when rows and lines do not match one to one.
+        text: column -> (int64 rows, their cell strings) for columns the parser did not read as
+            numbers (empty cells left out).
+        sparse: column -> (int64 rows, float64 values) for numeric columns kept sparse.
+        lines: line number of each row (an int64 array, or a ``range`` for a whole chunk), or None
+            when rows and lines do not match one to one.
     """
 
     rows: int
     numeric: dict[str, np.ndarray] = field(default_factory=dict)
     present: dict[str, np.ndarray] = field(default_factory=dict)
-    text: dict[str, list[str]] = field(default_factory=dict)
-    lines: np.ndarray | None = None
+    text: dict[str, tuple[np.ndarray, list[str]]] = field(default_factory=dict)
+    sparse: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    lines: np.ndarray | range | None = None
+
+    def cells_of(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """(rows, values) of a numeric column in this piece, or None when absent."""
+        if name in self.sparse:
+            return self.sparse[name]
+        if name in self.numeric:
+            present = self.present[name]
+            if present.all():
+                return np.arange(self.rows, dtype=np.int64), self.numeric[name]
+            idx = np.flatnonzero(present)
+            return idx, self.numeric[name][idx]
+        return None
+
+
+def text_cells(values: list) -> tuple[np.ndarray, list[str]]:
+    """(rows, strings) of the non-empty cells of a parsed text column (None = empty)."""
+    idx = [i for i, v in enumerate(values) if v is not None and v != ""]
+    return np.asarray(idx, dtype=np.int64), [values[i] if isinstance(values[i], str) else str(values[i]) for i in idx]
 
 
 @dataclass
@@ -55,11 +78,15 @@ class Chunk:
     first_line: int
     lines: int
 
-    def row_lines(self, rows: int) -> np.ndarray | None:
-        """Line number of each of ``rows`` parsed rows, when they are the chunk's lines one to one."""
+    def row_lines(self, rows: int) -> range | None:
+        """Line number of each of ``rows`` parsed rows, when they are the chunk's lines one to one.
+
+        A ``range``, not an array: consecutive chunks then join into one ``arange`` at the end, with
+        no per-chunk copy held while the rest of the file is parsed.
+        """
         if rows != self.lines:
             return None
-        return np.arange(self.first_line, self.first_line + rows, dtype=np.int64)
+        return range(self.first_line, self.first_line + rows)
 
 
 CHUNK_BYTES = 4 << 20
@@ -107,75 +134,117 @@ def chunks(path: Path, *, skip_first_line: bool, limit: int | None = None) -> It
             carry = end - cut
 
 
-class _FirstBad(dict):
-    """The cells of a text column that errors need: only the first non-numeric one, by row index."""
-
-
 def join_pieces(pieces: list[Piece], names: list[str], table: Table, *, keep_text: tuple[str, ...] = ()) -> Table:
     """Concatenate chunk columns into ``table`` (names in first-seen order; gaps are missing values).
 
     A column the parser read as text in some chunk is re-read with :func:`parse_numeric` there: when
     every cell is a number after all, the column stays numeric; otherwise it becomes a text column
     that keeps only its first non-numeric cell (all cells for the names in ``keep_text``), so a bad
-    cell in the last row is reported without re-reading the file. ``table.lines`` is set from the
-    pieces' exact lines when every piece has them.
+    cell in the last row is reported without re-reading the file. Columns present in few rows are
+    joined sparse. ``table.lines`` is set from the pieces' exact lines when every piece has them.
     """
     total = sum(p.rows for p in pieces)
+    offsets = np.cumsum([0] + [p.rows for p in pieces])[:-1].tolist()
     text: dict[str, list[str]] = {}
     for name in names:
         if name in keep_text and any(name in p.text for p in pieces):
-            cells: list[str] = []
-            for p in pieces:
-                if name in p.text:
-                    cells.extend(p.text[name])
-                elif name in p.numeric:
-                    cells.extend(("%g" % v) if ok else "" for v, ok in zip(p.numeric[name].tolist(),
-                                                                           p.present[name].tolist()))
-                else:
-                    cells.extend([""] * p.rows)
-            text[name] = cells
+            text[name] = _dense_cells(pieces, name)
             continue
-        bad = _first_text_cell(pieces, name)
-        if bad is not None:
-            table.text[name] = bad
+        if _first_text_cell(pieces, offsets, name, table):
             continue
-        if len(pieces) == 1:
+        if len(pieces) == 1 and name in pieces[0].numeric:
             table.numeric[name], table.present[name] = pieces[0].numeric[name], pieces[0].present[name]
-            continue
-        vals = [p.numeric.get(name, np.full(p.rows, np.nan)) for p in pieces]
-        pres = [p.present.get(name, np.zeros(p.rows, dtype=bool)) for p in pieces]
-        values = np.concatenate(vals)
-        del vals
-        present = np.concatenate(pres)
-        table.numeric[name] = values
-        table.present[name] = np.broadcast_to(np.True_, total) if present.all() else present
+        elif sum(_count(p, name) for p in pieces) >= total * SPARSE_BELOW:
+            values = np.concatenate([_dense(p, name)[0] for p in pieces])
+            present = np.concatenate([_dense(p, name)[1] for p in pieces])
+            table.numeric[name] = values
+            table.present[name] = np.broadcast_to(np.True_, total) if present.all() else present
+        else:
+            parts = [(off, p.cells_of(name)) for off, p in zip(offsets, pieces)]
+            parts = [(off, c) for off, c in parts if c is not None]
+            idx = np.concatenate([c[0] + off for off, c in parts]) if parts else np.zeros(0, dtype=np.int64)
+            vals = np.concatenate([c[1] for _, c in parts]) if parts else np.zeros(0)
+            store_numeric(table, name, idx, vals, total)
         for p in pieces:  # free each chunk's copy as soon as the joined column exists
             p.numeric.pop(name, None)
             p.present.pop(name, None)
+            p.sparse.pop(name, None)
     table.names = list(names)
     if pieces and all(p.lines is not None for p in pieces):
-        table.lines = pieces[0].lines if len(pieces) == 1 else np.concatenate([p.lines for p in pieces])
+        table.lines = _joined_lines(pieces, offsets, total)
         table.exact_lines = True
     add_text_columns(table, text)
     return table
 
 
-def _first_text_cell(pieces: list[Piece], name: str) -> tuple[_FirstBad, int, bool] | None:
-    """``(cells, index, numbers before)`` of the column's first non-numeric cell, or None if it is numeric.
+def _joined_lines(pieces: list[Piece], offsets: list[int], total: int) -> np.ndarray:
+    """The pieces' line numbers as one array: one ``arange`` when they are consecutive ranges."""
+    ranges = [p.lines for p in pieces if isinstance(p.lines, range)]
+    if len(ranges) == len(pieces) and all(a.stop == b.start for a, b in zip(ranges, ranges[1:])):
+        return np.arange(ranges[0].start, ranges[0].start + total, dtype=np.int64)
+    lines = np.empty(total, dtype=np.int64)
+    for off, p in zip(offsets, pieces):  # filled piece by piece: no second full-length copy
+        lines[off:off + p.rows] = p.lines
+        p.lines = None
+    return lines
+
+
+def _first_text_cell(pieces: list[Piece], offsets: list[int], name: str, table: Table) -> bool:
+    """Record the column's first non-numeric cell in ``table.text`` and return True, or False if it is numeric.
 
     Chunks the parser left as text but whose cells all parse as numbers are converted in place.
     """
-    offset = 0
     numbers_before = False
-    for p in pieces:
+    for off, p in zip(offsets, pieces):
         if name in p.text:
-            cells = p.text.pop(name)
-            parsed = parse_numeric(cells)
-            if isinstance(parsed[0], int):
-                i, before = parsed
-                return _FirstBad({offset + i: cells[i]}), offset + i, numbers_before or before
-            p.numeric[name], p.present[name] = parsed
-        if name in p.present:
-            numbers_before = numbers_before or bool(np.any(p.present[name]))
-        offset += p.rows
-    return None
+            idx, cells = p.text.pop(name)
+            scratch = Table(names=[])
+            if not store_cells(scratch, name, idx, cells, p.rows, numbers_before=numbers_before, row_offset=off):
+                table.text[name] = scratch.text[name]
+                return True
+            if name in scratch.sparse:
+                p.sparse[name] = scratch.sparse[name]
+            else:
+                p.numeric[name], p.present[name] = scratch.numeric[name], scratch.present[name]
+        got = p.cells_of(name)
+        numbers_before = numbers_before or (got is not None and len(got[0]) > 0)
+    return False
+
+
+def _count(p: Piece, name: str) -> int:
+    if name in p.sparse:
+        return len(p.sparse[name][0])
+    if name in p.numeric:
+        return int(np.count_nonzero(p.present[name]))
+    return 0
+
+
+def _dense(p: Piece, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(values, present) of a column over every row of the piece."""
+    if name in p.numeric:
+        return p.numeric[name], np.broadcast_to(p.present[name], p.rows)
+    values = np.full(p.rows, np.nan)
+    present = np.zeros(p.rows, dtype=bool)
+    if name in p.sparse:
+        idx, vals = p.sparse[name]
+        values[idx] = vals
+        present[idx] = True
+    return values, present
+
+
+def _dense_cells(pieces: list[Piece], name: str) -> list[str]:
+    """Every cell of a column as a string (empty where missing), for the columns read as labels."""
+    cells: list[str] = []
+    for p in pieces:
+        part = [""] * p.rows
+        if name in p.text:
+            idx, strings = p.text[name]
+            for i, c in zip(idx.tolist(), strings):
+                part[i] = c
+        else:
+            got = p.cells_of(name)
+            if got is not None:
+                for i, v in zip(got[0].tolist(), got[1].tolist()):
+                    part[i] = "%g" % v
+        cells.extend(part)
+    return cells

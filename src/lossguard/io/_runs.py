@@ -14,8 +14,11 @@ The rules (:func:`one_run`):
 1. Side files (:func:`is_side_file`) are never sniffed; they are listed as skipped.
 2. Logs of different formats are compared on a metric they share (loss first). When every point of
    one, at the steps both logged, equals a point of the other (to float32, as TensorBoard stores
-   it), they are two copies of one run: only the preferred source (:data:`SOURCE_PREFERENCE`) is
-   kept, the other is listed in ``metadata["duplicate_sources"]``. Points are never counted twice.
+   it), and one has no step the other lacks, that one is a copy: its points are not read, it is
+   listed in ``metadata["duplicate_sources"]`` (its events, e.g. the guard's decisions, are kept).
+   When each is a copy of the other, :data:`SOURCE_PREFERENCE` picks. Points are never counted
+   twice; a resume that another tool logged on from an exact checkpoint (same points where they
+   overlap, new steps after) is not a copy.
 3. When they differ and the later one starts no later than the earlier one's second logged step,
    they are separate runs (two launches from scratch): an error names both sets of files and how to
    read one (a narrower path, or ``--only``).
@@ -47,6 +50,8 @@ _SIDE_NAMES = frozenset({
     "hparams.yaml", "config.yaml", "config.json", "generation_config.json", "tokenizer.json",
     "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt",
     "preprocessor_config.json", "adapter_config.json", "model.safetensors.index.json", "training_args.bin",
+    # HF example scripts' end-of-run summaries and model card: one object each, no steps
+    "all_results.json", "train_results.json", "eval_results.json", "predict_results.json", "README.md",
     # W&B run directories: metadata and the SDK's own debug logs, not the run's history
     "wandb-metadata.json", "wandb-summary.json", "requirements.txt", "conda-environment.yaml",
     "debug.log", "debug-internal.log", "debug-core.log",
@@ -110,17 +115,20 @@ def _points(logs: list[RunLog], metric: str) -> tuple[np.ndarray, np.ndarray]:
     return steps, values
 
 
+def _at(points: tuple[np.ndarray, np.ndarray], steps: np.ndarray) -> set[tuple[int, int]]:
+    """The (step, float32 bit pattern) pairs of ``points`` at ``steps``: NaN equals NaN, as logged."""
+    keep = np.isin(points[0], steps)
+    return set(zip(points[0][keep].tolist(), points[1][keep].view(np.int32).tolist()))
+
+
 def _same_points(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> bool | None:
-    """True when, at the steps both logged, every point of the smaller side is also in the other;
-    None when they share no step."""
+    """True when, at the steps both logged, every point of one side is also a point of the other
+    (the side with superseded points holds more); None when they share no step."""
     common = np.intersect1d(a[0], b[0])
     if not len(common):
         return None
-    small, big = sorted((a, b), key=lambda p: int(np.isin(p[0], common).sum()))
-    keep = np.isin(small[0], common)
-    # Compare bit patterns of the float32 values: NaN equals NaN, as it was logged.
-    key = lambda steps, values: set(zip(steps.tolist(), values.view(np.int32).tolist()))  # noqa: E731
-    return key(small[0][keep], small[1][keep]) <= key(big[0][np.isin(big[0], common)], big[1][np.isin(big[0], common)])
+    small, big = sorted((_at(a, common), _at(b, common)), key=len)
+    return small <= big
 
 
 def _files(logs: list[RunLog]) -> str:
@@ -129,14 +137,15 @@ def _files(logs: list[RunLog]) -> str:
     return shown + (f" and {len(sources) - 3} more" if len(sources) > 3 else "")
 
 
-def one_run(logs: list[RunLog]) -> tuple[list[RunLog], list[str]]:
+def one_run(logs: list[RunLog]) -> tuple[list[RunLog], list[RunLog]]:
     """Keep one source per run and check that what remains is one run (see the module docstring).
 
     Args:
         logs: unstitched RunLogs, one per file or run directory, in reading order.
 
     Returns:
-        The logs to merge, and the sources dropped as duplicates of a preferred one.
+        The logs to merge, and the logs dropped as duplicates of a preferred one (their events,
+        such as the guard's decisions in its JSONL log, are still worth keeping).
 
     Raises:
         LossguardError: the logs are separate runs; the message names the files of each.
@@ -154,31 +163,51 @@ def one_run(logs: list[RunLog]) -> tuple[list[RunLog], list[str]]:
     kept: list[str] = []
     dropped: list[str] = []
     for fmt in formats:
-        group = by_format[fmt]
-        duplicate = False
-        for other in kept:
-            metric = next((m for m in _COMPARED if any(m in g.series for g in group)
-                           and any(m in g.series for g in by_format[other])), None)
-            if metric is None:
-                continue  # nothing in common to compare: complementary logs of one run
-            mine, theirs = _points(group, metric), _points(by_format[other], metric)
-            same = _same_points(mine, theirs)
-            if same:
-                duplicate = True
+        for other in list(kept):
+            copy = _copy_of(fmt, other, by_format)
+            if copy == fmt:
+                dropped.append(fmt)
                 break
-            if same is False:
-                first, later = sorted((mine, theirs), key=lambda p: int(p[0].min()))
-                # A resume or rollback starts from a checkpoint taken after the first run logged
-                # something; a second launch from scratch starts where the first one did.
-                starts = np.unique(first[0])[:2]
-                if int(later[0].min()) <= int(starts[-1]):
-                    raise _separate(f"{fmt} and {other} logs", [group, by_format[other]],
-                                    detail=f"both start at step {int(first[0].min())} with different {metric} values")
-        if duplicate:
-            dropped += [s for g in group for s in g.sources]
+            if copy == other:
+                kept.remove(other)
+                dropped.append(other)
         else:
             kept.append(fmt)
-    return [log for log in logs if log.format in kept], dropped
+    return [log for log in logs if log.format in kept], [log for log in logs if log.format in dropped]
+
+
+def _copy_of(fmt: str, other: str, by_format: dict[str, list[RunLog]]) -> str | None:
+    """Which of two formats' logs is a copy of the other's points (``fmt`` on a tie), or None.
+
+    A copy holds the same points at the steps both logged, and no step the other lacks: an HF
+    ``trainer_state.json`` beside the events, not a resume that a second tool logged on from a
+    deterministic checkpoint (same points where they overlap, new steps after).
+
+    Raises:
+        LossguardError: the two are separate runs: they start at the same step with different values.
+    """
+    group, theirs_logs = by_format[fmt], by_format[other]
+    metric = next((m for m in _COMPARED if any(m in g.series for g in group)
+                   and any(m in g.series for g in theirs_logs)), None)
+    if metric is None:
+        return None  # nothing in common to compare: complementary logs of one run
+    mine, theirs = _points(group, metric), _points(theirs_logs, metric)
+    same = _same_points(mine, theirs)
+    if same:
+        if np.isin(mine[0], theirs[0]).all():
+            return fmt
+        if np.isin(theirs[0], mine[0]).all():
+            return other
+        return None
+    if same is False:
+        first, later = sorted((mine, theirs), key=lambda p: int(p[0].min()))
+        # A resume or rollback starts from a checkpoint taken after the first run logged
+        # something; a second launch from scratch starts where the first one did.
+        starts = np.unique(first[0])[:2]
+        if int(later[0].min()) <= int(starts[-1]):
+            raise _separate(f"{fmt} and {other} logs", [group, theirs_logs],
+                            detail=f"both start at step {int(first[0].min())} with different {metric} values")
+    return None
 
 
 def _separate(what: str, groups: list[list[RunLog]], detail: str = "") -> LossguardError:

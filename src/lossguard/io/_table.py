@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from itertools import compress
 from typing import Callable
 
 import numpy as np
@@ -57,6 +56,9 @@ class Table:
             every chunk's rows are its lines); errors found on an inexact table are re-derived.
         warnings: what the reader dropped or worked around (a half-written last line, columns over
             :data:`MAX_COLUMNS`), shown by ``lossguard info``.
+        sparse: raw name -> (int64 row indices, float64 values) for numeric columns present in few
+            rows (JSONL keys that one record in a thousand has): memory follows the cells, not
+            rows x columns. A name is in ``numeric`` or in ``sparse``, never both.
     """
 
     names: list[str]
@@ -68,6 +70,7 @@ class Table:
     header: bool = False
     exact_lines: bool = True
     warnings: list[str] = field(default_factory=list)
+    sparse: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     @property
     def rows(self) -> int:
@@ -159,6 +162,7 @@ def to_runlog(table: Table, *, path: Path, format: str, segments: np.ndarray | N
         cells, bad, _ = table.text[step_col]
         raise LogFormatError(f"non-numeric step {cells[bad]!r} in column {step_col!r}", path=src,
                              where=f"{unit} {int(table.lines[bad])}", fix="every step must be an integer")
+    densify(table, step_col)
     steps_f = table.numeric[step_col]
     step_ok = table.present[step_col]
 
@@ -192,7 +196,10 @@ def to_runlog(table: Table, *, path: Path, format: str, segments: np.ndarray | N
     if table.rows:
         has_metric = np.zeros(table.rows, dtype=bool)
         for raw, _ in metric_cols:
-            has_metric |= table.present[raw]
+            if raw in table.sparse:
+                has_metric[table.sparse[raw][0]] = True
+            else:
+                has_metric |= table.present[raw]
         orphan = has_metric & ~step_ok
         if orphan.any():
             i = int(np.flatnonzero(orphan)[0])
@@ -240,10 +247,14 @@ def to_runlog(table: Table, *, path: Path, format: str, segments: np.ndarray | N
             note = segment_notes[seg_ids[k]]
         seg = b.start_segment(src, start_time=t0, note=note)
         for raw, name in metric_cols:
-            mask = table.present[raw][lo:hi]
-            if lo == 0 and hi == table.rows and mask.all():
+            if raw in table.sparse:
+                idx, vals = table.sparse[raw]
+                a, z = np.searchsorted(idx, [lo, hi])
+                s, v, w = steps[idx[a:z]], vals[a:z], table.lines[idx[a:z]]
+            elif lo == 0 and hi == table.rows and table.present[raw].all():
                 s, v, w = steps, table.numeric[raw], table.lines
             else:
+                mask = table.present[raw][lo:hi]
                 s, v, w = steps[lo:hi][mask], table.numeric[raw][lo:hi][mask], table.lines[lo:hi][mask]
             if dedupe and len(s) > 1:
                 same = (s[1:] == s[:-1]) & ((v[1:] == v[:-1]) | (np.isnan(v[1:]) & np.isnan(v[:-1])))
@@ -258,57 +269,23 @@ def to_runlog(table: Table, *, path: Path, format: str, segments: np.ndarray | N
     return b.build()
 
 
+def densify(table: Table, name: str) -> None:
+    """Turn a sparse column of ``table`` into a dense one (the step and time columns are used row by row)."""
+    if name not in table.sparse:
+        return
+    idx, vals = table.sparse.pop(name)
+    values = np.full(table.rows, np.nan)
+    values[idx] = vals
+    present = np.zeros(table.rows, dtype=bool)
+    present[idx] = True
+    table.numeric[name], table.present[name] = values, present
+
+
 def _time_column(table: Table) -> np.ndarray | None:
     for raw in table.names:
+        if normalise(raw) in TIME_NAMES and raw in table.sparse:
+            densify(table, raw)
         if normalise(raw) in TIME_NAMES and raw in table.numeric:
             t = np.where(table.present[raw], table.numeric[raw], np.nan)
             return t
     return None
-
-
-def parse_numeric(cells: list[str]) -> tuple[np.ndarray, np.ndarray] | tuple[int, bool]:
-    """Convert cell strings to float64 (empty or blank = missing).
-
-    Cells are converted one by one with ``float`` (no fixed-width string array: one 10 MB cell in
-    a column must not make every row 10 MB wide).
-
-    Returns:
-        ``(values, present)``, or when a cell is not a number ``(its index, True if a number came
-        before it)``: a column that starts with text is a label column, one that turns to text
-        part-way is a broken metric.
-    """
-    n = len(cells)
-    present = np.fromiter(map(bool, cells), dtype=bool, count=n)
-    try:
-        if present.all():
-            return np.fromiter(map(float, cells), dtype=np.float64, count=n), present
-        values = np.full(n, np.nan)
-        values[present] = np.fromiter(map(float, compress(cells, present)), dtype=np.float64,
-                                      count=int(present.sum()))
-        return values, present
-    except (ValueError, OverflowError):
-        pass
-    # Some cell is blank or not a number: find which, exactly, in one pass.
-    values = np.full(n, np.nan)
-    seen_number = False
-    for i, c in enumerate(cells):
-        c = c.strip()
-        present[i] = bool(c)
-        if not c:
-            continue
-        try:
-            values[i] = float(c)
-            seen_number = True
-        except (ValueError, OverflowError):
-            return i, seen_number
-    return values, present
-
-
-def add_text_columns(table: Table, columns: dict[str, list[str]]) -> None:
-    """Parse string columns into ``table``: numeric ones to arrays, the rest kept as text."""
-    for name, cells in columns.items():
-        parsed = parse_numeric(cells)
-        if isinstance(parsed[0], int):
-            table.text[name] = (cells, parsed[0], parsed[1])
-        else:
-            table.numeric[name], table.present[name] = parsed

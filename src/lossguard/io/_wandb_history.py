@@ -50,22 +50,32 @@ def _records(path: Path):
         raise MissingDependencyError("wandb", "wandb", "reading a W&B run-*.wandb file")
     cmd = [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(Path(path).resolve())]
     # The CLI writes its debug log into ./wandb (or $WANDB_DIR) when one exists: run it in a
-    # scratch directory so that reading never adds a file to the user's run directory.
-    with tempfile.TemporaryDirectory(prefix="lossguard-wandb-") as scratch, \
-            subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                             cwd=scratch, env={**os.environ, "WANDB_DIR": scratch, "WANDB_SILENT": "true"},
-                             text=True, encoding="utf-8", errors="replace") as proc:
-        for line in proc.stdout:
-            if line.startswith("{"):
-                try:
-                    yield json.loads(line)
-                except ValueError:
-                    continue
-        err = proc.stderr.read()
-        if proc.wait() != 0:
-            raise LogFormatError(f"the W&B SDK cannot read this file: {err.strip()[-300:] or 'exit code ' + str(proc.returncode)}",
-                                 path=path, fix="check that it is a run-*.wandb file written by wandb; "
-                                                "`wandb leet inspect` shows what the SDK sees")
+    # scratch directory so that reading never adds a file to the user's run directory. Offline mode
+    # and no error reporting: reading a local file must not talk to a server.
+    env = {**os.environ, "WANDB_DIR": "", "WANDB_SILENT": "true", "WANDB_MODE": "offline",
+           "WANDB_ERROR_REPORTING": "false"}
+    with tempfile.TemporaryDirectory(prefix="lossguard-wandb-") as scratch:
+        env["WANDB_DIR"] = scratch
+        # stderr goes to a file: a pipe nobody reads while stdout streams could fill and stall the SDK
+        with open(os.path.join(scratch, "stderr.txt"), "w+", encoding="utf-8", errors="replace") as errf, \
+                subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, stdin=subprocess.DEVNULL, cwd=scratch,
+                                 env=env, text=True, encoding="utf-8", errors="replace") as proc:
+            for line in proc.stdout:
+                if line.startswith("{"):
+                    try:
+                        yield json.loads(line)
+                    except ValueError:
+                        continue
+            code = proc.wait()
+            errf.seek(0)
+            err = errf.read()
+    if code != 0 and ("No such command" in err or ("leet" in err and "Usage" in err)):
+        raise MissingDependencyError("wandb>=0.31", "wandb", "reading a W&B run-*.wandb file "
+                                     "(its reader, `wandb leet inspect --json`, came with wandb 0.31)")
+    if code != 0:
+        raise LogFormatError(f"the W&B SDK cannot read this file: {err.strip()[-300:] or f'exit code {code}'}",
+                             path=path, fix="check that it is a run-*.wandb file written by wandb; "
+                                            "`wandb leet inspect` shows what the SDK sees")
 
 
 def _value(raw) -> float | None:

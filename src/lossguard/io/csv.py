@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import LogFormatError
-from ._chunks import Piece, chunks, join_pieces
-from ._table import MAX_COLUMNS, Table, add_text_columns, find_step_column, limit_columns, normalise, to_runlog
+from ._csv_arrow import read_arrow
+from ._columns import add_text_columns
+from ._table import Table, densify, find_step_column, limit_columns, normalise, to_runlog
 from ._tail import cut_partial_last_line
 
 NAME = "csv"
@@ -97,9 +98,9 @@ def read_table(path: Path, *, fast: bool = True) -> Table:
     header = _first_line(head) or ""
     delimiter = delimiter_of(header) or ","
     warnings: list[str] = []
-    width = len(next(_csv.reader([header], delimiter=delimiter), []))
+    width = _cells_in(header.encode("utf-8", "replace"), delimiter)
     limit = cut_partial_last_line(path, lambda last: _cells_in(last, delimiter) >= width, warnings)
-    table = _read_arrow(path, delimiter, limit) if fast else None
+    table = read_arrow(path, delimiter, limit, keep_text=(SEGMENT_COLUMN,)) if fast else None
     if table is None:
         data = read_bytes(path)
         table = _read_exact(path, data if limit is None else data[:limit], delimiter)
@@ -110,121 +111,8 @@ def read_table(path: Path, *, fast: bool = True) -> Table:
 def _cells_in(line: bytes, delimiter: str) -> int:
     try:
         return len(next(_csv.reader([line.decode("utf-8", "replace").rstrip("\r")], delimiter=delimiter), []))
-    except _csv.Error:
-        return 0
-
-
-def arrow_column(col, pa) -> tuple[np.ndarray, np.ndarray] | None:
-    """A numeric pyarrow column as (values, present) without needless copies; None if not numeric.
-
-    Integer columns stay int64 (a step column is then used as is); a column without nulls gets a
-    zero-memory all-True ``present`` view. The buffers are read with ``np.frombuffer`` because
-    pyarrow's ``to_numpy`` imports pandas (half a second of CLI start-up) to check for it.
-    """
-    typ = col.type
-    n = len(col)
-    if pa.types.is_null(typ):
-        return np.full(n, np.nan), np.zeros(n, dtype=bool)
-    if not (pa.types.is_integer(typ) or pa.types.is_floating(typ)):
-        return None
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    if pa.types.is_int64(arr.type):
-        dtype = np.dtype(np.int64)
-    else:
-        dtype = np.dtype(np.float64)
-        if not pa.types.is_float64(arr.type):
-            arr = arr.cast(pa.float64())
-    values = np.frombuffer(arr.buffers()[1], dtype=dtype, count=n, offset=arr.offset * dtype.itemsize).copy()
-    if arr.null_count == 0:
-        return values, np.broadcast_to(np.True_, n)
-    bits = np.frombuffer(arr.buffers()[0], dtype=np.uint8)
-    present = np.unpackbits(bits, bitorder="little")[arr.offset:arr.offset + n].astype(bool)
-    values = values.astype(np.float64, copy=False)
-    values[~present] = np.nan
-    return values, present
-
-
-def _read_arrow(path: Path, delimiter: str, limit: int | None = None) -> Table | None:
-    """pyarrow fast path; None when pyarrow is missing or anything about the file needs the exact path.
-
-    Raises:
-        LogFormatError: a row with the wrong number of cells, at its exact line (found without
-            re-reading the file).
-    """
-    try:
-        return _arrow_table(path, delimiter, limit)
-    except LogFormatError:
-        raise
-    except Exception:  # noqa: BLE001 - pyarrow rejects odd bytes in many ways; the exact path explains them
-        return None
-
-
-def _arrow_table(path: Path, delimiter: str, limit: int | None) -> Table | None:
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
-
-    # Parsed in 4 MB chunks of whole lines (read into one reused buffer, column names given once),
-    # so that peak memory stays nearer the output arrays than one read_csv of the whole file. Where
-    # a chunk's rows are its lines one to one, row line numbers are exact; otherwise (blank lines,
-    # quoted newlines) they are approximate and an error is re-derived on the exact path.
-    bad_rows: list = []
-
-    def on_bad_row(row) -> str:
-        if row.text.strip():
-            bad_rows.append(row)
-        return "skip"
-
-    parse = pacsv.ParseOptions(delimiter=delimiter, invalid_row_handler=on_bad_row)
-    convert = pacsv.ConvertOptions(null_values=[""], strings_can_be_null=True, true_values=[], false_values=[])
-    pieces: list[Piece] = []
-    names: list[str] | None = None
-    read = None
-    for chunk in chunks(path, skip_first_line=True, limit=limit):
-        if names is None:  # the header is parsed once; every block is then read with these names
-            names = [str(n) for n in pacsv.read_csv(pa.BufferReader(chunk.header),
-                                                   parse_options=pacsv.ParseOptions(delimiter=delimiter)).column_names]
-            if len(set(names)) != len(names) or any(not n for n in names) or len(names) > MAX_COLUMNS:
-                return None
-            read = pacsv.ReadOptions(column_names=names)
-        try:  # pyarrow's bad-row callback cannot show bytes that are not UTF-8; the exact path explains them
-            str(chunk.data, "utf-8")
-        except UnicodeDecodeError:
-            return None
-        t = pacsv.read_csv(pa.BufferReader(pa.py_buffer(chunk.data)), read_options=read, parse_options=parse,
-                           convert_options=convert)
-        if bad_rows:
-            _raise_ragged(path, chunk, bad_rows[0], len(names))
-        piece = Piece(rows=t.num_rows, lines=chunk.row_lines(t.num_rows))
-        for name, col in zip(names, t.columns):
-            parsed = arrow_column(col, pa)
-            if parsed is None:
-                piece.text[name] = ["" if v is None else str(v) for v in col.to_pylist()]
-            else:
-                piece.numeric[name], piece.present[name] = parsed
-        del t
-        pieces.append(piece)
-    if names is None:
-        return None  # header only: the exact path explains
-    total = sum(p.rows for p in pieces)
-    table = Table(names=[], lines=np.arange(2, total + 2, dtype=np.int64), header=True, exact_lines=False)
-    segment = tuple(n for n in names if normalise(n) == SEGMENT_COLUMN)
-    return join_pieces(pieces, names, table, keep_text=segment)
-
-
-def _raise_ragged(path: Path, chunk, row, width: int) -> None:
-    """Report a row with the wrong number of cells at its line (found by its text inside the chunk)."""
-    data = bytes(chunk.data)
-    at = data.find(row.text.encode("utf-8", "surrogateescape"))
-    if at < 0 or b'"' in data[:at]:
-        raise _Inexact()  # a quoted field may hide newlines: the exact path counts lines
-    line = chunk.first_line + data.count(b"\n", 0, at)
-    raise LogFormatError(f"{row.actual_columns} fields where the header has {width}", path=str(path),
-                         where=f"line {line}",
-                         fix="every row needs one cell per header column (leave missing ones empty)")
-
-
-class _Inexact(Exception):
-    """The fast path cannot name the line exactly: let the exact path read the file."""
+    except _csv.Error:  # a stray \r or NUL: the reader proper reports it at its line
+        return -1
 
 
 def _read_exact(path: Path, data: bytes, delimiter: str) -> Table:
@@ -241,7 +129,7 @@ def _read_exact(path: Path, data: bytes, delimiter: str) -> Table:
         if not header:
             raise LogFormatError("no header line", path=src, where="line 1",
                                  fix="the first line must name the columns, e.g. step,loss,lr")
-        names = [h.strip() for h in header]
+        names = pandas_index([h.strip() for h in header])
         _check_header(names, src)
         n = len(names)
         rows: list[list[str]] = []
@@ -271,6 +159,19 @@ def _read_exact(path: Path, data: bytes, delimiter: str) -> Table:
     return table
 
 
+PANDAS_INDEX = "_index"
+"""Name given to the unnamed first column ``DataFrame.to_csv()`` writes (the row index); the
+leading ``_`` makes it bookkeeping (:func:`lossguard.metrics.is_bookkeeping`), never a metric."""
+
+
+def pandas_index(names: list[str]) -> list[str]:
+    """Header names with pandas' unnamed leading index column named :data:`PANDAS_INDEX`
+    (``run.history().to_csv(path)`` writes one)."""
+    if len(names) > 1 and names[0] == "" and PANDAS_INDEX not in names:
+        return [PANDAS_INDEX] + names[1:]
+    return names
+
+
 def _check_header(names: list[str], src: str) -> None:
     seen: set[str] = set()
     for i, name in enumerate(names):
@@ -288,6 +189,7 @@ def segments_of(table: Table) -> tuple[np.ndarray | None, list[str] | None]:
     col = next((n for n in table.names if normalise(n) == SEGMENT_COLUMN), None)
     if col is None:
         return None, None
+    densify(table, col)  # a label column that few rows fill may have been stored sparse
     if col in table.text:
         cells = table.text[col][0]
     else:

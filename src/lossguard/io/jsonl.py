@@ -12,15 +12,15 @@ result and the exact line of any bad record.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import LogFormatError
-from ._chunks import Piece, chunks, join_pieces
-from ._table import MAX_COLUMNS, Table, add_text_columns, limit_columns, to_runlog
+from ..metrics import is_step_name
+from ._columns import store_cells, store_numeric
+from ._table import MAX_COLUMNS, Table, to_runlog
 from ._tail import cut_partial_last_line
 from .csv import check_file, read_bytes
 
@@ -58,29 +58,43 @@ def _cell(v: Any) -> str:
 
 
 def records_table(records: list[dict], lines: list[int], *, unit: str = "line") -> Table:
-    """Columns of metric records (stdlib path): numbers to float64, strings parsed, nesting dropped."""
-    names: dict[str, None] = {}
-    for r in records:
-        for k in r:
-            names.setdefault(k, None)
-    warnings: list[str] = []
-    table = Table(names=limit_columns(list(names), warnings), lines=np.asarray(lines, dtype=np.int64), unit=unit,
-                  warnings=warnings)
-    names = dict.fromkeys(table.names)
+    """Columns of metric records (stdlib path): numbers to float64, strings parsed, nesting dropped.
+
+    One pass over the cells present (not rows x keys): a key that one record in a thousand has is
+    stored sparse, and past :data:`MAX_COLUMNS` distinct keys the new ones are dropped with a warning.
+    """
     n = len(records)
-    text: dict[str, list[str]] = {}
-    for k in names:
-        col = [r.get(k) for r in records]
-        if all(v is None or (type(v) in (int, float)) for v in col):
-            present = np.fromiter((v is not None for v in col), dtype=bool, count=n)
-            values = np.fromiter((math.nan if v is None else float(v) for v in col), dtype=np.float64, count=n)
-            table.numeric[k], table.present[k] = values, present
-        elif all(v is None or isinstance(v, (dict, list)) for v in col):
+    cols: dict[str, tuple[list[int], list]] = {}
+    dropped: set[str] = set()
+    for i, r in enumerate(records):
+        for k, v in r.items():
+            c = cols.get(k)
+            if c is None:
+                if k in dropped or (len(cols) >= MAX_COLUMNS and not is_step_name(k)):
+                    dropped.add(k)
+                    continue
+                c = cols[k] = ([], [])
+            if v is not None:
+                c[0].append(i)
+                c[1].append(v)
+    warnings: list[str] = []
+    if dropped:
+        warnings.append(f"{len(cols) + len(dropped):,} distinct keys: kept the first {len(cols):,} and dropped "
+                        f"{len(dropped):,} (lossguard reads at most {MAX_COLUMNS:,} columns per log)")
+    table = Table(names=[], lines=np.asarray(lines, dtype=np.int64), unit=unit, warnings=warnings)
+    for k, (idx, vals) in cols.items():
+        if all(type(v) in (int, float) for v in vals):
+            try:
+                store_numeric(table, k, np.asarray(idx, dtype=np.int64), np.array(vals, dtype=np.float64), n)
+                table.names.append(k)
+                continue
+            except OverflowError:
+                pass  # an integer past float64: read as text below ("1e400" -> inf, as a CSV cell)
+        elif vals and all(isinstance(v, (dict, list)) for v in vals):
             continue  # nested values (histograms, tables): not metrics
-        else:
-            text[k] = [_cell(v) for v in col]
-    table.names = [k for k in table.names if k in table.numeric or k in text]
-    add_text_columns(table, text)
+        keep = [j for j, v in enumerate(vals) if not isinstance(v, (dict, list))]
+        store_cells(table, k, np.asarray(idx, dtype=np.int64)[keep], [_cell(vals[j]) for j in keep], n)
+        table.names.append(k)
     return table
 
 
@@ -105,16 +119,29 @@ def split_events(records: list[dict], lines: list[int]) -> tuple[list[dict], lis
     return rows, row_lines, np.asarray(seg, dtype=np.int64), notes, events
 
 
-def parse_lines(path: Path, data: bytes, *, first_line: int = 1) -> tuple[list[dict], list[int]]:
+def _lines(data: bytes | bytearray, end: int):
+    """The lines of ``data[:end]``, one copy each (not a split list of the whole block at once)."""
+    start = 0
+    while start <= end:
+        stop = data.find(b"\n", start, end)
+        if stop < 0:
+            stop = end
+        yield data[start:stop]
+        start = stop + 1
+
+
+def parse_lines(path: Path, data: bytes | bytearray, *, first_line: int = 1,
+                end: int | None = None) -> tuple[list[dict], list[int]]:
     """Every non-blank line parsed as a JSON object, with its 1-based line number.
 
     Args:
         path: the file, named in errors.
         data: its bytes (or a chunk of whole lines of it).
         first_line: the line number of ``data``'s first line.
+        end: read only ``data[:end]`` (a chunk inside a larger reused buffer).
     """
     records, lines = [], []
-    for i, raw in enumerate(data.split(b"\n"), start=first_line):
+    for i, raw in enumerate(_lines(data, len(data) if end is None else end), start=first_line):
         raw = raw.strip()
         if not raw:
             continue
@@ -131,87 +158,6 @@ def parse_lines(path: Path, data: bytes, *, first_line: int = 1) -> tuple[list[d
     return records, lines
 
 
-def _read_arrow(path: Path, limit: int | None):
-    """pyarrow fast path: (table, segments, notes, events), or None to use the exact path.
-
-    Raises:
-        LogFormatError: a line that is not a JSON object, at its exact line, found by re-reading
-            only the chunk pyarrow rejected.
-    """
-    try:
-        return _arrow_table(path, limit)
-    except LogFormatError:
-        raise
-    except Exception:  # noqa: BLE001 - pyarrow rejects odd bytes in many ways; the exact path explains them
-        return None
-
-
-def _arrow_table(path: Path, limit: int | None):
-    import pyarrow as pa
-    import pyarrow.json as pajson
-
-    from .csv import arrow_column
-
-    # Parsed in chunks of whole lines so that peak memory stays near the output arrays. A chunk whose
-    # records are its lines one to one has exact line numbers; otherwise (blank lines) record i is
-    # taken to be on line i + 1 and an error is re-derived on the exact path.
-    pieces: list[Piece] = []
-    names: dict[str, None] = {}
-    events: list[tuple[int, dict]] = []
-    kept_rows: list[np.ndarray] = []
-    row0 = 0
-    for chunk in chunks(path, skip_first_line=False, limit=limit):
-        try:
-            t = pajson.read_json(pa.BufferReader(chunk.data),
-                                 read_options=pajson.ReadOptions(block_size=max(1 << 20, len(chunk.data) + 1)))
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            # Name the bad line from this chunk alone (a bad record late in a big file costs one chunk).
-            parse_lines(path, bytes(chunk.data), first_line=chunk.first_line)
-            return None  # every line is JSON: pyarrow disliked something else; the exact path reads it
-        n = t.num_rows
-        if len(names) + t.num_columns > MAX_COLUMNS and len(set(names) | set(t.column_names)) > MAX_COLUMNS:
-            return None  # the exact path keeps MAX_COLUMNS of them, with a warning
-        lines = chunk.row_lines(n)
-        keep = None
-        if EVENT_KEY in t.column_names:
-            is_event = t.column(EVENT_KEY).is_valid().to_numpy(zero_copy_only=False)
-            if is_event.any():
-                idx = np.flatnonzero(is_event)
-                for i, rec in zip(idx.tolist(), t.take(pa.array(idx)).to_pylist()):
-                    events.append((row0 + i, {k: v for k, v in rec.items() if v is not None}))
-                keep = ~is_event
-                t = t.filter(pa.array(keep))
-            t = t.drop_columns([EVENT_KEY])
-        rows = np.arange(row0, row0 + n, dtype=np.int64)
-        kept_rows.append(rows if keep is None else rows[keep])
-        piece = Piece(rows=t.num_rows, lines=None if lines is None else (lines if keep is None else lines[keep]))
-        for name, col in zip(t.column_names, t.columns):
-            typ = col.type
-            parsed = arrow_column(col, pa)
-            if parsed is not None:
-                piece.numeric[name], piece.present[name] = parsed
-            elif pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_boolean(typ):
-                piece.text[name] = [_cell(v) for v in col.to_pylist()]
-            elif pa.types.is_nested(typ):
-                continue
-            else:
-                return None
-            names.setdefault(name, None)
-        del t
-        pieces.append(piece)
-        row0 += n
-    rows = np.concatenate(kept_rows) if kept_rows else np.zeros(0, dtype=np.int64)
-    table = join_pieces(pieces, list(names), Table(names=[], lines=rows + 1, exact_lines=False))
-    notes = [""]
-    boundaries = []
-    for i, rec in events:
-        if starts_segment(rec):
-            boundaries.append(i)
-            notes.append(_note(rec))
-    seg = np.searchsorted(np.asarray(boundaries, dtype=np.int64), rows) if boundaries else None
-    return table, seg, notes, [rec for _, rec in events]
-
-
 def starts_segment(rec: dict) -> bool:
     """True for an event after which the rows were logged by a new launch (a rollback or resume).
 
@@ -225,7 +171,8 @@ def _note(rec: dict) -> str:
     return f"{rec.get(EVENT_KEY)} event at step {rec.get('step', '?')}"
 
 
-def read(path: Path, *, root: Path | None = None, fast: bool = True, format: str = NAME, rename=None):
+def read(path: Path, *, root: Path | None = None, fast: bool = True, format: str = NAME, rename=None,
+         dedupe: bool = False):
     """Read one JSONL log into an unstitched RunLog (a segment per launch, events kept).
 
     Args:
@@ -234,6 +181,8 @@ def read(path: Path, *, root: Path | None = None, fast: bool = True, format: str
         fast: use pyarrow when it is installed.
         format: the name to record (the W&B reader reuses this one).
         rename: raw key -> metric name or None to drop it (default ``canonical_name``).
+        dedupe: drop a point repeating the previous step and value (the W&B reader: HF repeats
+            ``train/epoch`` in its eval records).
 
     Raises:
         LogFormatError: empty file, a line that is not a JSON object, no step key, a non-numeric
@@ -243,7 +192,9 @@ def read(path: Path, *, root: Path | None = None, fast: bool = True, format: str
     check_file(path)
     warnings: list[str] = []
     limit = cut_partial_last_line(path, _is_json, warnings)
-    fast_result = _read_arrow(path, limit) if fast else None
+    from ._jsonl_chunks import read_chunked  # (imports this module: loaded on first use)
+
+    fast_result = read_chunked(path, limit) if fast else None
     if fast_result is not None:
         table, seg, notes, events = fast_result
     else:
@@ -256,11 +207,11 @@ def read(path: Path, *, root: Path | None = None, fast: bool = True, format: str
     segments = seg if len(notes) > 1 else None
     try:
         return to_runlog(table, path=path, format=format, segments=segments, segment_notes=notes, events=events,
-                         rename=rename)
+                         rename=rename, dedupe=dedupe)
     except LogFormatError:
         if table.exact_lines:
             raise  # the line named is exact: no need to read the file again
-        return read(path, root=root, fast=False, format=format, rename=rename)
+        return read(path, root=root, fast=False, format=format, rename=rename, dedupe=dedupe)
 
 
 def _is_json(line: bytes) -> bool:

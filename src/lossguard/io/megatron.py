@@ -77,8 +77,8 @@ def sniff(path: Path, head: bytes) -> bool:
     """
     if _SNIFF.search(head) is not None:
         return True
-    if b"\0" in head or _STARTUP.search(head) is None:
-        return False
+    if b"\0" in head or _STARTUP.search(head) is None or not Path(path).is_file():
+        return False  # (a pipe or FIFO cannot be read a second time)
     try:
         with open(path, "rb") as fh:
             fh.seek(len(head))

@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import LogFormatError
-from ..metrics import GRAD_NORM, LOSS_SCALE, LR, VAL_LOSS, canonical_name, is_loss
+from ..metrics import canonical_name, is_main
 from ..runlog import RunLog, RunLogBuilder
 from . import _tfrecord as tfr
 from ._event_batch import Decoded, corrupt, decode
@@ -232,9 +232,6 @@ def _latest_before(segments: list[tuple[float, int]], start: float | None) -> in
     return max(earlier)[1] if earlier else None
 
 
-_MAIN_METRICS = frozenset({VAL_LOSS, GRAD_NORM, LR, LOSS_SCALE})
-
-
 def _judged_tags(tag_ids: dict[str, int]) -> list[int]:
     """The tags whose steps decide restarts: the main metrics when the file has any, else all.
 
@@ -246,7 +243,8 @@ def _judged_tags(tag_ids: dict[str, int]) -> list[int]:
 
 
 def _is_main(metric: str) -> bool:
-    return metric in _MAIN_METRICS or is_loss(metric)
+    """True for a canonical metric that judges restarts (the watch follower uses the same rule)."""
+    return is_main(metric)
 
 
 def _last_per_step(rec: np.ndarray, steps: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,15 +1,16 @@
-"""Weights & Biases run-history exports, read without the ``wandb`` package.
+"""Weights & Biases run histories: the run's own file, and the exports (read without ``wandb``).
 
-Three layouts:
+Four layouts:
 
 * An offline run's (or a not yet synced run's) ``run-<id>.wandb`` transaction log, read with the
   W&B SDK's own reader (extra ``wandb``; see :mod:`lossguard.io._wandb_history`).
-
 * The CSV the W&B UI downloads from a chart ("Export panel data" -> CSV): a ``Step`` column and,
   per run shown, ``<run name> - <metric>`` plus its ``<run name> - <metric>__MIN`` and ``__MAX``
   companions (the min/max of the points W&B's sampling folded together). The companions are
   dropped. One run per file is expected; a file with several runs is an error naming them, since
   their steps would collide.
+* ``run.history().to_csv(path)``: pandas' CSV of the same records, with its unnamed index column
+  first; the step is ``train/global_step`` where a framework logged one (HF), else ``_step``.
 * JSON / JSONL dumps of ``run.history()`` (pandas ``to_json(orient="records"[, lines=True])``) or of
   ``list(run.scan_history())``: records keyed ``_step``, ``_runtime``, ``_timestamp`` and metric
   keys such as ``train/loss``. ``_timestamp`` dates the segment; the other ``_`` keys are W&B
@@ -48,7 +49,11 @@ def sniff(path: Path, head: bytes) -> bool:
         first = head.lstrip()[:4096]
         return b'"_step"' in first and (b'"_runtime"' in head or b'"_timestamp"' in head)
     cols = _csv_columns(head)
-    if not cols or "Step" not in cols:
+    if not cols:
+        return False
+    if "_step" in cols and ("_runtime" in cols or "_timestamp" in cols):
+        return True  # run.history().to_csv(): W&B's own keys as columns
+    if "Step" not in cols:
         return False
     return any(" - " in c for c in cols if c != "Step")
 
@@ -61,6 +66,10 @@ def _history_rename(raw: str) -> str | None:
 
 def _read_csv(path: Path):
     table = read_table(path)
+    if "_step" in table.names:
+        # run.history().to_csv(): one row per wandb.log call. HF logs eval results in calls of their
+        # own that repeat train/epoch at the same train/global_step: kept once.
+        return to_runlog(table, path=path, format=NAME, rename=_history_rename, dedupe=True)
     runs: dict[str, None] = {}
     metric_of: dict[str, str | None] = {}
     for col in table.names:
@@ -91,7 +100,7 @@ def _read_json_array(path: Path, data: bytes):
                              fix='dump run.history() with to_json(orient="records") or list(run.scan_history())')
     rows, lines, seg, notes, events = jsonl.split_events(records, list(range(len(records))))
     table = jsonl.records_table(rows, lines, unit="record")
-    return to_runlog(table, path=path, format=NAME, rename=_history_rename, events=events,
+    return to_runlog(table, path=path, format=NAME, rename=_history_rename, events=events, dedupe=True,
                      segments=seg if len(notes) > 1 else None, segment_notes=notes)
 
 
@@ -113,5 +122,5 @@ def read(path: Path, *, root: Path | None = None):
     if start == b"[":
         return _read_json_array(path, read_bytes(path))
     if start == b"{":
-        return jsonl.read(path, root=root, format=NAME, rename=_history_rename)
+        return jsonl.read(path, root=root, format=NAME, rename=_history_rename, dedupe=True)
     return _read_csv(path)

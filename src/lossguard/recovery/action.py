@@ -30,6 +30,9 @@ class Action(str, enum.Enum):
     REPLAY = "replay"
     """Guard only: a flagged step's forward was re-run to check whether the fault reproduces."""
 
+    def __str__(self) -> str:
+        return self.value
+
     @property
     def changes_future(self) -> bool:
         """True for actions after which the run no longer follows the recorded timeline."""

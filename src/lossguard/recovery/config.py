@@ -21,8 +21,15 @@ class PolicyConfig:
     """Bad steps at most this many steps apart belong to one episode."""
     rollback_after: int = 3
     """Bad steps in one episode that make the guard roll back instead of skipping again."""
-    max_rollbacks: int = 3
-    """Rollbacks allowed in the whole run; one more episode that needs a rollback halts it."""
+    rollbacks_per_incident: int = 3
+    """Rollbacks one *incident* may use: an episode plus its recurrences (the same place again after
+    its data was skipped). The budget is per incident so that an unrelated early blip cannot spend
+    a later rescue (issue 10: on the demo model, end-of-warm-up blips took two of three run-wide
+    rollbacks and the LR jump at step 200 then halted). Three: skip the data, skip again (a
+    recurrence), then the decisive LR cut (``recurrences_to_cut=2``)."""
+    max_rollbacks: int = 10
+    """Rollbacks allowed in the whole run, over all incidents: a safety net for a run that keeps
+    failing in new places (it needs a human); one more rollback than this halts it."""
     lr_cut_steps: int = 200
     """Steps the mild LR cut (x ``recipe.lr_cut_factor``) lasts; then the schedule applies again."""
     lr_cut_from: int = 2
@@ -58,6 +65,8 @@ class PolicyConfig:
         for name in ("episode_gap", "rollback_after", "max_overflow_streak", "lr_cut_steps", "recurrences_to_cut"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 p.append(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        if not isinstance(self.rollbacks_per_incident, int) or self.rollbacks_per_incident < 1:
+            p.append(f"rollbacks_per_incident must be an integer >= 1, got {self.rollbacks_per_incident!r}")
         for name in ("max_rollbacks", "lr_cut_from"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
                 p.append(f"{name} must be an integer >= 0, got {getattr(self, name)!r}")

@@ -13,7 +13,9 @@ The ladder, in order of escalation:
    ``lr_cut_steps``) applies from the ``lr_cut_from``-th rollback;
 4. **loss-scale reset** when a GradScaler's scale falls below ``min_loss_scale`` or overflows
    ``max_overflow_streak`` steps in a row;
-5. **halt** when a rollback is needed and ``max_rollbacks`` are spent.
+5. **halt** when a rollback is needed and its incident's budget is spent (``rollbacks_per_incident``:
+   an episode and its recurrences share one budget, an unrelated episode gets a fresh one), or
+   ``max_rollbacks`` are spent over the whole run.
 
 State comes in two parts: the *timeline* (open episode, overflow streak; :meth:`state_dict`) is
 rolled back with a checkpoint; the :class:`RunLedger` (budgets, skipped data, LR cuts) never is.
@@ -152,9 +154,16 @@ class RecoveryPolicy:
                        else f"not yet enough (recurrences_to_cut={cfg.recurrences_to_cut}): skipping data again"))
             else:
                 nums["suspect"] = "data"
+        spent = int(nums.get("recurrence", 0))  # rollbacks this incident already used
+        if spent >= cfg.rollbacks_per_incident:
+            led.halted = True
+            return Decision(Action.HALT, step, reasons + [
+                f"rollback budget spent for this incident ({spent} rollbacks for the episode at step "
+                f"{nums.get('recurrence_of')} and its recurrences; rollbacks_per_incident="
+                f"{cfg.rollbacks_per_incident})"], nums)
         if led.rollbacks >= cfg.max_rollbacks:
             led.halted = True
-            return Decision(Action.HALT, step, reasons + [f"rollback budget spent ({led.rollbacks} of "
+            return Decision(Action.HALT, step, reasons + [f"rollback budget spent for the run ({led.rollbacks} of "
                                                           f"max_rollbacks={cfg.max_rollbacks})"], nums)
         return Decision(Action.ROLLBACK, step, reasons, nums)
 

@@ -18,6 +18,9 @@ class Severity(str, enum.Enum):
     CRITICAL = "critical"
     """The run was damaged: a rollback or a stop is advised."""
 
+    def __str__(self) -> str:
+        return self.value
+
     @property
     def rank(self) -> int:
         """0 for INFO, 1 for WARNING, 2 for CRITICAL."""

@@ -28,6 +28,13 @@ class SkipRange:
     def __len__(self) -> int:
         return self.stop - self.start
 
+    def __iter__(self):
+        """``start, stop`` (so ``a, b = r`` works; ``b`` is exclusive)."""
+        return iter((self.start, self.stop))
+
+    def __getitem__(self, i: int) -> int:
+        return (self.start, self.stop)[i]
+
     def __contains__(self, index: object) -> bool:
         return isinstance(index, int) and self.start <= index < self.stop
 

@@ -7,13 +7,46 @@ whose layout is :data:`PACKED_FIELDS` -- named here, once, and turned back into 
 """
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 PACKED_FIELDS = ("loss", "grad_norm", "loss_z", "grad_norm_z", "loss_baseline", "loss_outlier",
-                 "grad_norm_outlier", "overflow", "bad", "local_loss")
+                 "grad_norm_outlier", "overflow", "bad", "local_loss", "grad_norm_ratio", "evidence")
 """Order of the floats the device-side judge packs into its one host transfer per step."""
+
+
+class Evidence(enum.IntEnum):
+    """Which test made a step bad (an int so the device judge can pack it as a float)."""
+
+    NONE = 0
+    """The step is fine."""
+    NON_FINITE = 1
+    """A NaN / Inf loss or gradient norm."""
+    LOSS = 2
+    """The analyser's loss outlier test."""
+    GRAD_AND_LOSS = 3
+    """A grad-norm outlier while the loss is elevated too."""
+    GRAD_TAIL = 4
+    """A grad norm far beyond its own recent tail."""
+    COLD_BOUND = 5
+    """The sanity bound of the first steps, before the statistics are warm."""
+
+    def describe(self) -> str:
+        """The test in words (for reasons and diagnoses)."""
+        return _WORDS[self]
+
+
+_WORDS = {
+    Evidence.NONE: "no test fired",
+    Evidence.NON_FINITE: "non-finite loss or gradient",
+    Evidence.LOSS: "loss outlier test (the analyser's median/MAD test)",
+    Evidence.GRAD_AND_LOSS: "grad-norm outlier together with an elevated loss",
+    Evidence.GRAD_TAIL: "grad norm far beyond its own recent tail",
+    Evidence.COLD_BOUND: "sanity bound of the first steps (statistics not warm yet)",
+}
+
 
 _BOOLS = frozenset({"loss_outlier", "grad_norm_outlier", "overflow", "bad"})
 
@@ -34,6 +67,9 @@ class Verdict:
         loss_scale: the GradScaler's scale after this step (NaN without a scaler).
         lr: the LR the step used (first param group).
         local_loss: this rank's loss (the replay check compares it); equals ``loss`` on one rank.
+        grad_norm_ratio: the grad norm over its recent tail (:mod:`lossguard.guard.tail`; NaN in warm-up).
+        evidence: which test made the step bad (:class:`Evidence`; the judge's rule is
+            :mod:`lossguard.guard.evidence`); NONE for a good step.
     """
 
     step: int
@@ -50,6 +86,8 @@ class Verdict:
     loss_scale: float = math.nan
     lr: float = math.nan
     local_loss: float = math.nan
+    grad_norm_ratio: float = math.nan
+    evidence: Evidence = Evidence.NONE
 
     @classmethod
     def from_packed(cls, values: Sequence[float], *, step: int, batch_index: int,
@@ -58,6 +96,7 @@ class Verdict:
         named = dict(zip(PACKED_FIELDS, (float(v) for v in values)))
         for k in _BOOLS:
             named[k] = bool(named[k])
+        named["evidence"] = Evidence(int(named["evidence"]))
         return cls(step=step, batch_index=batch_index, loss_scale=loss_scale, lr=lr, **named)
 
     def reasons(self) -> list[str]:
@@ -70,8 +109,17 @@ class Verdict:
         if self.grad_norm_outlier and not self.overflow:
             if not math.isfinite(self.grad_norm):
                 out.append("non-finite gradient")
+            elif self.evidence is Evidence.GRAD_TAIL:
+                out.append(f"grad norm {self.grad_norm:.4g} is {self.grad_norm_ratio:.1f}x its recent tail "
+                           f"(grad-norm tail test)")
+            elif self.evidence is Evidence.GRAD_AND_LOSS:
+                out.append(f"grad-norm outlier z={self.grad_norm_z:.1f} together with loss z={self.loss_z:.1f} "
+                           f"(grad-norm + loss test)")
             else:
                 out.append(f"grad-norm outlier z={self.grad_norm_z:.1f}")
+        if self.evidence is Evidence.COLD_BOUND:
+            out.append(f"loss {self.loss:.4g} / grad norm {self.grad_norm:.4g} beyond the first steps' sanity "
+                       f"bound (statistics not warm yet)")
         return out
 
     def to_dict(self) -> dict[str, Any]:

@@ -27,9 +27,10 @@ import numpy as np
 
 from ..analysis import Analysis
 from ..errors import LossguardError, require
+from ..recovery import Severity
 from .. import metrics as M
 from .downsample import downsample
-from .words import KIND_STYLE, describe_plan, headline, incident_summary, run_facts
+from .words import KIND_STYLE, describe_plan, headline, incident_summary, not_judged, run_facts
 
 BUCKETS = 2000
 """Step buckets per curve for the overview: 4 points each (M4) plus isolated spikes, so <= ~10k points."""
@@ -154,7 +155,17 @@ _TITLES = {M.LOSS: "Training loss", M.GRAD_NORM: "Gradient norm", M.LR: "Learnin
            M.LOSS_SCALE: "fp16 loss scale", M.VAL_LOSS: "Validation loss"}
 
 
-def report_data(analysis: Analysis, *, title: str | None = None) -> dict[str, Any]:
+def _simulated(simulation) -> list[dict[str, Any]]:
+    """``lossguard simulate``'s decisions as guard rows named ``"simulated <action>"`` (none without one)."""
+    if simulation is None:
+        return []
+    keep = ("to_step", "skip_batches", "factor", "until_step", "resume_from", "counterfactual")
+    return [{"step": int(d["step"]), "event": f"simulated {d['event']}",
+             "text": ", ".join(f"{k}={d[k]}" for k in keep if d.get(k) is not None)}
+            for d in simulation.decisions]
+
+
+def report_data(analysis: Analysis, *, title: str | None = None, simulation=None) -> dict[str, Any]:
     """The JSON document the report's script draws (also handy for tests and other front ends).
 
     Args:
@@ -197,7 +208,9 @@ def report_data(analysis: Analysis, *, title: str | None = None) -> dict[str, An
     return {
         "title": title or (Path(log.sources[0]).name if log.sources else "training run"),
         "headline": headline(analysis),
-        "severity": next((s for s in ("critical", "warning", "info") if s in severities), "ok"),
+        # A log too short to judge is not "ok": its page is marked like an info finding.
+        "severity": (Severity.worst(severities).value if severities
+                     else "info" if not_judged(analysis) else "ok"),
         "facts": run_facts(analysis),
         "range": [first, last] if last > first else [first - 1, first + 1],  # a one-step run still has an axis
         "kinds": {k.value: v for k, v in kinds.items()},
@@ -206,7 +219,7 @@ def report_data(analysis: Analysis, *, title: str | None = None) -> dict[str, An
                       "note": g.note} for g in log.segments[1:]],
         "guard": [{"step": int(a["step"]), "event": str(a["event"]),
                    "text": ", ".join(f"{k}={v}" for k, v in a.items() if k not in ("step", "event"))}
-                  for a in analysis.guard_actions if "step" in a and "event" in a],
+                  for a in analysis.guard_actions if "step" in a and "event" in a] + _simulated(simulation),
         "charts": [_chart(analysis, m, keep, windows) for m in chart_metrics(analysis)],
     }
 
@@ -223,9 +236,9 @@ def plotly_bundle() -> str:
         return require("plotly.offline", "report", "the HTML report").get_plotlyjs()
 
 
-def render_html(analysis: Analysis, *, title: str | None = None) -> str:
+def render_html(analysis: Analysis, *, title: str | None = None, simulation=None) -> str:
     """The report as one HTML string (see :func:`write_html`)."""
-    data = report_data(analysis, title=title)
+    data = report_data(analysis, title=title, simulation=simulation)
     # "</" inside a <script> would end it early; JSON allows the escaped form "<\/".
     payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     plotly_js = plotly_bundle()
@@ -238,13 +251,15 @@ def render_html(analysis: Analysis, *, title: str | None = None) -> str:
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], _asset("report.html"))
 
 
-def write_html(analysis: Analysis, path: str | Path, *, title: str | None = None) -> Path:
+def write_html(analysis: Analysis, path: str | Path, *, title: str | None = None, simulation=None) -> Path:
     """Write the self-contained HTML report of ``analysis`` to ``path``.
 
     Args:
         analysis: the analysed run (``lossguard.analysis.analyze``).
         path: the file to write; its folder must exist.
         title: the page title; defaults to the first source file's name.
+        simulation: a :class:`lossguard.simulate.Simulation` of the same run; its decisions are drawn
+            in the guard-actions row as ``simulated skip``, ``simulated rollback``, ...
 
     Returns:
         The path written.
@@ -254,7 +269,7 @@ def write_html(analysis: Analysis, path: str | Path, *, title: str | None = None
         MissingDependencyError: plotly is not installed (``pip install 'lossguard[report]'``).
     """
     path = Path(path)
-    text = render_html(analysis, title=title)
+    text = render_html(analysis, title=title, simulation=simulation)
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:

@@ -22,7 +22,7 @@ import numpy as np
 from ..analysis import Analysis
 from ..classify.incident import Incident, IncidentKind as K
 from ..plan import RecoveryPlan
-from .words import ONE_STEP_LISTED, ONE_STEP_POINTS, health, magnitude
+from .words import ONE_STEP_LISTED, ONE_STEP_POINTS, health, magnitude, skip_phrase, word
 
 _SEVERITY_COLOR = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -93,18 +93,18 @@ def _incident_line(n: int | str, inc: Incident) -> list[str]:
         rel = f" ({inc.peak_value / inc.baseline:.2f}x"
         rel += f", {inc.magnitude_sigma:+.1f} sigma)" if math.isfinite(inc.magnitude_sigma) else ")"
     streams = f" streams: {', '.join(inc.streams)}" if inc.streams and inc.kind is K.STREAM_SPIKE else ""
-    return [f"  [{n}] {str(inc.severity).upper():8} {inc.kind.value:20} {inc.metric}: onset {inc.onset}, "
+    return [f"  [{n}] {word(inc.severity).upper():8} {inc.kind.value:20} {inc.metric}: onset {inc.onset}, "
             f"peak {inc.peak}, end {inc.end if inc.end is not None else '-'}; "
             f"{_fmt(inc.baseline)} -> {_fmt(inc.peak_value)}{rel}{streams}",
             f"      {inc.evidence}"]
 
 
 def _plan_lines(p: RecoveryPlan) -> list[str]:
-    what = [str(p.action)]
+    what = [word(p.action)]
     if p.rollback_to_step is not None:
         what.append(f"to step {p.rollback_to_step}" + (" (checkpoint exists)" if p.checkpoint_exists else ""))
     if p.skip_batches:
-        what.append(f"skip batches {p.skip_batches[0]}-{p.skip_batches[1]}")
+        what.append(f"skip {skip_phrase(p.skip_batches)}")
     if p.lr_factor != 1.0:
         what.append(f"LR x{p.lr_factor:g}")
     if p.reset_loss_scale:

@@ -15,6 +15,7 @@ from .. import metrics as M
 from ..analysis import Analysis
 from ..classify.incident import Incident, IncidentKind as K
 from ..plan import RecoveryPlan
+from ..recovery import Action, Severity, SkipRange
 
 KIND_STYLE: dict[K, tuple[str, str]] = {
     # kind: (name in a sentence, colour). Warm colours for "the loss went up", cool ones for
@@ -34,8 +35,6 @@ KIND_STYLE: dict[K, tuple[str, str]] = {
     K.REGIME_CHANGE: ("change of regime", "#37474f"),
 }
 """Every incident kind's name (as used in a sentence) and its colour in charts and legends."""
-
-SEVERITY_ORDER = ("critical", "warning", "info")
 
 _PLURAL = {K.REPEATED_DATA: "resumes onto repeated data", K.NON_FINITE: "NaN/Inf steps",
            K.STREAM_SPIKE: "spikes in one data stream", K.LOSS_SCALE_COLLAPSE: "fp16 loss-scale collapses",
@@ -77,6 +76,53 @@ def incident_summary(inc: Incident) -> str:
     return f"{kind_label(inc.kind)}{on} at {inc.peak} ({magnitude(inc)})"
 
 
+def _badness(inc: Incident) -> tuple[int, int]:
+    """Sort key: worst severity first, then by onset."""
+    return (-Severity(word(inc.severity)).rank, inc.onset)
+
+
+def skip_phrase(skip: SkipRange) -> str:
+    """A half-open skip range ``[a, b)`` in words that cannot be read as inclusive of ``b``:
+    ``"batch 2900"``, ``"batches 2900 to 3300 (401 batches)"``."""
+    a, b = skip
+    if b - a <= 0:
+        return "no batches"
+    if b - a == 1:
+        return f"batch {a}"
+    return f"batches {a} to {b - 1} ({b - a} batches)"
+
+
+def judged_limits(analysis: Analysis):
+    """``(points, limits)``: the finite points of the analysed loss and what the log is too short to
+    judge (:func:`lossguard.classify.short.limits`; every test when the loss is missing)."""
+    from ..classify.settings import AnalyzeConfig
+    from ..classify.short import limits
+
+    series = analysis.log.series
+    points = int(np.isfinite(analysis.log.live(analysis.metric)[1]).sum()) if analysis.metric in series else 0
+    return points, limits(points, analysis.log_interval, AnalyzeConfig(metric=analysis.metric))
+
+
+def not_judged(analysis: Analysis) -> str | None:
+    """The headline of a log with no incident that was too short to judge, as the terminal and the
+    reports print it (``"NOT FULLY JUDGED: no incident found in 9 points, but the log is too short to
+    judge ..."``); None when there are incidents or the log was long enough."""
+    if analysis.incidents:
+        return None
+    points, short = judged_limits(analysis)
+    if not short:
+        return None
+    from ..classify.short import MIN_JUDGED_POINTS
+
+    if analysis.metric not in analysis.log.series:
+        return f"NOT JUDGED: the log has no {analysis.metric}"
+    if points < MIN_JUDGED_POINTS:
+        return (f"NOT JUDGED: {points} finite {analysis.metric} point(s), too few to judge anything "
+                f"(needs {MIN_JUDGED_POINTS})")
+    return (f"NOT FULLY JUDGED: no incident found in {points} points, but the log is too short to judge "
+            + ", ".join(lim.what for lim in short))
+
+
 def headline(analysis: Analysis, *, limit: int = 2) -> str:
     """The report's first line: what happened, in one sentence that fits one line.
 
@@ -86,6 +132,9 @@ def headline(analysis: Analysis, *, limit: int = 2) -> str:
     """
     incs = analysis.incidents
     log = analysis.log
+    unjudged = not_judged(analysis)
+    if unjudged:
+        return unjudged
     if not incs:
         if M.LOSS in log.series:
             steps, values = log.live(M.LOSS)
@@ -95,8 +144,7 @@ def headline(analysis: Analysis, *, limit: int = 2) -> str:
                 return (f"No incidents: loss {_num(float(values[i]))} \u2192 {_num(float(values[j]))} over steps "
                         f"{int(steps[i])}\u2013{int(steps[j])}")
         return "No incidents found"
-    rank = {sev: i for i, sev in enumerate(SEVERITY_ORDER)}
-    worst = sorted(incs, key=lambda inc: (rank.get(inc.severity, len(rank)), inc.onset))
+    worst = sorted(incs, key=_badness)
     noun = "incident" if len(incs) == 1 else "incidents"
     if len(incs) <= limit:
         return f"{len(incs)} {noun}: " + ", ".join(incident_summary(inc) for inc in worst)
@@ -109,7 +157,7 @@ def headline(analysis: Analysis, *, limit: int = 2) -> str:
         if len(members) == 1:
             parts.append(incident_summary(members[0]))
             continue
-        top = max(members, key=lambda inc: (rank.get(inc.severity, 9) * -1, _size(inc)))
+        top = max(members, key=lambda inc: (Severity(word(inc.severity)).rank, _size(inc)))
         plural = _PLURAL.get(kind, kind_label(kind) + "s")
         parts.append(f"{len(members)} {plural} (worst at {top.peak}, {magnitude(top)})")
     if len(groups) == 1:  # "51 fast-recovering spikes (worst at 11879, 1.9x)"
@@ -149,21 +197,19 @@ def run_facts(analysis: Analysis) -> str:
 
 def describe_plan(plan: RecoveryPlan) -> str:
     """A recovery plan as one instruction: ``"Roll back to step 31000 (...), skip batches ..."``."""
-    if plan.action == "none":
+    if plan.action == Action.NONE:
         return "No action needed."
-    if plan.action == "watch":
+    if plan.action == Action.WATCH:
         return "No action yet: keep watching this run."
+    if plan.action == Action.HALT:
+        return "Stop the run: there is no checkpoint to roll back to."
     steps = []
-    if plan.action == "stop":
-        steps.append("Stop the run")
     if plan.rollback_to_step is not None:
         where = ("checkpoint found" if plan.checkpoint_exists
                  else "use the newest checkpoint at or before this step")
         steps.append(f"{'r' if steps else 'R'}oll back to step {plan.rollback_to_step} ({where})")
     if plan.skip_batches:
-        a, b = plan.skip_batches
-        what = f"batch {a}" if a == b else f"batches {a}\u2013{b} ({b - a + 1} batches)"
-        steps.append(f"{'s' if steps else 'S'}kip {what}")
+        steps.append(f"{'s' if steps else 'S'}kip {skip_phrase(plan.skip_batches)}")
     if plan.lr_factor != 1.0:
         steps.append(f"{'m' if steps else 'M'}ultiply the LR by {plan.lr_factor:g}")
     if plan.reset_loss_scale:
@@ -178,7 +224,7 @@ ONE_STEP_POINTS = 3
 (a single bad batch), grouped in one line of the terminal summary."""
 ONE_STEP_LISTED = 10
 """Steps of one-step outliers listed by name in that line; the rest are counted."""
-NO_ACTION = ("none", "watch")
+NO_ACTION = (Action.NONE, Action.WATCH)
 """Plan actions that ask nothing of the reader now."""
 
 
@@ -201,6 +247,11 @@ class Health:
     other: list[int]
 
 
+def word(value) -> str:
+    """The plain word of an enum member (``Action.ROLLBACK`` -> ``"rollback"``) or of a string."""
+    return str(getattr(value, "value", value))
+
+
 def _one_step(inc: Incident) -> bool:
     pts = inc.details.get("points_to_recover")
     return inc.kind is K.SPIKE_FAST and pts is not None and pts <= ONE_STEP_POINTS
@@ -208,29 +259,24 @@ def _one_step(inc: Incident) -> bool:
 
 def health(analysis: Analysis) -> Health:
     """Sort the incidents for the terminal summary and say, in one line, whether the run is healthy."""
-    from ..classify.settings import AnalyzeConfig
-    from ..classify.short import limits
-
     incs = analysis.incidents
-    action = {p.incident: str(p.action) for p in analysis.plans}
-    rank = {sev: i for i, sev in enumerate(SEVERITY_ORDER)}
-    act = sorted((i for i, inc in enumerate(incs) if action.get(i, "watch") not in NO_ACTION),
-                 key=lambda i: (rank.get(str(incs[i].severity), len(rank)), incs[i].onset))
+    action = {p.incident: Action(word(p.action)) for p in analysis.plans}
+    act = sorted((i for i, inc in enumerate(incs) if action.get(i, Action.WATCH) not in NO_ACTION),
+                 key=lambda i: _badness(incs[i]))
     rest = [i for i in range(len(incs)) if i not in act]
     outliers = [i for i in rest if _one_step(incs[i])]
     other = [i for i in rest if i not in outliers]
-    critical = any(str(incs[i].severity) == "critical" for i in rest)
+    critical = any(Severity(word(incs[i].severity)) is Severity.CRITICAL for i in rest)
     healthy = not act and not critical
-    points = int(np.isfinite(analysis.log.live(analysis.metric)[1]).sum()) if analysis.metric in analysis.log.series else 0
-    short = limits(points, analysis.log_interval, AnalyzeConfig(metric=analysis.metric))
+    points, short = judged_limits(analysis)
     if act or critical:
-        worst = [incs[i] for i in act] or [incs[i] for i in rest if str(incs[i].severity) == "critical"]
+        worst = [incs[i] for i in act] or [incs[i] for i in rest
+                                           if Severity(word(incs[i].severity)) is Severity.CRITICAL]
         more = f", and {len(worst) - 2} more" if len(worst) > 2 else ""
         text = (f"UNHEALTHY: {len(worst)} incident(s) need action: "
                 + ", ".join(incident_summary(inc) for inc in worst[:2]) + more)
-    elif short and not incs:
-        text = (f"NOT FULLY JUDGED: no incident found in {points} points, but the log is too short to judge "
-                + ", ".join(lim.what for lim in short))
+    elif not_judged(analysis):
+        text = not_judged(analysis)
     else:
         bits = []
         if outliers:

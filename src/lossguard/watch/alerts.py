@@ -33,7 +33,8 @@ def render(ev: WatchEvent) -> str:
     inc = ev.incident
     if inc is None or ev.kind is EventKind.WITHDRAWN:
         return f"{head}: {ev.message}"
-    lines = [f"{head}: {inc.severity.upper()} {inc.kind.value} {inc.metric}: onset {inc.onset}, peak {inc.peak}, "
+    sev = str(getattr(inc.severity, "value", inc.severity)).upper()
+    lines = [f"{head}: {sev} {inc.kind.value} {inc.metric}: onset {inc.onset}, peak {inc.peak}, "
              f"end {inc.end if inc.end is not None else '-'} - {ev.message}",
              f"    {inc.evidence}"]
     if ev.plan is not None and ev.plan.action not in ("none", "watch"):  # as analyze's text shows plans

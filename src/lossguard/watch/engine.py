@@ -26,7 +26,7 @@ the detectors' state there is rebuilt from the kept points only.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -34,15 +34,12 @@ from .. import metrics as M
 from ..analysis import Analysis, analyze
 from ..classify.incident import Incident, IncidentKind as K
 from ..classify.settings import AnalyzeConfig
-from ..detect.episode import OnlineEpisodes
-from ..detect.nonfinite import OnlineNonFinite
-from ..detect.outlier import OnlineOutlier
-from ..detect.trend import OnlineTrend
 from ..errors import LossguardError, raise_all
 from ..plan import PlanConfig, RecoveryPlan
 from ..report.words import describe_plan, incident_summary
 from .events import EventKind, WatchEvent
 from .history import Points, RunHistory
+from .trigger import OnlineTrigger
 
 FINAL_KINDS = frozenset({K.NON_FINITE, K.DIVERGENCE, K.LOSS_SCALE_COLLAPSE, K.REPEATED_DATA})
 """Kinds printed as soon as they are found: later points cannot turn them into something else."""
@@ -65,7 +62,7 @@ class WatchConfig:
 
     history_points: int = 16384
     """Points kept per metric (memory ~25 bytes each). Runs up to this long are analysed whole."""
-    recheck_points: int = 256
+    recheck_points: int = 512
     """Re-run the classification at least every this many new loss points even when the online
     detectors are quiet (level shifts, stream and grad-norm spikes, resume tests need windows)."""
     settings: AnalyzeConfig = field(default_factory=AnalyzeConfig)
@@ -87,40 +84,6 @@ class WatchConfig:
         raise_all(problems)
 
 
-class _Trigger:
-    """The online detectors on the loss, in arrival order: alerts and "analyse now" signals."""
-
-    def __init__(self, settings: AnalyzeConfig, interval: int) -> None:
-        cfg = settings.for_interval(interval)
-        self.outlier = OnlineOutlier(replace(cfg.outlier, side="up"))
-        self.episodes = OnlineEpisodes(cfg.spike)
-        self.trend = OnlineTrend(cfg.trend)
-        self.nonfinite = OnlineNonFinite()
-        self.active_onset: int | None = None  # step of the open episode's onset
-
-    def update(self, step: int, value: float) -> tuple[dict | None, bool]:
-        """Feed one point; returns (alert facts or None, whether a decision may have been made)."""
-        was_nan = self.nonfinite.active is not None
-        closed = self.nonfinite.update(value) is not None
-        if not math.isfinite(value):
-            alert = None if was_nan else {"what": "non_finite", "step": step, "value": value}
-            return alert, not was_nan
-        v = self.outlier.update(value)
-        opened_before = self.episodes.active is not None
-        ep = self.episodes.update(value, v.outlier, v.baseline, v.noise)
-        decided = closed or ep is not None
-        alert = None
-        if ep is not None:
-            self.active_onset = None
-        if not opened_before and self.episodes.active is not None:
-            self.active_onset = step
-            alert = {"what": "outlier", "step": step, "value": value, "baseline": v.baseline, "noise": v.noise,
-                     "z": v.z}
-        if self.trend.update(v.baseline, v.noise) is not None:
-            decided = True
-        return alert, decided
-
-
 class WatchEngine:
     """Follows one run's points and produces :class:`~.events.WatchEvent` as incidents are decided.
 
@@ -134,7 +97,7 @@ class WatchEngine:
         self.config = config or WatchConfig()
         self.history = RunHistory(capacity=self.config.history_points)
         self.metric: str | None = None
-        self._trigger: _Trigger | None = None
+        self._trigger: OnlineTrigger | None = None
         self._warm: list[int] = []  # first loss steps, to learn the log interval before triggering
         self._since = 0
         self._due = False
@@ -146,7 +109,28 @@ class WatchEngine:
 
     # ---- feeding -------------------------------------------------------------------------------
     def feed(self, pts: Points) -> None:
-        """Add a batch of new points from one source."""
+        """Add a batch of new points from one source (a large one in pieces, so that catching up
+        on a long log classifies along the way instead of letting the history drop points unseen)."""
+        piece = max(1, self.config.history_points // 8)
+        if pts.count <= piece:
+            self._feed(pts)
+            return
+        longest = max(pts.series.values(), key=lambda sv: len(sv[0]))[0]
+        cuts = longest[piece::piece]
+        lo = None
+        for i, hi in enumerate([*cuts.tolist(), None]):
+            series = {}
+            for name, (st, v) in pts.series.items():
+                a = 0 if lo is None else int(np.searchsorted(st, lo))
+                b = len(st) if hi is None else int(np.searchsorted(st, hi))
+                if b > a:
+                    series[name] = (st[a:b], v[a:b])
+            first = i == 0
+            self._feed(Points(pts.source, series, new_segment=pts.new_segment and first, note=pts.note,
+                              start_time=pts.start_time, events=pts.events if first else [], join=pts.join))
+            lo = hi
+
+    def _feed(self, pts: Points) -> None:
         self.history.add(pts)
         if pts.new_segment:
             self._due = True  # resume tests look at the boundary; recheck soon
@@ -163,12 +147,14 @@ class WatchEngine:
                     continue
                 gaps = np.diff(np.asarray(self._warm))
                 interval = max(1, int(np.median(gaps[gaps > 0]))) if (gaps > 0).any() else 1
-                self._trigger = _Trigger(self.config.settings, interval)
+                self._trigger = OnlineTrigger(self.config.settings, interval)
                 continue
             alert, decided = self._trigger.update(s, v)
             if alert is not None:
                 self._pending.append(self._alert(alert))
             self._due |= decided
+            if self._since >= self.config.history_points // 4:
+                self._classify(final=False)  # catching up on a long log: decide before the history moves on
 
     def _metric(self, pts: Points) -> str | None:
         if self.metric is None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import LossguardError
-from ..io import HEAD_BYTES, detect_format
+from ..io import HEAD_BYTES, detect_format, reader
 from ..io import _runs
 from .history import Points
 from .lines import CsvDecoder, JsonlDecoder, MegatronDecoder
@@ -77,6 +77,8 @@ class RunFollower:
         self._tb_names: dict[tuple[str, str], str] = {}
         self._newest: dict[str, dict[str, int]] = {}
         self._main_tb: str | None = None
+        self._read_inodes: set[tuple[int, int]] = set()  # every file read so far, under whatever name
+        self._told: set[str] = set()  # named files we said we are waiting for
 
     # ---- discovery -----------------------------------------------------------------------------
     def _candidates(self) -> list[tuple[str, Path | None]]:
@@ -92,7 +94,9 @@ class RunFollower:
         return out
 
     def _discover(self, poll: Poll) -> None:
-        idents = {f.tail.identity: f for f in self.files.values() if f.tail.identity is not None}
+        for f in self.files.values():
+            if f.tail.identity is not None:
+                self._read_inodes.add(f.tail.identity)
         for path, root in self._candidates():
             if path in self.files:
                 continue
@@ -100,16 +104,18 @@ class RunFollower:
                 st = os.stat(path)
             except OSError:
                 continue
-            moved = idents.get((st.st_dev, st.st_ino))
-            if moved is not None:
+            if (st.st_dev, st.st_ino) in self._read_inodes:
                 continue  # a rotated file: already read under its old name
             if root is not None and _runs.is_side_file(Path(path)):
                 continue
             if st.st_size == 0 or self._waiting.get(path) == st.st_size:
                 continue
-            fmt = self._sniff(path, st.st_size)
+            fmt = self._sniff(path, st.st_size, root)
             if fmt is None:
                 self._waiting[path] = st.st_size
+                if root is None and path not in self._told:
+                    self._told.add(path)
+                    poll.notices.append(f"waiting for {path} to hold a line a reader recognises")
                 if root is None and st.st_size >= HEAD_BYTES:
                     raise LossguardError("no reader recognises this file", path=path,
                                          fix="pass --format; CSV needs a header naming a step column, "
@@ -121,11 +127,11 @@ class RunFollower:
             self.files[path] = Followed(path, fmt, FileTail(path), self._decoder(path, fmt, root), root)
             poll.notices.append(f"following {path} ({fmt})")
 
-    def _sniff(self, path: str, size: int) -> str | None:
-        if self.format is not None:
-            return self.format
-        if "tfevents" in os.path.basename(path):
+    def _sniff(self, path: str, size: int, root: Path | None) -> str | None:
+        if "tfevents" in os.path.basename(path) and self.format in (None, "tensorboard"):
             return "tensorboard"
+        if self.format is not None and root is None:
+            return self.format  # a file named by the user, its format forced
         try:
             with open(path, "rb") as fh:
                 head = fh.read(HEAD_BYTES)
@@ -133,6 +139,11 @@ class RunFollower:
             return None
         if b"\n" not in head and size < HEAD_BYTES:
             return None  # not even one whole line yet
+        if self.format is not None:  # a forced format applies to the directory's files it can read
+            try:
+                return self.format if reader(self.format).sniff(Path(path), head) else None
+            except Exception:  # noqa: BLE001 - a sniffer must never crash the watch; treat as "not mine"
+                return None
         return detect_format(path, head)
 
     def _preferred(self, fmt: str, root: Path) -> bool:
@@ -155,14 +166,21 @@ class RunFollower:
         return WholeFileDecoder(path, fmt, self._newest.setdefault(fmt, {}))
 
     # ---- reading -------------------------------------------------------------------------------
-    def poll(self) -> Poll:
-        """Find new files and read what every followed file has gained."""
+    def poll(self, sink=None) -> Poll:
+        """Find new files and read what every followed file has gained.
+
+        Args:
+            sink: called with each :class:`Points` as soon as its bytes are decoded (so a long
+                backlog is never held in memory at once); without it they are collected in
+                ``Poll.points``.
+        """
         poll = Poll()
+        sink = sink or poll.points.append
         self._discover(poll)
         for f in list(self.files.values()):
             if f.broken:
                 continue
-            for _ in range(64):  # bounded catch-up per poll (8 MiB a read)
+            for _ in range(64):  # bounded catch-up per poll (1 MiB a read)
                 chunk = f.tail.read()
                 if chunk is None:
                     break
@@ -177,7 +195,8 @@ class RunFollower:
                     f.broken = str(exc)
                     poll.notices.append(f"stopped following {f.path}: {exc}")
                     break
-                poll.points.extend(self._joined(f, pts))
+                for p in self._joined(f, pts):
+                    sink(p)
         return poll
 
     def _joined(self, f: Followed, pts: list[Points]) -> list[Points]:

@@ -11,10 +11,17 @@ import time
 from enum import Enum
 
 from .. import metrics as M
-from ..analysis import SEVERITY_ORDER
 from .engine import WatchConfig, WatchEngine
 from .events import EventKind, WatchEvent
 from .follower import RunFollower
+
+
+_RANK = {"info": 0, "warning": 1, "critical": 2}
+
+
+def severity_name(sev) -> str:
+    """An incident's severity as its string (it may be a str-valued enum)."""
+    return str(getattr(sev, "value", sev))
 
 
 class RunState(str, Enum):
@@ -60,13 +67,8 @@ class RunWatch:
 
     def step(self) -> list[WatchEvent]:
         """Read what the files gained and return the events it produced."""
-        poll = self.follower.poll()
+        poll = self.follower.poll(self._feed)
         out = [WatchEvent(EventKind.NOTICE, self.name, None, n) for n in poll.notices]
-        for pts in poll.points:
-            self.engine.feed(pts)
-            metric = self.engine.metric or M.LOSS
-            if metric in pts.series and len(pts.series[metric][1]):
-                self.last_loss = float(pts.series[metric][1][-1])
         if poll.bytes_read:
             self.last_growth = self.clock()
             self.stalled = False
@@ -77,6 +79,12 @@ class RunWatch:
             elif ev.kind in (EventKind.INCIDENT, EventKind.UPDATE):
                 self.alerting = False
         return out + events
+
+    def _feed(self, pts) -> None:
+        self.engine.feed(pts)
+        metric = self.engine.metric or M.LOSS
+        if metric in pts.series and len(pts.series[metric][1]):
+            self.last_loss = float(pts.series[metric][1][-1])
 
     def stall(self) -> list[WatchEvent]:
         """Say (once per stall) that the run stopped writing, with any half-written line or record."""
@@ -95,7 +103,7 @@ class RunWatch:
         """The end: parse unterminated last lines and decide every incident, as ``analyze`` would."""
         poll = self.follower.flush()
         for pts in poll.points:
-            self.engine.feed(pts)
+            self._feed(pts)
         out = [WatchEvent(EventKind.NOTICE, self.name, None, n) for n in poll.notices]
         return out + self.engine.finish()
 
@@ -112,8 +120,8 @@ class RunWatch:
 
     def worst(self) -> str | None:
         """The worst severity among the incidents found, or None."""
-        sev = [i.severity for i in self.engine.incidents()]
-        return max(sev, key=SEVERITY_ORDER.__getitem__) if sev else None
+        sev = [severity_name(i.severity) for i in self.engine.incidents()]
+        return max(sev, key=lambda s: _RANK.get(s, -1)) if sev else None
 
     def summary(self) -> dict:
         """JSON-ready facts for the last line and the sweep table."""
@@ -126,5 +134,5 @@ class RunWatch:
             "kinds": sorted({i.kind.value for i in incs}), "classifications": self.engine.analyses,
             "idle_seconds": round(self.idle_seconds(), 1),
             "found": [{"kind": i.kind.value, "metric": i.metric, "onset": i.onset, "end": i.end,
-                       "severity": i.severity} for i in incs],
+                       "severity": severity_name(i.severity)} for i in incs],
         }

@@ -38,7 +38,7 @@ class FileTail:
             catching up on a large existing log is done in bounded pieces.
     """
 
-    def __init__(self, path: str, *, max_read: int = 8 << 20) -> None:
+    def __init__(self, path: str, *, max_read: int = 1 << 20) -> None:
         self.path = path
         self.max_read = max_read
         self._fh = None

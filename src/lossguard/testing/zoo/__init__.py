@@ -27,13 +27,14 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (mlp.FAMILY, cnn.FAMILY, gpt.F
 """Every family of the zoo, by name."""
 
 
-def run(spec: RunSpec, *, config=None, workdir=None) -> Outcome:
+def run(spec: RunSpec, *, config=None, workdir=None, record: bool = False) -> Outcome:
     """Train ``spec`` (one thread) and return its :class:`Outcome`.
 
     Args:
         spec: the run.
         config: the ``GuardConfig`` of a guarded run; None = the guard's defaults.
         workdir: directory for the guard's checkpoints and log; None = a temporary one.
+        record: keep the per-step loss and gradient norm of an unguarded plain-loop run.
     """
     import torch
 
@@ -47,7 +48,7 @@ def run(spec: RunSpec, *, config=None, workdir=None) -> Outcome:
         from .hf_loop import run_hf
         return run_hf(spec, family, config=config, workdir=workdir)
     from .loop import run_plain
-    return run_plain(spec, family, config=config, workdir=workdir)
+    return run_plain(spec, family, config=config, workdir=workdir, record=record)
 
 
 __all__ = ["FAMILIES", "Family", "Optim", "Outcome", "RunSpec", "Scenario", "Schedule", "run"]

@@ -75,7 +75,10 @@ def run_hf(spec: RunSpec, family: Family, *, config=None, workdir: Path | None =
     trainer = Trainer(model=model, args=args, train_dataset=train, data_collator=_Collator(spec, family),
                       optimizers=(opt, sched), callbacks=callbacks)
     trainer.remove_callback(transformers.trainer_callback.PrinterCallback)
-    trainer.train()
+    try:
+        trainer.train()
+    except adapter.HALTED:
+        pass  # a loud halt (the callback raises at the end of training): the outcome records it
     out.steps = trainer.state.global_step
     if guard_cb is not None:
         t = adapter.tally(guard_cb.guard.events, guard_cb.guard.halted)

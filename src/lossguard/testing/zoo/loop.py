@@ -49,7 +49,8 @@ class _Batches:
             step += 1
 
 
-def run_plain(spec: RunSpec, family: Family, *, config=None, workdir: Path | None = None) -> Outcome:
+def run_plain(spec: RunSpec, family: Family, *, config=None, workdir: Path | None = None,
+              record: bool = False) -> Outcome:
     """Train one plain-loop zoo run as ``spec`` says; returns its :class:`Outcome`.
 
     Args:
@@ -57,10 +58,12 @@ def run_plain(spec: RunSpec, family: Family, *, config=None, workdir: Path | Non
         family: its family (``FAMILIES[spec.family]``).
         config: a ``GuardConfig`` for guarded runs; None = the default.
         workdir: where the guard's checkpoints and log go; None = a temporary directory.
+        record: keep the per-step training loss and gradient norm of an unguarded run in
+            ``Outcome.series`` (to calibrate the guard's tests on healthy runs).
     """
     if workdir is None:
         with tempfile.TemporaryDirectory(prefix="lossguard-zoo-") as tmp:
-            return run_plain(spec, family, config=config, workdir=Path(tmp))
+            return run_plain(spec, family, config=config, workdir=Path(tmp), record=record)
     t0 = time.perf_counter()
     train, held = family.data()
     torch.manual_seed(spec.seed)
@@ -92,6 +95,11 @@ def run_plain(spec: RunSpec, family: Family, *, config=None, workdir: Path | Non
             if guard is not None:
                 guard.step(loss)
                 continue
+            if record:
+                gn = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params
+                                                           if p.grad is not None]))
+                out.series.setdefault("loss", []).append(loss.item())
+                out.series.setdefault("grad_norm", []).append(gn.item())
             if not math.isfinite(loss.item()):
                 break  # unguarded and poisoned: nothing after this can recover
             opt.step()

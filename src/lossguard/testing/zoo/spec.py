@@ -123,6 +123,8 @@ class Outcome:
     """``(step, event, reasons)`` of every guard decision other than a metric record, in order."""
     wall_time: float = 0.0
     """Seconds for the run, evaluation included."""
+    series: dict = field(default_factory=dict)
+    """``{"loss": [...], "grad_norm": [...]}`` per step when the run was asked to record them."""
 
     @property
     def interventions(self) -> int:

@@ -1,0 +1,203 @@
+"""Sharded checkpoints on 2 FSDP2 ranks (CPU, gloo): lossguard's ShardedCheckpointStore against
+plain DCP, measured in the same run, for three checkpoint sizes.
+
+Per size (an MLP of 4 square Linear layers, each ``fully_shard``-ed, trained one AdamW step so the
+optimizer state exists; checkpoint = weights + 2 Adam moments = ~3x the parameter bytes):
+
+- save, sync: plain ``dcp.save(get_state_dict(...))`` into a fresh directory (the issue's baseline,
+  no temp dir, no checksums) vs ``ShardedCheckpointStore.save`` (temp dir, per-file CRC-32, per-rank
+  RNG/data file, manifest, rename by rank 0, pruning);
+- save, async: time the training thread is blocked (the call) and time until the checkpoint is
+  published, for plain ``dcp.async_save`` (own gloo group) and the store's ``async_save``;
+- load: plain ``dcp.load`` + ``set_state_dict`` vs the store with CRC verification and without;
+- rollback: ``HostSnapshot.restore`` (host memory) vs loading the same step from disk;
+- step statistics: :func:`reduce_step_stats` (one all-reduce of 3 float64) vs
+  ``clip_grad_norm_(...).full_tensor()`` plus an all-reduce of the loss, mean of 20 calls;
+- peak memory: RSS growth over the value before the operation, sampled every 1 ms by a thread
+  (the largest of the two ranks).
+
+Times are medians over ``--repeat`` runs, the larger of the two ranks (a collective operation ends
+when the slowest rank does). Run::
+
+    .venv/bin/python benchmarks/checkpoint_dcp.py [--widths 256 1024 2048] [--repeat 3]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class _Peak:
+    """Peak RSS growth during a block, sampled every millisecond."""
+
+    def __enter__(self):
+        self.base = self.peak = _rss()
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+        return self
+
+    def _run(self):
+        while not self._stop.wait(0.001):
+            self.peak = max(self.peak, _rss())
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+        self.peak = max(self.peak, _rss())
+        self.growth = self.peak - self.base
+
+
+def _worker(rank: int, world: int, widths: list[int], repeat: int, root: str):
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from lossguard.checkpoint import HostSnapshot, ShardedCheckpointStore, ShardedTrainState
+
+    mesh = init_device_mesh("cpu", (world,))
+    plain_group = dist.new_group(backend="gloo")
+    results = {}
+    for width in widths:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(4)])
+        for layer in model:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        model(torch.randn(8, width)).sum().backward()
+        opt.step()
+        params = sum(p.numel() for p in model.parameters())
+        state = ShardedTrainState(model, opt, step=1)
+        base = Path(root) / f"w{width}"
+        store = ShardedCheckpointStore(base / "store", keep_last=1, async_saves=True)
+        snap = HostSnapshot(state, every=1)
+        rows: dict[str, list[float]] = {}
+        mem: dict[str, int] = {}
+
+        def timed(name, fn):
+            dist.barrier()
+            with _Peak() as peak:
+                t0 = time.perf_counter()
+                out = fn()
+                dt = time.perf_counter() - t0
+            rows.setdefault(name, []).append(dt)
+            mem[name] = max(mem.get(name, 0), peak.growth)
+            return out
+
+        for k in range(repeat):
+            state.step = 10 + k
+
+            def plain_save():
+                msd, osd = get_state_dict(model, opt)
+                dcp.save({"model": msd, "optim": osd}, checkpoint_id=base / f"plain-{k}")
+
+            timed("save plain DCP", plain_save)
+            timed("save store (sync)", lambda: state.save(store))
+
+            pending = {}
+
+            def plain_async_call():
+                msd, osd = get_state_dict(model, opt)
+                pending["f"] = dcp.async_save({"model": msd, "optim": osd}, checkpoint_id=base / f"plaina-{k}",
+                                              process_group=plain_group)
+
+            t0 = time.perf_counter()
+            timed("async plain DCP: blocking", plain_async_call)
+            pending["f"].result()
+            rows.setdefault("async plain DCP: done", []).append(time.perf_counter() - t0)
+
+            state.step = 100 + k
+            t0 = time.perf_counter()
+            p = timed("async store: blocking", lambda: state.async_save(store))
+            p.wait()
+            rows.setdefault("async store: published", []).append(time.perf_counter() - t0)
+
+            def plain_load():
+                msd, osd = get_state_dict(model, opt)
+                sd = {"model": msd, "optim": osd}
+                dcp.load(sd, checkpoint_id=base / f"plain-{k}")
+                set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+
+            timed("load plain DCP", plain_load)
+            timed("load store, CRC verified", lambda: state.restore(store, 100 + k))
+            timed("load store, sizes only", lambda: state.restore(store, 100 + k, verify=False))
+            timed("snapshot take", snap.take)
+            timed("rollback from snapshot", snap.restore)
+        # Step statistics: lossguard's one packed all-reduce vs torch's clip_grad_norm_ (DTensor
+        # norm, full_tensor) plus an all-reduce of the loss, what a loop would otherwise do.
+        from lossguard.distributed.fsdp import reduce_step_stats
+
+        model(torch.randn(8, width)).sum().backward()
+        loss = torch.tensor(1.0)
+
+        def torch_way():
+            n = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))
+            n = n.full_tensor() if hasattr(n, "full_tensor") else n
+            l = loss.clone()
+            dist.all_reduce(l)
+            return bool(torch.isfinite(n) & torch.isfinite(l))
+
+        for name, fn in (("step stats: torch clip_grad_norm_ + loss all-reduce", torch_way),
+                         ("step stats: reduce_step_stats", lambda: bool(reduce_step_stats(loss, model.parameters())
+                                                                        .any_nonfinite))):
+            for _ in range(3):
+                fn()
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(20):
+                fn()
+            rows[name] = [(time.perf_counter() - t0) / 20]
+        opt.zero_grad(set_to_none=True)
+        ckpt_bytes = sum(f.stat().st_size for f in store.path_of(store.shared_steps()[-1]).iterdir())
+        results[width] = {"params": params, "bytes": ckpt_bytes, "snapshot_bytes": snap.nbytes,
+                          "times": {k: statistics.median(v) for k, v in rows.items()}, "mem": mem}
+        dist.barrier()
+    return results
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--widths", type=int, nargs="+", default=[256, 1024, 2048])
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    from lossguard.testing.distributed import run_distributed
+
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as root:
+        r0, r1 = run_distributed(_worker, world_size=2, args=(args.widths, args.repeat, root), timeout=1800)
+    for width in args.widths:
+        a, b = r0[width], r1[width]
+        print(f"\n### width {width}: {a['params'] / 1e6:.2f} M params, checkpoint {a['bytes'] / 2**20:.1f} MiB "
+              f"on disk, host snapshot {(a['snapshot_bytes'] + b['snapshot_bytes']) / 2**20:.1f} MiB (both ranks)")
+        print("| operation | time (ms) | vs plain DCP | peak RSS growth (MiB) |")
+        print("|---|---:|---:|---:|")
+        ref = {"save": "save plain DCP", "load": "load plain DCP", "asyn": "async plain DCP: blocking",
+               "roll": "load plain DCP", "snap": "save plain DCP",
+               "step": "step stats: torch clip_grad_norm_ + loss all-reduce"}
+        for name in a["times"]:
+            t = max(a["times"][name], b["times"][name])
+            base = ref.get(name[:4], "")
+            if name.startswith("async") and name.endswith(("done", "published")):
+                base = "async plain DCP: done"
+            tb = max(a["times"][base], b["times"][base]) if base else None
+            ratio = f"{t / tb:.2f}x" if tb and base != name else ""
+            m = max(a["mem"].get(name, 0), b["mem"].get(name, 0)) / 2**20
+            print(f"| {name} | {t * 1e3:.1f} | {ratio} | {m:.1f} |" if name in a["mem"] else
+                  f"| {name} | {t * 1e3:.1f} | {ratio} | |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""How heavy are the tails of healthy runs? The numbers the guard's calibrated tests are set from.
+
+Runs the healthy grid of the TUNED zoo families only (mlp, cnn, gpt, encoder; the held-out lstm and
+hf_gpt2 are never looked at here), unguarded, recording each step's training loss and gradient
+norm, and prints, over all runs and steps after the first ``--skip`` steps:
+
+- how often the analyser's outlier test (defaults) flags the loss, and the gradient norm;
+- the distribution of ``grad_norm / q(grad_norm over the trailing window)`` for the tail quantile
+  ``--q`` (the "own recent tail" a healthy excursion is measured against): quantiles and max;
+- the same ratio for the loss, and how large the loss z is on steps whose gradient norm is flagged;
+- during the first 5 steps (before the outlier test has a baseline): the largest grad-norm and loss
+  ratios to the first step's, and the grad norm relative to the parameter norm at step 0.
+
+    python benchmarks/zoo_calibrate.py --jobs 2
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+
+
+def one(spec_dict):
+    import torch
+
+    torch.set_num_threads(1)
+    from lossguard.testing.zoo import FAMILIES, Outcome, run
+
+    spec = Outcome.from_dict({"spec": spec_dict}).spec
+    out = run(spec, record=True)
+    fam = FAMILIES[spec.family]
+    torch.manual_seed(spec.seed)
+    pn = float(torch.linalg.vector_norm(torch.stack([p.detach().norm() for p in fam.model().parameters()])))
+    return spec.family, out.series, pn
+
+
+def trailing_quantile(x: np.ndarray, window: int, q: float) -> np.ndarray:
+    """q-quantile of x[i-window:i] for every i >= window (NaN before)."""
+    out = np.full(len(x), np.nan)
+    if len(x) > window:
+        w = np.lib.stride_tricks.sliding_window_view(x, window)[:-1]
+        out[window:] = np.quantile(w, q, axis=1)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--q", type=float, default=0.9, help="tail quantile of the trailing window")
+    ap.add_argument("--window", type=int, default=128)
+    a = ap.parse_args(argv)
+    sys.path.insert(0, "benchmarks")
+    from zoo import _spec_dict, grid
+
+    from lossguard.detect.outlier import score
+    from lossguard.testing.zoo import FAMILIES
+
+    tuned = [n for n, f in FAMILIES.items() if f.tuned]
+    specs = [s for s in grid(tuned, ["healthy"]) if not s.guarded]
+    with ProcessPoolExecutor(a.jobs) as ex:
+        results = list(ex.map(one, [_spec_dict(s) for s in specs]))
+    ratios, lratios, lz_at_gn, nflag_l, nflag_g, n = [], [], [], 0, 0, 0
+    cold_g, cold_l, g0_over_p = [], [], []
+    per_family = {}
+    for fam, series, pn in results:
+        loss, gn = np.asarray(series["loss"]), np.asarray(series["grad_norm"])
+        ls, gs = score(loss), score(gn)
+        nflag_l += int(ls.outlier.sum())
+        nflag_g += int(gs.outlier.sum())
+        n += len(loss)
+        r = gn / trailing_quantile(gn, a.window, a.q)
+        rl = loss / trailing_quantile(loss, a.window, a.q)
+        ratios.append(r[a.window:])
+        lratios.append(rl[a.window:])
+        per_family.setdefault(fam, []).append(np.nanmax(r))
+        lz_at_gn += list(ls.z[gs.outlier])
+        cold_g.append(np.max(gn[:5] / gn[0]))
+        cold_l.append(np.max(loss[:5] / loss[0]))
+        g0_over_p.append(gn[0] / pn)
+    r, rl = np.concatenate(ratios), np.concatenate(lratios)
+    print(f"{len(results)} healthy runs of {', '.join(tuned)}; {n} steps")
+    print(f"analyser test flags: loss {nflag_l} steps ({100 * nflag_l / n:.2f}%), grad norm {nflag_g} ({100 * nflag_g / n:.2f}%)")
+    qs = [0.5, 0.99, 0.999, 1.0]
+    print(f"grad_norm / q{a.q:g}(trailing {a.window}): " + ", ".join(f"q{q:g}={np.nanquantile(r, q):.2f}" for q in qs))
+    print("  max per family: " + ", ".join(f"{f} {max(v):.2f}" for f, v in per_family.items()))
+    print(f"loss / q{a.q:g}(trailing {a.window}): " + ", ".join(f"q{q:g}={np.nanquantile(rl, q):.2f}" for q in qs))
+    lz = np.asarray(lz_at_gn, dtype=float)
+    if len(lz):
+        print(f"loss z on grad-norm-flagged steps ({len(lz)}): " + ", ".join(
+            f"q{q:g}={np.nanquantile(lz, q):.2f}" for q in qs))
+    print(f"first 5 steps: max grad_norm/first {max(cold_g):.2f}, max loss/first {max(cold_l):.2f}; "
+          f"grad_norm(step 0)/param_norm max {max(g0_over_p):.3g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

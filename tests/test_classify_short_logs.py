@@ -1,0 +1,82 @@
+"""Short logs (3-9 points, tests/data/short/README.md): judged by relative rules, never a bare
+"No incidents", never a traceback."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lossguard.analysis import analyze
+from lossguard.classify.incident import IncidentKind as K
+from lossguard.cli import main
+from lossguard.io import read_log
+
+SHORT = Path(__file__).resolve().parent / "data" / "short"
+
+
+def _analyze(name):
+    return analyze(read_log(SHORT / name))
+
+
+def test_a_jump_in_three_points_is_a_spike_too_short_to_judge_its_recovery():
+    a = _analyze("jump_3p06_to_7p71.csv")
+    (inc,) = a.incidents
+    assert inc.kind is K.SPIKE_NO_RECOVERY and inc.onset == inc.peak == 1230
+    assert inc.details["too_short_to_judge"] == "recovery" and "too short to tell" in inc.evidence
+    assert inc.peak_value == pytest.approx(7.71) and inc.severity == "critical"
+    assert any(n.startswith("3 points: too short to judge") for n in a.notes)
+
+
+def test_a_five_point_climb_is_a_divergence_from_its_lowest_point():
+    a = _analyze("climb_to_10p24.csv")
+    (inc,) = a.incidents
+    assert inc.kind is K.DIVERGENCE and inc.onset == 300 and inc.peak == 340
+    assert a.plans[0].rollback_to_step is not None and a.plans[0].rollback_to_step < inc.onset
+
+
+def test_the_fp16_excerpt_is_one_loss_scale_collapse_with_the_loss_climb_folded_in():
+    a = _analyze("fp16_scale_halving.csv")
+    (inc,) = a.incidents
+    assert inc.kind is K.LOSS_SCALE_COLLAPSE and inc.onset == 8002
+    assert inc.baseline == 65536 and inc.peak_value == 2048 and "halved 5 times" in inc.evidence
+    assert [f["kind"] for f in inc.details["folded"]] == ["divergence"]
+    assert a.plans[0].reset_loss_scale
+
+
+def test_the_13b_excerpt_is_a_spike_at_the_jump_not_a_divergence_after_it():
+    a = _analyze("spike_13b_excerpt.csv")
+    (inc,) = a.incidents
+    assert inc.kind is K.SPIKE_NO_RECOVERY and inc.onset == 29050 and inc.peak == 29060
+    assert inc.baseline == pytest.approx(2.78)
+    assert a.plans[0].rollback_to_step < 29050
+
+
+def test_zero_loss_with_nan_grad_norms_is_one_incident_and_no_crash(capsys):
+    a = _analyze("zero_loss_nan_grad.csv")
+    (inc,) = a.incidents
+    assert inc.kind is K.NON_FINITE and inc.metric == "grad_norm" and inc.onset == 2
+    assert "exactly 0.0" in inc.evidence and inc.details["folded"][0]["kind"] == "regime_change"
+    assert main(["analyze", str(SHORT / "zero_loss_nan_grad.csv"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary"]["by_kind"] == {"non_finite": 1}
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in SHORT.glob("*.csv")))
+def test_every_short_case_reads_as_unhealthy_in_the_terminal(name, capsys):
+    assert main(["analyze", str(SHORT / name)]) == 0
+    out = capsys.readouterr().out
+    assert "No incidents" not in out and "Traceback" not in out
+    assert "UNHEALTHY:" in out and "points: too short to judge" in out
+
+
+def test_a_flat_short_log_says_what_it_could_not_judge():
+    from lossguard.runlog import RunLogBuilder
+
+    b = RunLogBuilder("test")
+    b.start_segment("mem://flat")
+    b.add("loss", [10, 20, 30, 40, 50, 60], [3.0, 2.98, 3.01, 2.97, 2.99, 2.96])
+    a = analyze(b.build())
+    assert a.incidents == []
+    (note,) = [n for n in a.notes if "too short to judge" in n]
+    assert note.startswith("6 points:") and "slow recoveries" in note and "level shifts" in note
