@@ -50,6 +50,7 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--q", type=float, default=0.9, help="tail quantile of the trailing window")
     ap.add_argument("--window", type=int, default=128)
+    ap.add_argument("--scenario", default="healthy", help="record this scenario's unguarded runs instead")
     a = ap.parse_args(argv)
     sys.path.insert(0, "benchmarks")
     from zoo import _spec_dict, grid
@@ -58,12 +59,12 @@ def main(argv=None) -> int:
     from lossguard.testing.zoo import FAMILIES
 
     tuned = [n for n, f in FAMILIES.items() if f.tuned]
-    specs = [s for s in grid(tuned, ["healthy"]) if not s.guarded]
+    specs = [s for s in grid(tuned, [a.scenario]) if not s.guarded and s.scenario.value == a.scenario]
     with ProcessPoolExecutor(a.jobs) as ex:
         results = list(ex.map(one, [_spec_dict(s) for s in specs]))
     ratios, lratios, lz_at_gn, nflag_l, nflag_g, n = [], [], [], 0, 0, 0
     cold_g, cold_l, g0_over_p = [], [], []
-    per_family = {}
+    per_family, rises = {}, {}
     for fam, series, pn in results:
         loss, gn = np.asarray(series["loss"]), np.asarray(series["grad_norm"])
         ls, gs = score(loss), score(gn)
@@ -76,6 +77,9 @@ def main(argv=None) -> int:
         lratios.append(rl[a.window:])
         per_family.setdefault(fam, []).append(np.nanmax(r))
         lz_at_gn += list(ls.z[gs.outlier])
+        base = ls.baseline[a.window:]
+        best = np.fmin.accumulate(base)
+        rises.setdefault(fam, []).append(float(np.nanmax(base / best - 1.0)) if len(base) else 0.0)
         cold_g.append(np.max(gn[:5] / gn[0]))
         cold_l.append(np.max(loss[:5] / loss[0]))
         g0_over_p.append(gn[0] / pn)
@@ -90,6 +94,8 @@ def main(argv=None) -> int:
     if len(lz):
         print(f"loss z on grad-norm-flagged steps ({len(lz)}): " + ", ".join(
             f"q{q:g}={np.nanquantile(lz, q):.2f}" for q in qs))
+    print("loss baseline (trailing median) above its running minimum, max per run: " + "; ".join(
+        f"{f} max {max(v):.3f} median {np.median(v):.3f}" for f, v in rises.items()))
     print(f"first 5 steps: max grad_norm/first {max(cold_g):.2f}, max loss/first {max(cold_l):.2f}; "
           f"grad_norm(step 0)/param_norm max {max(g0_over_p):.3g}")
     return 0

@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 DATA = Path(__file__).parent / "data"
 SEED = 20261122
 MUTANTS_PER_SEED = 16
@@ -140,6 +142,7 @@ print(json.dumps({"arrow_peak": pool.max_memory()}), flush=True)
 """
 
 
+@pytest.mark.slow  # about 20 s: 530 CLI runs in one worker
 def test_cli_survives_mutated_and_adversarial_logs(tmp_path):
     rng = random.Random(SEED)
     inputs: dict[str, bytes] = {}

@@ -14,7 +14,7 @@ from lossguard.testing.distributed import run_distributed  # noqa: E402
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]  # ~150 FSDP steps on 2 ranks
 
 
-def _fsdp_guard_worker(rank: int, world: int, tmpdir: str, gate: str):
+def _fsdp_guard_worker(rank: int, world: int, tmpdir: str, gate: str, asynchronous: bool, snapshots: int = 0):
     from pathlib import Path
 
     from lossguard.checkpoint import ShardedCheckpointStore
@@ -31,9 +31,10 @@ def _fsdp_guard_worker(rank: int, world: int, tmpdir: str, gate: str):
     det = OutlierConfig(min_points=20)
     cfg = GuardConfig(checkpoint_every=20, recipe=RecoveryRecipe(rollback_distance=20, skip_margin=10),
                       loss=det, grad_norm=det, gate=gate)
-    store = ShardedCheckpointStore(Path(tmpdir) / gate / "ck", keep_last=3, min_keep_steps_back=40)
+    store = ShardedCheckpointStore(Path(tmpdir) / f"{gate}-{snapshots}" / "ck", keep_last=3, min_keep_steps_back=40,
+                                   async_saves=asynchronous)
     guard = StabilityGuard(model, opt, store=store, sampler=sampler, scheduler=sched, config=cfg,
-                           log_path=Path(tmpdir) / gate / "run.jsonl")
+                           log_path=Path(tmpdir) / f"{gate}-{snapshots}" / "run.jsonl", snapshots=snapshots)
     for step, ids in guard.batches(sampler, steps=150):
         x, y = data.batch(ids)
         _, loss = model(x, y)
@@ -48,12 +49,16 @@ def _fsdp_guard_worker(rank: int, world: int, tmpdir: str, gate: str):
     return {"decisions": decisions, "step": guard.step_count, "skipped": guard.sampler.skipped,
             "ledger": guard.ledger.to_dict()["skip_ranges"],
             "finite": all(bool(torch.isfinite(_local(p)).all()) for p in model.parameters()),
-            "ckpts": store.shared_steps()}
+            "ckpts": store.shared_steps(),
+            "sources": [e.get("source") for e in guard.log.records if e["event"] == "rollback"],
+            "shards": [_local(p).detach().clone() for p in model.parameters()]}
 
 
-@pytest.mark.parametrize("gate", ["host", "device"])
-def test_faults_on_one_rank_make_both_fsdp_ranks_act_alike(tmp_path, gate):
-    r0, r1 = run_distributed(_fsdp_guard_worker, world_size=2, args=(str(tmp_path), gate), timeout=300)
+@pytest.mark.parametrize("gate, asynchronous", [("host", True), ("device", False)])
+def test_faults_on_one_rank_make_both_fsdp_ranks_act_alike(tmp_path, gate, asynchronous):
+    """Host gate with asynchronous guard checkpoints; device gate with synchronous ones."""
+    r0, r1 = run_distributed(_fsdp_guard_worker, world_size=2, args=(str(tmp_path), gate, asynchronous),
+                             timeout=300)
     assert r0["decisions"] == r1["decisions"]  # rank 1 writes no log: its in-memory list is compared
     events = {(s, ev) for s, ev, _ in r0["decisions"]}
     assert (50, "skip") in events                       # the NaN step withheld on both ranks
@@ -64,3 +69,14 @@ def test_faults_on_one_rank_make_both_fsdp_ranks_act_alike(tmp_path, gate):
     assert r0["step"] == r1["step"] == 150
     assert r0["finite"] and r1["finite"]                # no NaN reached any shard
     assert r0["ckpts"] == r1["ckpts"] and 80 in r0["ckpts"]
+
+
+def test_rollback_from_host_snapshots_equals_rollback_from_disk(tmp_path):
+    """The guard keeping the last 3 checkpoints in host memory rolls back without reading a file,
+    and the run ends bitwise where the run that read the DCP checkpoint ends."""
+    disk = run_distributed(_fsdp_guard_worker, world_size=2, args=(str(tmp_path), "host", False, 0), timeout=300)
+    memory = run_distributed(_fsdp_guard_worker, world_size=2, args=(str(tmp_path), "host", False, 3), timeout=300)
+    for d, m in zip(disk, memory):
+        assert d["sources"] == ["disk"] and m["sources"] == ["memory"]
+        assert [x[:2] for x in d["decisions"]] == [x[:2] for x in m["decisions"]]
+        assert all(torch.equal(a, b) for a, b in zip(d["shards"], m["shards"]))

@@ -64,10 +64,18 @@ def test_nan_gradient_is_skipped_inside_trainer_train(tmp_path):
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
 
 
-def test_persistent_fault_stops_training(tmp_path):
-    cb, trainer = _train(tmp_path, [NaNGradAt(range(25, 200))], 200, rollback_after=3)
-    (halt,) = [e for e in cb.guard.events if e["event"] == "halt"]
-    assert halt["step"] == 27 and trainer.state.global_step < 35
+def test_persistent_fault_stops_training_loudly(tmp_path, capsys):
+    """A halt is loud (issue 10): the diagnosis is printed with the test that fired and the loader
+    positions to skip, and ``train()`` raises instead of returning as if the run had finished."""
+    from lossguard.guard import TrainingHalted
+
+    with pytest.raises(TrainingHalted) as e:
+        _train(tmp_path, [NaNGradAt(range(25, 200))], 200, rollback_after=3)
+    err = capsys.readouterr().err
+    assert "lossguard halted the run at step 27" in err and "non-finite loss or gradient x3" in err
+    # 512 samples / batch 8 = 64 loader batches per epoch: step 25 is epoch 0, batch 25.
+    assert "episode onset: step 25 = epoch 0, batch 25" in err
+    assert "Loader positions" in str(e.value)
 
 
 def test_resumed_trainer_run_keeps_detector_windows_and_ledger(tmp_path):

@@ -65,9 +65,17 @@ def test_nan_gradient_is_skipped_inside_trainer_fit(tmp_path):
     assert trainer.global_step == 50 and all(torch.isfinite(p).all() for p in module.parameters())
 
 
-def test_persistent_fault_stops_the_trainer_with_a_diagnosis(tmp_path):
+def test_persistent_fault_stops_the_trainer_loudly_with_a_diagnosis(tmp_path, capsys):
+    """A halt is loud (issue 10): ``fit()`` raises, and the printed diagnosis names the test that
+    fired and the loader positions (epoch, batch) to skip, not just step numbers."""
+    from lossguard.guard import TrainingHalted
+
     module = Regression(nan_steps=set(range(30, 200)))
-    cb, trainer = _fit(tmp_path, module, 200, rollback_after=3)
-    (halt,) = [e for e in cb.guard.events if e["event"] == "halt"]
-    assert halt["step"] == 32 and "framework owns the data loader" in " ".join(halt["reasons"])
-    assert trainer.global_step < 40 and (tmp_path / "run.halt.txt").exists()
+    with pytest.raises(TrainingHalted):
+        _fit(tmp_path, module, 200, rollback_after=3)
+    err = capsys.readouterr().err
+    assert "lossguard halted the run at step 32" in err and "framework owns the data loader" in err
+    assert "non-finite loss or gradient x3" in err
+    # 1024 samples / batch 16 = 64 loader batches per epoch: step 30 is epoch 0, batch 30.
+    assert "episode onset: step 30 = epoch 0, batch 30" in err
+    assert (tmp_path / "run.halt.txt").exists()

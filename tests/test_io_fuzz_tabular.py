@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from lossguard.errors import LossguardError
 from lossguard.io import csv as csv_reader
-from lossguard.io import hf_trainer_state, jsonl, lightning, read_log, wandb
+from lossguard.io import hf_trainer_state, jsonl, lightning, pasted, read_log, wandb
 from lossguard.runlog import RunLog
 
 SEEDS = {
@@ -30,9 +30,12 @@ SEEDS = {
     "lightning": b"epoch,step,train_loss,val_loss\r\n0,0,1.5,\r\n0,1,1.2,\r\n0,1,,1.1\r\n",
     "wandb_csv": b'"Step","r - train/loss","r - train/loss__MIN","r - train/loss__MAX"\n"1","2.0","1.9","2.1"\n',
     "wandb_json": b'[{"_step": 0, "_runtime": 1.0, "_timestamp": 1700000000.0, "train/loss": 2.0}]',
+    "pasted": (b"> iter 10: loss 2.5, time 95.1ms, mfu 12.3%\r 10%|#  | 1/10\n{'loss': nan, 'grad_norm': inf, 'epoch': 0.1}\n"
+               b"[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 64, reducing to 32\n"
+               b"Epoch [1][100/500]\tlr: 1.0e-04, loss: 2.44\nstep:5/100 train_loss:4.1 step_avg:nanms\n"),
 }
 READERS = {"csv": csv_reader.read, "jsonl": jsonl.read, "hf": hf_trainer_state.read, "lightning": lightning.read,
-           "wandb": wandb.read, "read_log": read_log}
+           "wandb": wandb.read, "pasted": pasted.read, "read_log": read_log}
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                        HealthCheck.too_slow])

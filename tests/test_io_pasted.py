@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lossguard.errors import LogFormatError
+from lossguard.errors import LogFormatError, LossguardError
 from lossguard.io import detect_format, read_log
 from lossguard.io import pasted
 from lossguard.io._paste_lines import LineKind, parse_line
+from lossguard.stitch import stitch
 
 PASTED = Path(__file__).parent / "data" / "pasted"
 
@@ -90,6 +91,7 @@ def test_mlx_lm():
     assert int(np.isnan(loss).sum()) == 3
     assert _live(log, "val_loss")[0] == [1, 50]
     assert _live(log, "lr")[1][0] == pytest.approx(1e-5)
+    assert log.metadata["tools"] == ["mlx_lm"]  # its "Iter N:" lines are not nanoGPT's "iter N:"
 
 
 def test_deepspeed_overflows_without_steps_become_a_loss_scale_curve():
@@ -190,3 +192,98 @@ def test_stdin_that_is_not_a_log_is_a_clear_error():
     assert done.returncode == 2
     assert b"<stdin>" in done.stderr and b"Traceback" not in done.stderr
     assert b"lossguard-stdin-" not in done.stderr  # the temp file's name never leaks
+
+
+def test_overflow_lines_first_then_megatron_iterations_stay_megatron(tmp_path):
+    p = tmp_path / "train.log"
+    overflow = "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768\n"
+    p.write_text(overflow + "x" * 80 + "\n" + "".join(f"[rank0] loading shard {i:06d}\n" for i in range(4000))
+                 + " iteration      100/  1000 | lm loss: 2.1E+00 | loss scale: 32768.0 |\n"
+                 + " iteration      200/  1000 | lm loss: 2.0E+00 | loss scale: 32768.0 |\n")
+    assert detect_format(p) != "pasted"
+
+
+def test_hf_dicts_of_a_resumed_run_are_placed_by_their_epoch(tmp_path):
+    p = tmp_path / "resumed.log"
+    first = [repr({"loss": 2.0 - k * 0.1, "learning_rate": 1e-4, "epoch": round(k * 0.1, 2)}) for k in range(1, 9)]
+    resumed = [repr({"loss": 1.5 - k * 0.1, "learning_rate": 1e-4, "epoch": round(0.5 + k * 0.1, 2)})
+               for k in range(1, 4)]
+    p.write_text("\n".join(first + ["Resuming from checkpoint-50"] + resumed) + "\n")
+    log = stitch(pasted.read(p, logging_steps=10))
+    assert [g.kind for g in log.segments] == ["start", "rollback"]
+    steps, _ = log.live("loss")
+    assert steps.tolist() == [10, 20, 30, 40, 50, 60, 70, 80]  # 60-80 now from the resumed run
+    assert log.series["loss"].steps[-3:].tolist() == [60, 70, 80]
+    assert log.live("loss")[1][-1] == pytest.approx(1.2)
+
+
+def _startup(n: int) -> str:
+    return "".join(f"[rank0] loading shard {i:06d} of the dataset ......\n" for i in range(n))
+
+
+def test_sniff_past_the_head_is_bounded_in_bytes(tmp_path, monkeypatch):
+    p = tmp_path / "train.out"
+    p.write_text(_startup(8000) + "iter 10: loss 3.21, time 90.00ms\n")  # the line at ~400 KB
+    assert detect_format(p) == "pasted"
+    monkeypatch.setattr(pasted, "SNIFF_SCAN_BYTES", 128 * 1024)
+    assert detect_format(p) is None
+    assert pasted.read(p).series["loss"].steps.tolist() == [10]  # --format pasted still reads it
+
+
+def test_sniff_past_the_head_gives_up_after_many_look_alike_lines(tmp_path, monkeypatch):
+    p = tmp_path / "notes.txt"
+    look_alike = "".join(f"in step {i}: we changed nothing\n" for i in range(50))  # no known tool's line
+    p.write_text(_startup(2000) + look_alike + "iter 10: loss 3.21, time 90.00ms\n")
+    assert detect_format(p) == "pasted"
+    monkeypatch.setattr(pasted, "SNIFF_MAX_CHECKS", 20)
+    assert detect_format(p) is None
+
+
+def test_past_the_head_the_first_deciding_line_wins(tmp_path):
+    mega = " iteration      100/  1000 | lm loss: 2.1E+00 | loss scale: 32768.0 |\n"
+    paste = "iter 10: loss 3.21, time 90.00ms\n"
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text("using world size: 8, data-parallel size: 8\n" + _startup(2000) + mega + paste)
+    b.write_text(_startup(2000) + paste + mega)
+    assert not pasted.sniff(a, a.read_bytes()[:64 * 1024]) and detect_format(a) == "megatron"
+    assert pasted.sniff(b, b.read_bytes()[:64 * 1024])
+
+
+def test_an_unterminated_last_progress_line_past_the_head_is_found(tmp_path):
+    p = tmp_path / "train.out"
+    p.write_text(_startup(2000) + "iter 10: loss 3.21, time 90.00ms")
+    assert detect_format(p) == "pasted"
+
+
+def test_megatron_first_line_needs_the_whole_word():
+    from lossguard.io import megatron
+
+    assert megatron.first_line(b"x\n iteration 5/ 10 | lm loss: 2.0 |\n") == 3
+    assert megatron.first_line(b"reiteration 5/ 10 | lm loss: 2.0 |\n") == -1
+    assert megatron.first_line(b"[deepspeed] OVERFLOW! Rank 0 Skipping step.", overflow=False) == -1
+    assert megatron.first_line(b"[deepspeed] OVERFLOW! Rank 0 Skipping step.") == 12
+
+
+def test_analyze_numbers_a_piped_hf_paste_with_logging_steps():
+    text = (PASTED / "hf_trainer_grad_norm_nan.log").read_bytes()
+    done = subprocess.run([sys.executable, "-m", "lossguard", "analyze", "-", "--logging-steps", "10", "--json"],
+                          input=text, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    run = json.loads(done.stdout)["run"]
+    assert (run["first_step"], run["last_step"]) == (10, 150)
+    assert run["metrics"]["loss"]["first_nonfinite_step"] == 40  # the 4th dict, as the Trainer counted
+    for bad in ("0", "-3"):
+        refused = subprocess.run([sys.executable, "-m", "lossguard", "analyze", "-", "--logging-steps", bad],
+                                 input=text, capture_output=True, timeout=120)
+        assert refused.returncode == 2 and b"logging_steps must be a positive" in refused.stderr
+        assert b"Traceback" not in refused.stderr
+
+
+def test_read_log_passes_logging_steps_to_the_paste_reader_only(tmp_path):
+    log = read_log(PASTED / "hf_trainer_grad_norm_nan.log", logging_steps=5)
+    assert log.series["loss"].steps.tolist() == list(range(5, 76, 5))
+    c = tmp_path / "a.csv"
+    c.write_text("step,loss\n3,2.0\n7,1.9\n")
+    assert read_log(c, logging_steps=5).series["loss"].steps.tolist() == [3, 7]  # CSV steps are its own
+    with pytest.raises(LossguardError, match="logging_steps"):
+        read_log(c, logging_steps=True)

@@ -108,3 +108,40 @@ def test_segment_without_main_metrics_uses_every_metric():
         ("b", 2.0, {"custom": (np.arange(5, 15), np.ones(10))}),
     ]))
     assert log.segments[1].kind == "rollback" and log.segments[1].superseded == 5
+
+
+def test_stitch_adds_only_the_alive_flags():
+    """A multi-million-point log: stitch must not copy its columns (it once concatenated every main
+    metric's steps and segment labels to find where segments start)."""
+    import tracemalloc
+
+    n = 1_000_000
+    log = _build([
+        ("a", 1.0, {"loss": (np.arange(n), np.ones(n)), "lr": (np.arange(n), np.ones(n)),
+                    "grad_norm": (np.arange(n), np.ones(n))}),
+        ("b", 2.0, {"loss": (np.arange(n - 1000, n + 1000), np.ones(2000)),
+                    "lr": (np.arange(n - 1000, n + 1000), np.ones(2000))}),
+    ])
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        out = stitch(log)
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert out.segments[1].kind == "rollback" and out.segments[1].superseded == 3000  # 1,000 of each metric
+    assert out.series["loss"].segment is log.series["loss"].segment  # already in time order: shared
+    # alive flags (1 byte a point, 3 series) plus one rollback's boolean masks; a copied int64 step
+    # column of one metric alone would be 8 MB.
+    assert peak < 3 * n + 4 * n, f"stitch allocated {peak / 1e6:.1f} MB"
+
+
+def test_segment_spans_when_the_files_were_given_out_of_time_order():
+    """The later launch's file read first: segment labels are renumbered, spans follow them."""
+    late = _build([("b", 2.0, {"loss": (np.arange(50, 120), np.ones(70)), "hp_metric": (np.array([0]), np.ones(1))})])
+    early = _build([("a", 1.0, {"loss": (np.arange(0, 100), np.ones(100))})])
+    log = stitch(merge([late, early]))
+    assert [g.source for g in log.segments] == ["a", "b"]
+    assert [(g.first_step, g.last_step) for g in log.segments] == [(0, 99), (50, 119)]  # hp_metric's 0 ignored
+    assert log.segments[1].superseded == 50
+    assert log.series["loss"].segment.tolist() == [1] * 70 + [0] * 100

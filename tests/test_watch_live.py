@@ -22,6 +22,7 @@ from lossguard.analysis import analyze
 from lossguard.io import read_log
 
 EVERY = "0.1"
+IDLE = "0.8"  # seconds without growth that end a test's watch (writers pause at most 0.02 s)
 
 
 def watch(*args: str, **kw) -> subprocess.Popen:
@@ -29,10 +30,21 @@ def watch(*args: str, **kw) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, **kw)
 
 
-def finish(proc: subprocess.Popen, timeout: float = 60) -> tuple[int, list[dict], str]:
+def started(proc: subprocess.Popen) -> list[str]:
+    """Block until watch says it follows a file (it has read what the file held); its lines so far."""
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if '"following ' in line:
+            return seen
+    raise AssertionError(f"watch ended before following anything: {proc.stderr.read()}")
+
+
+def finish(proc: subprocess.Popen, seen: list[str] = (), timeout: float = 60) -> tuple[int, list[dict], str]:
     out, err = proc.communicate(timeout=timeout)
     assert "Traceback" not in err, err
-    return proc.returncode, [json.loads(line) for line in out.splitlines() if line.startswith("{")], err
+    lines = [*seen, *out.splitlines()]
+    return proc.returncode, [json.loads(line) for line in lines if line.startswith("{")], err
 
 
 def found(events: list[dict]) -> list[tuple]:
@@ -79,10 +91,10 @@ def test_csv_live_half_lines_and_fail_on(tmp_path):
     rnd = random.Random(0)
     lines = ["step,loss,lr\n"] + [f"{s},{loss_at(s, rnd, 500):.5f},0.001\n" for s in range(1, 901)]
     write_lines(path, lines[:2])
-    proc = watch(str(path), "--every", EVERY, "--until-idle", "1", "--json", "--fail-on", "any")
-    time.sleep(0.5)
+    proc = watch(str(path), "--every", EVERY, "--until-idle", IDLE, "--json", "--fail-on", "any")
+    seen = started(proc)
     write_lines(path, lines[2:], mode="a")
-    rc, events, _ = finish(proc)
+    rc, events, _ = finish(proc, seen)
     assert rc == 1  # the spike was found and --fail-on any names it
     assert found(events) == analysed(path) and 500 in onsets(events)
     kinds = [e["event"] for e in events]
@@ -99,10 +111,10 @@ def test_jsonl_live_with_a_rollback_event(tmp_path):
     recs += [{"step": s, "loss": loss_at(s, rnd), "grad_norm": 1.0} for s in range(551, 1001)]
     lines = [json.dumps(r) + "\n" for r in recs]
     write_lines(path, lines[:30])
-    proc = watch(str(path), "--every", EVERY, "--until-idle", "1", "--json")
-    time.sleep(0.5)
+    proc = watch(str(path), "--every", EVERY, "--until-idle", IDLE, "--json")
+    seen = started(proc)
     write_lines(path, lines[30:], mode="a")
-    rc, events, _ = finish(proc)
+    rc, events, _ = finish(proc, seen)
     assert rc == 0
     assert found(events) == analysed(path)
     assert read_log(path).summary()["rollbacks"] == 1
@@ -121,10 +133,10 @@ def test_megatron_stdout_with_a_restart(tmp_path):
     lines += ["[after crash] restarting\n", "using world size: 8, data-parallel size: 8\n", "training ...\n"]
     lines += [it(s) for s in range(501, 901)]
     write_lines(path, lines[:5])
-    proc = watch(str(path), "--every", EVERY, "--until-idle", "1", "--json")
-    time.sleep(0.5)
+    proc = watch(str(path), "--every", EVERY, "--until-idle", IDLE, "--json")
+    seen = started(proc)
     write_lines(path, lines[5:], mode="a")
-    rc, events, _ = finish(proc)
+    rc, events, _ = finish(proc, seen)
     assert rc == 0
     assert found(events) == analysed(path) and 300 in onsets(events)
     assert read_log(path).summary()["rollbacks"] == 1
@@ -152,7 +164,8 @@ def test_tensorboard_writer_killed_mid_run(tmp_path):
     writer = subprocess.Popen([sys.executable, "-c", TB_WRITER, str(logdir)], stdout=subprocess.PIPE, text=True)
     try:
         assert writer.stdout.readline()  # the event file exists and holds records
-        proc = watch(str(logdir), "--every", EVERY, "--until-idle", "1", "--json")
+        proc = watch(str(logdir), "--every", EVERY, "--until-idle", IDLE, "--json")
+        seen = started(proc)
         while int(writer.stdout.readline()) < 700:
             pass
     finally:
@@ -166,7 +179,7 @@ def test_tensorboard_writer_killed_mid_run(tmp_path):
         pos, last = end, good[pos:end]
     with open(event_file, "ab") as f:
         f.write(last[:-5])
-    rc, events, _ = finish(proc)
+    rc, events, _ = finish(proc, seen)
     assert rc == 0
     assert found(events) == analysed(logdir) and 400 in onsets(events)
     assert any(e["event"] == "notice" and "ends inside a record" in e["message"] for e in events)
@@ -179,11 +192,11 @@ def test_rotated_and_truncated_files(tmp_path):
     rnd = random.Random(4)
     rows = [f"{s},{loss_at(s, rnd, 700):.5f}\n" for s in range(1, 1001)]
     write_lines(log, ["step,loss\n"] + rows[:500])
-    proc = watch(str(run), "--every", EVERY, "--until-idle", "1", "--json")
-    time.sleep(0.6)
+    proc = watch(str(run), "--every", EVERY, "--until-idle", IDLE, "--json")
+    seen = started(proc)
     os.rename(log, run / "train.log.1")  # logrotate: rename, the writer reopens the path
     write_lines(log, ["step,loss\n"] + rows[500:])
-    rc, events, _ = finish(proc)
+    rc, events, _ = finish(proc, seen)
     assert rc == 0
     assert found(events) == analysed(run)  # the renamed file is not read twice
     assert any("replaced" in e["message"] for e in events if e["event"] == "notice")
@@ -193,10 +206,10 @@ def test_rotated_and_truncated_files(tmp_path):
     # copytruncate: the same file emptied and written again from the start
     trunc = tmp_path / "t.csv"
     write_lines(trunc, ["step,loss\n"] + rows[:300])
-    proc = watch(str(trunc), "--every", EVERY, "--until-idle", "1", "--json")
-    time.sleep(0.6)
+    proc = watch(str(trunc), "--every", EVERY, "--until-idle", IDLE, "--json")
+    seen = started(proc)
     write_lines(trunc, ["step,loss\n"] + rows[:100], mode="w")
-    rc, events, _ = finish(proc)
+    rc, events, _ = finish(proc, seen)
     assert rc == 0 and any("shrank" in e["message"] for e in events if e["event"] == "notice")
     assert [e for e in events if e["event"] == "summary"][-1]["data"]["runs"][0]["points"] == 400
 

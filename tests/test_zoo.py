@@ -1,7 +1,10 @@
 """The guard's model zoo, fast slice: healthy runs left alone, early faults skipped, the zoo itself honest.
 
 The full zoo (6 families, >= 60 healthy runs, every scenario) is ``benchmarks/zoo.py``; these are the
-cheapest cases that carry the same promises, on tuned families only (mlp, cnn, encoder). The zoo's own
+cheapest cases that carry the same promises, on tuned families only (mlp, cnn, encoder). Every case
+below failed with the defaults before issue 10 (commit dc41642: healthy runs rolled back, LR-cut and
+halted on heavy-tailed grad norms, also after a correctly skipped NaN; a 1e6x gradient at steps 0-5 passed the outlier test, which
+waits for 5 points); they were written first as strict xfails, and pass now. The zoo's own
 checks (a run is a pure function of its spec, the faults really hurt an unguarded run) make sure the
 guard's numbers mean something.
 """
@@ -15,11 +18,6 @@ torch = pytest.importorskip("torch")
 
 from lossguard.testing.zoo import FAMILIES, Optim, RunSpec, Scenario, Schedule, run  # noqa: E402
 from lossguard.testing.zoo import scenarios  # noqa: E402
-
-BASELINE_LATER_FALSE_ALARMS = ("the fault is skipped, but the default guard then rolls back and halts on healthy "
-                               "grad-norm noise of the small-batch MLP and ends >2% worse than clean (issue 10)")
-BASELINE_FALSE_ALARM = ("the default guard's grad-norm test flags the heavy-tailed grad norms of a healthy "
-                        "small-batch MLP run and spends its rollback budget on them (issue 10)")
 
 
 def test_every_family_is_declared_tuned_or_held_out():
@@ -56,13 +54,10 @@ def test_the_lr_jump_and_the_schedules():
 
 
 HEALTHY = [
-    pytest.param(RunSpec(family="mlp", batch_size=32, optimizer=Optim.ADAMW, steps=600), id="mlp-b32-adamw",
-                 marks=pytest.mark.xfail(strict=True, reason=BASELINE_FALSE_ALARM)),
+    pytest.param(RunSpec(family="mlp", batch_size=32, optimizer=Optim.ADAMW, steps=600), id="mlp-b32-adamw"),
     pytest.param(RunSpec(family="mlp", batch_size=16, optimizer=Optim.SGD, steps=600,
-                         schedule=Schedule.WARMUP_CONSTANT), id="mlp-b16-sgd",
-                 marks=pytest.mark.xfail(strict=True, reason=BASELINE_FALSE_ALARM)),
-    pytest.param(RunSpec(family="cnn", batch_size=128, optimizer=Optim.ADAMW), id="cnn-b128-adamw",
-                 marks=pytest.mark.xfail(strict=True, reason=BASELINE_FALSE_ALARM.replace("MLP", "CNN"))),
+                         schedule=Schedule.WARMUP_CONSTANT), id="mlp-b16-sgd"),
+    pytest.param(RunSpec(family="cnn", batch_size=128, optimizer=Optim.ADAMW), id="cnn-b128-adamw"),
     pytest.param(RunSpec(family="encoder", batch_size=16, optimizer=Optim.ADAMW,
                          schedule=Schedule.WARMUP_CONSTANT), id="encoder-b16-adamw"),
 ]
@@ -79,14 +74,10 @@ def test_a_healthy_run_gets_no_intervention(spec):
 
 EARLY = [
     # variant(): mlp, batch 32, AdamW, seed s -> the fault lands at step s.
-    pytest.param(Scenario.EARLY_NAN, 0, id="nan-step0",
-                 marks=pytest.mark.xfail(strict=True, reason=BASELINE_LATER_FALSE_ALARMS)),
-    pytest.param(Scenario.EARLY_NAN, 3, id="nan-step3",
-                 marks=pytest.mark.xfail(strict=True, reason=BASELINE_LATER_FALSE_ALARMS)),
-    pytest.param(Scenario.EARLY_HUGE, 0, id="1e6x-step0",
-                 marks=pytest.mark.xfail(strict=True, reason="the outlier test waits for 5 points (issue 10)")),
-    pytest.param(Scenario.EARLY_HUGE, 2, id="1e6x-step2",
-                 marks=pytest.mark.xfail(strict=True, reason="the outlier test waits for 5 points (issue 10)")),
+    pytest.param(Scenario.EARLY_NAN, 0, id="nan-step0"),
+    pytest.param(Scenario.EARLY_NAN, 3, id="nan-step3"),
+    pytest.param(Scenario.EARLY_HUGE, 0, id="1e6x-step0"),
+    pytest.param(Scenario.EARLY_HUGE, 2, id="1e6x-step2"),
 ]
 
 

@@ -35,7 +35,21 @@ def _time_order(segments: list[Segment]) -> list[int]:
     return [i for source in sorted(by_source, key=key) for i in by_source[source]]
 
 
-def _main_span(segments: list[Segment], series: dict[str, Series]) -> tuple[list[float], list[float]]:
+def _blocks(s: Series) -> list[tuple[int, int, int]]:
+    """``(segment, start, end)`` of each run of equal segment labels in ``s``.
+
+    A series is stored in segment order, so this is one slice per segment: the per-segment spans
+    below are taken on views of these slices, never on masked copies of a multi-million-row column.
+    """
+    if not len(s):
+        return []
+    cuts = np.flatnonzero(s.segment[1:] != s.segment[:-1]) + 1
+    bounds = [0, *cuts.tolist(), len(s)]
+    return [(int(s.segment[a]), a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _main_span(segments: list[Segment], series: dict[str, Series],
+               blocks: dict[str, list[tuple[int, int, int]]]) -> tuple[list[float], list[float]]:
     """First and last step of each segment on the run's main metrics (:func:`lossguard.metrics.is_main`),
     or on every metric for a segment that has none.
 
@@ -44,42 +58,57 @@ def _main_span(segments: list[Segment], series: dict[str, Series]) -> tuple[list
     """
     first = [float(g.first_step) for g in segments]
     last = [float(g.last_step) for g in segments]
-    main = [s for name, s in series.items() if is_main(name) and len(s)]
-    if not main:
-        return first, last
-    seg = np.concatenate([s.segment for s in main])
-    steps = np.concatenate([s.steps for s in main])
-    for j in np.unique(seg).tolist():
-        mine = steps[seg == j]
-        first[j], last[j] = float(mine.min()), float(mine.max())
+    span: dict[int, tuple[float, float]] = {}
+    for name, s in series.items():
+        if not is_main(name):
+            continue
+        for j, a, b in blocks[name]:
+            lo, hi = float(s.steps[a:b].min()), float(s.steps[a:b].max())
+            old = span.get(j)
+            span[j] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
+    for j, (lo, hi) in span.items():
+        first[j], last[j] = lo, hi
     return first, last
+
+
+def _steps_of(s: Series, blocks: list[tuple[int, int, int]], j: int) -> np.ndarray:
+    """The steps segment ``j`` logged in ``s`` (a view when they are one slice, as they normally are)."""
+    parts = [s.steps[a:b] for k, a, b in blocks if k == j]
+    if not parts:
+        return s.steps[:0]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def stitch(log: RunLog) -> RunLog:
     """Return a copy of ``log`` with segments in time order, kinds set and superseded points dead.
 
     Every point is kept; ``Series.alive`` is False for the dead ones. Calling it twice is harmless.
+    The copy shares the step and value arrays (and the segment labels when the order is unchanged)
+    with ``log``: stitching a multi-million-point log adds only the ``alive`` flags.
     """
     if log.stitched:
         return log
     order = _time_order(log.segments)
+    in_order = order == list(range(len(order)))
     position = np.empty(len(order), dtype=np.int32)
     position[np.asarray(order, dtype=np.int64)] = np.arange(len(order), dtype=np.int32)
     segments = [replace(log.segments[i], index=pos) for pos, i in enumerate(order)]
-    series = {name: replace(s, segment=position[s.segment], alive=np.ones(len(s), dtype=bool))
+    series = {name: replace(s, segment=s.segment if in_order else position[s.segment],
+                            alive=np.ones(len(s), dtype=bool))
               for name, s in log.series.items()}
+    blocks = {name: _blocks(s) for name, s in series.items()}
 
     superseded = [0] * len(segments)
-    first, last = _main_span(segments, series)
+    first, last = _main_span(segments, series, blocks)
     reached = -np.inf  # the largest step logged by any segment so far
     for j in range(len(segments)):
         if j and first[j] <= reached:
-            for s in series.values():
+            for name, s in series.items():
                 earlier = s.alive & (s.segment < j)
                 dying = earlier & (s.steps >= first[j])
                 # A bookkeeping metric the new launch logged again below its rollback point
                 # (Lightning's hp_metric at step 0) replaces the earlier value at that step.
-                again = s.steps[s.segment == j]
+                again = _steps_of(s, blocks[name], j)
                 if len(again) and again.min() < first[j]:
                     dying |= earlier & np.isin(s.steps, again)
                 superseded[j] += int(dying.sum())

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError
-from .files import Checksum, HashingFile, file_crc, fsync_dir
+from .files import Checksum, HashingFile, file_crc
 from .store import MANIFEST, CheckpointStore
 
 __all__ = ["PendingSave", "ShardedCheckpointStore"]
@@ -96,6 +96,9 @@ class ShardedCheckpointStore(CheckpointStore):
             collective call, so every rank must pass the same value).
     """
 
+    sharded = True
+    """Marker: checkpoints are DCP shards loaded into a template (the guard builds a ShardedTrainState)."""
+
     def __init__(self, directory: str | os.PathLike, *, keep_last: int = 3, keep_every: int | None = None,
                  min_keep_steps_back: int | None = None, async_saves: bool = False) -> None:
         dist = _dist()
@@ -109,13 +112,17 @@ class ShardedCheckpointStore(CheckpointStore):
             dist.broadcast_object_list(owner, src=0)
         self._owner_pid = int(owner[0])
         self._async_group = dist.new_group(backend="gloo") if (dist and async_saves) else None
+        self._async_wanted = bool(async_saves)
         self._pending: PendingSave | None = None
         # Counts saves, the same on every rank (every rank saves together); the base class's
         # _counter also counts rank 0's renames during pruning, so it cannot name temp dirs.
         self._saves = 0
 
-    sharded = True
-    """Marker: checkpoints are DCP shards loaded into a template (the guard builds a ShardedTrainState)."""
+    @property
+    def asynchronous(self) -> bool:
+        """True when the store was built with ``async_saves=True`` (the guard then saves with
+        :meth:`async_save`, off the training path)."""
+        return self._async_group is not None or (_dist() is None and self._async_wanted)
 
     # ------------------------------------------------------------------ rank-0 housekeeping
     def _recover(self) -> None:
@@ -256,8 +263,7 @@ class ShardedCheckpointStore(CheckpointStore):
                 json.dump(manifest, fh, indent=1)
                 fh.flush()
                 os.fsync(fh.fileno())
-            fsync_dir(tmp)
-            self._publish(tmp, step)
+            self._publish(tmp, step)  # fsyncs the directory, renames, fsyncs the parent
             self._recover()
             self.prune()
             return None

@@ -8,10 +8,13 @@ passes, each over what the passes before it left unclaimed (:class:`.context.Cla
 3. spikes (:mod:`.loss_events`), a spike right after a resume being a resume spike;
 4. resume spikes the spike pass did not see (:mod:`.boundary`);
 5. sudden drops, then level shifts too small for the point test (:mod:`.loss_events`);
-6. regime changes: a lasting change of the noise level (:mod:`.regime`);
-7. the short-log rules where the detectors have too few points to judge (:mod:`.short`);
-8. the companion series (:mod:`.companions`): loss streams, grad norm, NaN, fp16 loss scale;
-9. one event, one incident (:mod:`.merge`).
+6. on a log shorter than the outlier window, the jumps the point test missed while its window
+   filled, judged against the whole log's noise (:mod:`.short_spikes`);
+7. regime changes: a lasting change of the noise level (:mod:`.regime`);
+8. the short-log rules where the detectors have too few points to judge (:mod:`.short`): jumps
+   and climbs on fewer than 32 points, sudden drops on logs too short for the windowed test;
+9. the companion series (:mod:`.companions`): loss streams, grad norm, NaN, fp16 loss scale;
+10. one event, one incident (:mod:`.merge`).
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from .merge import one_event_one_incident
 from .regime import regime_pass
 from .settings import AnalyzeConfig
 from .short import coverage_notes, short_pass
+from .short_spikes import short_spike_pass
 
 
 @dataclass
@@ -95,7 +99,7 @@ def find_incidents(log: RunLog, cfg: AnalyzeConfig) -> Found:
     """Every incident of a stitched run, in onset order."""
     ctx = _context(log, cfg)
     for loss_pass in (repeated_data_pass, divergence_pass, spike_pass, resume_spike_pass, drop_pass, shift_pass,
-                      regime_pass, short_pass):
+                      short_spike_pass, regime_pass, short_pass):
         loss_pass(ctx)
     out, k = ctx.incidents, ctx.interval
     stream_spikes(log, ctx.metric, ctx.dcfg, cfg, k, out, ctx.claims.explained)

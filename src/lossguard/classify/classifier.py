@@ -197,8 +197,9 @@ def spike_incident(ev: SeriesEvents, ep: Episode, metric: str, cfg: AnalyzeConfi
 
 
 def divergence_incident(ev: SeriesEvents, d: Divergence, metric: str, lag: int,
-                        streams: list[str]) -> Incident:
-    """A sustained climb: divergence, or a level shift when a single step carries the rise."""
+                        streams: list[str], shift_ratio: float = 0.75) -> Incident:
+    """A sustained climb: divergence, or a level shift when a single step carries the rise (a spike
+    without recovery when that step kept less than ``shift_ratio`` of its first points' excess)."""
     x, st = ev.values, ev.steps
     rise_total = max(float(ev.baseline[d.trigger] - d.minimum),
                      float(np.median(x[d.trigger:d.trigger + 5])) - d.minimum, 1e-12)
@@ -223,6 +224,24 @@ def divergence_incident(ev: SeriesEvents, d: Divergence, metric: str, lag: int,
         onset = at
         while onset > lo and x[onset - 1] - d.minimum > 0.5 * step_up:
             onset -= 1
+        # The medians of 16 points see the level the step settled on, not the step's first points: a
+        # spike that fell part of the way back within a few points looks like a step to them. The same
+        # rule as for a spike episode (:func:`spike_incident`): a level shift keeps ``shift_ratio`` of
+        # its early excess, the largest of its first three points less what noise adds to a max of 3,
+        # over the median of the h points before it (the level ``step_up`` is measured from).
+        pre = float(np.median(x[max(0, onset - h):onset])) if onset > 0 else d.minimum
+        early = float(np.max(x[onset:onset + 3])) - 0.846 * d.noise - pre
+        kept = step_up / early if early > 0 else 1.0
+        details["kept_fraction"] = kept
+        if kept < shift_ratio:
+            evidence = (f"The {metric} jumped {early:.3g} above its level {pre:.4g} at step {int(st[onset])}, "
+                        f"came part of the way back, and settled {step_up:.3g} higher ({kept:.0%} of the jump): "
+                        "it never returned to its pre-event level.")
+            peak_i = onset + int(np.argmax(x[onset:onset + 3]))
+            return Incident(kind=K.SPIKE_NO_RECOVERY, metric=metric, onset=int(st[onset]), peak=int(st[peak_i]),
+                            end=None, baseline=pre, peak_value=float(x[peak_i]), magnitude=early,
+                            magnitude_sigma=early / d.noise if d.noise > 0 else float("inf"), streams=streams,
+                            severity="critical", evidence=evidence, details=details)
         evidence = (f"The {metric} stepped up by {step_up:.3g} around step {int(st[at])} and stayed on the new "
                     f"level: one step carries {step_up / rise_total:.0%} of the rise of its baseline.")
         return Incident(kind=K.LEVEL_SHIFT, metric=metric, onset=int(st[onset]), peak=int(st[at]),
@@ -230,10 +249,11 @@ def divergence_incident(ev: SeriesEvents, d: Divergence, metric: str, lag: int,
                         magnitude=rise_total, magnitude_sigma=sigma, streams=streams, severity="warning",
                         evidence=evidence, details=details)
     onset = d.onset
-    lo = max(0, d.minimum_at - (d.trigger - d.minimum_at))
+    lo = max(0, d.minimum_at - max(d.trigger - d.minimum_at, 2 * lag))
     # Where the trend turned: segmented regression with a smooth bend (:func:`best_bend`), over as many
-    # points before the baseline's minimum as after it, against log(step) (a loss curve is close to
-    # linear in log(step) over that span).
+    # points before the baseline's minimum as after it, and at least a whole window (the baseline is
+    # a trailing median: its minimum lags the curve's turn by up to a window), against log(step) (a
+    # loss curve is close to linear in log(step) over that span).
     tt = st[lo:d.trigger + 1].astype(np.float64)
     k = best_bend(_smooth(x[lo:d.trigger + 1]), np.log(np.maximum(tt, 1)))
     if k is not None:
@@ -257,13 +277,16 @@ def _smooth(y: np.ndarray, h: int = 9) -> np.ndarray:
     return np.concatenate([np.full(h // 2, med[0]), med, np.full(len(y) - len(med) - h // 2, med[-1])])
 
 
-def drop_incident(ev: SeriesEvents, ep: Episode, metric: str, cfg: DropConfig, streams: list[str]) -> Incident:
+def drop_incident(ev: SeriesEvents, ep: Episode, metric: str, cfg: DropConfig, streams: list[str],
+                  window: int = 0) -> Incident:
     """A steep, persistent fall after a slow stretch.
 
     The detector decides once the median of the last few points is below the baseline, part-way
     down. The onset reported is where the fall began: the knot of the best continuous two-piece
-    linear fit (slow stretch, then the fall) over the span before the decision up to where 90% of
-    the fall was reached.
+    linear fit (slow stretch, then the fall) from before the fall up to where 90% of it was reached.
+    The baseline the decision compares with is the median of the trailing ``window`` points, so a
+    wide fall can have begun up to a window before the decision: the fit starts a window (at least
+    a span) before it.
     """
     x, st = ev.values, ev.steps
     persist = cfg.persist_points
@@ -271,7 +294,7 @@ def drop_incident(ev: SeriesEvents, ep: Episode, metric: str, cfg: DropConfig, s
     fall = ep.base - float(np.median(x[a:b])) if b > a else ep.base - ep.peak_value
     reach = np.flatnonzero(ep.base - _smooth(x[ep.onset:b], 5) >= 0.9 * fall)
     peak = ep.onset + int(reach[0]) if len(reach) else ep.peak
-    lo = max(0, ep.onset - cfg.span_points - cfg.smooth_points)
+    lo = max(0, ep.onset - max(cfg.span_points, window) - cfg.smooth_points)
     k = best_knot(_smooth(x[lo:peak + 1], 5), margin=2)
     onset = lo + k if k is not None else refine_onset(ev, ep, -1.0, 100)
     sigma = fall / ep.noise if ep.noise > 0 else float("inf")

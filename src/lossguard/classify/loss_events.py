@@ -27,22 +27,30 @@ SHIFT_BOUNDARY_WINDOWS = 2
 """A step within this many resume windows (``resume.level_points``) after a resume belongs to it."""
 
 
+def lr_peak(ctx: Context) -> int | None:
+    """Finite index of the loss where the logged LR first reaches its peak (0 without a warm-up), or
+    None when the log has no usable LR series."""
+    if M.LR not in ctx.log.series:
+        return None
+    s, v = ctx.log.live(M.LR)
+    ok = np.isfinite(v)
+    if ok.sum() < 3:
+        return None
+    s, v = s[ok], v[ok]
+    peak = int(np.argmax(v >= 0.999 * v.max()))
+    return 0 if peak == 0 else int(np.searchsorted(ctx.st, s[peak]))
+
+
 def _warmup_end(ctx: Context) -> int:
     """Last step of the LR warm-up (where the logged LR first peaks, plus one window), or, without an
     LR series, the step two windows into the run."""
     steps, window = ctx.st, ctx.dcfg.outlier.window
-    fallback = ctx.step(2 * window) if len(steps) else 0
-    if M.LR not in ctx.log.series:
-        return fallback
-    s, v = ctx.log.live(M.LR)
-    ok = np.isfinite(v)
-    if ok.sum() < 3:
-        return fallback
-    s, v = s[ok], v[ok]
-    peak = int(np.argmax(v >= 0.999 * v.max()))
-    if peak == 0:  # no warm-up (constant or decaying from the start)
-        return ctx.step(window) if len(steps) else 0
-    return ctx.step(int(np.searchsorted(steps, s[peak])) + window)
+    if not len(steps):
+        return 0
+    peak = lr_peak(ctx)
+    if peak is None:
+        return ctx.step(2 * window)
+    return ctx.step(peak + window)  # (no warm-up: one window into the run)
 
 
 def spike_pass(ctx: Context) -> None:
@@ -93,7 +101,7 @@ def drop_pass(ctx: Context) -> None:
         a = int(st[ep.onset])
         if any(overlap(a, a, s0, s1 + w * k) for s0, s1 in claims.events + claims.quiet):
             continue  # the way back down from a spike or shift, measured from a raised baseline
-        inc = drop_incident(ev, ep, ctx.metric, dcfg.drop, ctx.streams)
+        inc = drop_incident(ev, ep, ctx.metric, dcfg.drop, ctx.streams, window=w)
         if not -inc.magnitude >= float(drop_threshold(dcfg.outlier, dcfg.drop, ep.base, ep.noise, False)):
             continue  # the level after the fall is not far enough below: one deep stretch, not a drop
         ctx.incidents.append(inc)

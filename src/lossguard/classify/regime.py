@@ -19,7 +19,9 @@ ZERO_RUN_POINTS = 2
 MIN_SIDE_POINTS = 8
 """Points each side of a loss incident needed to compare the noise before and after it."""
 SETTLE_POINTS = 2
-"""The noise after an incident is measured from this many points past its peak (not the jump itself)."""
+"""The noise after an incident is measured from this many points past its jump (not the jump itself):
+past its peak when the peak is within :data:`MIN_SIDE_POINTS` of the onset, else past the onset (the
+largest value of a noisier regime can be anywhere in it, and a divergence peaks at the log's end)."""
 MIN_WINDOW = 32
 """Shortest window of the regime test on a short log (the outlier window, or a fifth of the log)."""
 UNRECOVERED = frozenset({K.LEVEL_SHIFT, K.SPIKE_NO_RECOVERY, K.DIVERGENCE})
@@ -89,10 +91,14 @@ def _noisier_after(ctx: Context, inc: Incident) -> RegimeChange | None:
     before it (relative to the level each side): the new level is a new regime."""
     x, st, w = ctx.ev.values, ctx.st, ctx.dcfg.outlier.window
     i = int(np.searchsorted(st, inc.onset))
-    settle = int(np.searchsorted(st, inc.peak)) + SETTLE_POINTS  # past the jump itself
+    p = int(np.searchsorted(st, inc.peak))
+    settle = (p if p - i <= MIN_SIDE_POINTS else i) + SETTLE_POINTS  # past the jump itself
     before, after = x[max(0, i - w):i], x[settle:settle + 2 * w]
     r0, r1 = _relative_noise(before), _relative_noise(after)
-    if not (r0 > 0 and r1 >= ctx.cfg.regime.noise_ratio * r0):
+    # The level has already moved (another test found the event), so the only question is which
+    # story is nearer: the same noise (ratio 1) or a new regime (the scan's ``noise_ratio``). In
+    # log-ratio, the midpoint of the two is sqrt(noise_ratio).
+    if not (r0 > 0 and r1 >= np.sqrt(ctx.cfg.regime.noise_ratio) * r0):
         return None
     lb, la = float(np.median(before)), float(np.median(after))
     return RegimeChange(i, None, lb, la, r0 * abs(lb), r1 * abs(la), r1 / r0)

@@ -14,6 +14,15 @@ the whole log, the same relative distance the point test uses while its window f
 * **climb**: the same rise over at least three points, no step carrying half of it: a divergence,
   onset at the lowest point before the climb (the turn).
 
+Sudden drops need a longer view: the windowed test of :mod:`lossguard.detect.drop` judges nothing
+on a log shorter than its spans, nor before a full window past the LR warm-up. There, from 10
+points, **two medians** decide (:func:`_short_drop`): the split with the largest fall from the median
+of the points before it to the median of the points after it (each side up to a quarter of the
+stretch), a drop when the fall passes the point test's distances with the noise of two medians
+(``z_threshold`` standard errors and ``rel_threshold``), is ``steep_ratio`` times what the decline
+within the stretch before would make over the same distance (a power-law decline decelerates, so it
+never is), and stays down.
+
 :func:`limits` lists what a log is too short to judge at all, and :func:`coverage_notes` says it
 in words ("40 points: too short to judge level shifts (needs 640)"): never a bare "no incidents" on
 a log that could not be judged.
@@ -24,6 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..detect.drop import MEDIAN_SE
+from ..detect.regime import D2_TO_SIGMA
 from ..detect.series import DetectorConfig
 from .context import Context
 from .incident import Incident, IncidentKind as K
@@ -42,6 +53,11 @@ REPLACED = frozenset({K.SPIKE_FAST, K.SPIKE_SLOW, K.SPIKE_NO_RECOVERY, K.DIVERGE
 """Detector incidents on the loss that a short-log finding over the same stretch replaces."""
 STILL_HIGH = 0.5
 """A climb still counts when the last point keeps at least this share of its rise."""
+DROP_SIDE_POINTS = 5
+"""The short-log drop rule compares medians of at least this many points each side of a fall (a
+median of 5 ignores two outliers)."""
+DROP_SIDE_SHARE = 4
+"""...and of at most ``1 / DROP_SIDE_SHARE`` of the log each side: local levels, not the whole log."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +73,12 @@ class Limit:
     needed: int
 
 
+def drop_points_needed(d: DetectorConfig) -> int:
+    """Finite points the windowed sudden-drop test needs (a slow stretch of ``slow_spans`` spans, the
+    span of the fall, and a median)."""
+    return (d.drop.slow_spans + 1) * d.drop.span_points + d.drop.smooth_points
+
+
 def limits(points: int, interval: int, cfg: AnalyzeConfig) -> list[Limit]:
     """The tests a log of ``points`` finite points, logged every ``interval`` steps, is too short for."""
     d: DetectorConfig = cfg.for_interval(interval)
@@ -66,7 +88,7 @@ def limits(points: int, interval: int, cfg: AnalyzeConfig) -> list[Limit]:
         Limit(f"spikes and climbs under {o.rel_threshold * o.warmup_rel_factor:.0%}", SHORT_LOG_POINTS),
         Limit("slow recoveries", d.spike.fast_points + d.spike.settle + 1),
         Limit("regime changes", 4 * w + 2),
-        Limit("sudden drops", (d.drop.slow_spans + 1) * d.drop.span_points + d.drop.smooth_points),
+        Limit("sudden drops", min(drop_points_needed(d), 2 * DROP_SIDE_POINTS)),
         Limit("level shifts", w + 4 * q * o.stride + 1),
     ]
     return [lim for lim in need if points < lim.needed]
@@ -135,8 +157,82 @@ def _climb(ctx: Context, m: int, p: int) -> Incident:
                     details={"relative": rise / abs(x[m]), "rule": "short log, relative", "points": len(x)})
 
 
+def _drop_split(x: np.ndarray, first: int, stop: int, side: int) -> tuple[int, int, int] | None:
+    """``(k, before, after)``: the split ``first <= k < stop`` with the largest fall from the median
+    of the ``before`` points up to it to the median of the ``after`` points from it (each side at most
+    ``side`` points, at least :data:`DROP_SIDE_POINTS`), or None."""
+    n, m = len(x), DROP_SIDE_POINTS
+    best, out = -np.inf, None
+    for k in range(max(first, m), min(stop, n - m + 1)):
+        b, a = min(k, side), min(n - k, side)
+        fall = float(np.median(x[k - b:k]) - np.median(x[k:k + a]))
+        if fall > best:
+            best, out = fall, (k, b, a)
+    return out
+
+
+def _short_drop(ctx: Context) -> Incident | None:
+    """A sudden drop where the windowed drop test cannot judge (see the module docstring)."""
+    x, st, d = ctx.ev.values, ctx.st, ctx.dcfg
+    n, m, w = len(x), DROP_SIDE_POINTS, d.outlier.window
+    from .loss_events import lr_peak  # (loss_events imports this module's neighbours; import late)
+
+    peak = lr_peak(ctx)
+    # The windowed test judges nothing on a log shorter than its spans, nor before a full window past
+    # the LR warm-up (two windows without an LR series): :func:`.loss_events.drop_pass`.
+    stop = n if n < drop_points_needed(d) else (peak + w if peak is not None else 2 * w)
+    if n < 2 * m or stop <= m:
+        return None
+    side = max(m, min(n, stop) // DROP_SIDE_SHARE)
+    split = _drop_split(x, m + (peak or 0), stop, side)  # a flat start then a steep fall is the LR warm-up
+    if split is None:
+        return None
+    k, nb, na = split
+    region = x[:min(n, k + 2 * side)]
+    before, after = x[k - nb:k], x[k:k + na]
+    level, low = float(np.median(before)), float(np.median(after))
+    fall = level - low
+    noise = D2_TO_SIGMA * float(np.median(np.abs(np.diff(region, 2))))
+    se = MEDIAN_SE * noise * np.sqrt(1 / nb + 1 / na)
+    o = d.outlier
+    if not (fall >= o.z_threshold * se and fall >= o.rel_threshold * abs(level) and abs(level) >= o.min_snr * noise):
+        return None
+    # Steep against the slope before it: the fall between the two medians is steep_ratio times what
+    # the decline within the stretch before (its first half against its second) makes over the same
+    # distance. A power-law decline decelerates, so it never is.
+    h = nb // 2
+    slope = max(float(np.median(before[:h]) - np.median(before[h:])), 0.0) / max(nb - h, 1) if h else 0.0
+    if not fall > d.drop.steep_ratio * slope * (nb + na) / 2 + o.z_threshold * se / 2:
+        return None
+    # It stays: the last points of the stretch after it (the log's end on a short log) are still most of
+    # the way down, and no resume explains a dip.
+    if not float(np.median(region[-m:])) <= level - 0.5 * fall or ctx.boundary_near(k, m + na) is not None:
+        return None
+    if ctx.claims.covers(ctx.step(k - nb), ctx.step(k + na - 1)):
+        return None  # the way back down from a spike or a shift
+    onset = k
+    while onset > k - nb + 1 and x[onset - 1] <= level - 0.5 * fall:
+        onset -= 1  # already half-way down before the split
+    bottom = k + int(np.argmax(x[k:k + na] <= low))
+    evidence = (f"The {ctx.metric} fell from {level:.4g} (median of the {nb} points before step {int(st[onset])}) to "
+                f"{low:.4g} (median of the {na} from it), {fall / abs(level):.0%} and {fall / se:.0f} standard errors, "
+                f"{fall / max(slope * (nb + na) / 2, 1e-12):.0f}x the decline the stretch before it would have made, and "
+                f"stayed down. Judged by two medians: the windowed test needs {drop_points_needed(d)} points and a "
+                f"full window past the LR warm-up ({n} points here).")
+    return Incident(kind=K.SUDDEN_DROP, metric=ctx.metric, onset=int(st[onset]), peak=int(st[bottom]),
+                    end=int(st[bottom]), baseline=level, peak_value=low, magnitude=-fall,
+                    magnitude_sigma=-fall / noise if noise > 0 else float("-inf"),
+                    recovery_steps=int(st[bottom] - st[onset]), streams=ctx.streams, severity="info",
+                    evidence=evidence, details={"relative": -fall / abs(level), "rule": "short log, two medians",
+                                                "points": n})
+
+
 def short_pass(ctx: Context) -> None:
     """The relative rules over a log shorter than :data:`SHORT_LOG_POINTS` (see the module docstring)."""
+    drop = _short_drop(ctx)
+    if drop is not None:
+        ctx.incidents.append(drop)
+        ctx.claims.events.append((drop.onset, drop.end))
     x = ctx.ev.values
     n = len(x)
     if not MIN_JUDGED_POINTS <= n < SHORT_LOG_POINTS:

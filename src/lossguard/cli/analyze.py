@@ -38,6 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--format", default=None, metavar="NAME", help="force a reader instead of sniffing the format")
     p.add_argument("--only", action="append", default=None, metavar="GLOB",
                    help="read only the files of a directory matching GLOB (file name or path inside it); repeatable")
+    p.add_argument("--logging-steps", type=int, default=None, metavar="N",
+                   help="HF Trainer's logging_steps, to number the loss dicts of a pasted Trainer log (they "
+                        "print no step); default: the logging_steps=N the paste shows, else 1, 2, 3, ...")
     p.add_argument("--html", default=None, metavar="FILE", help="also write the interactive HTML report")
     p.add_argument("--png", default=None, metavar="FILE", help="also write a PNG image of the report")
     p.set_defaults(handler=run)
@@ -97,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         writers.append((_writer("html", "write_html", "HTML"), args.html))
     if args.png:
         writers.append((_writer("png", "write_png", "PNG"), args.png))
-    log = read_log(args.paths, format=args.format, only=args.only or ())
+    log = read_log(args.paths, format=args.format, only=args.only or (), logging_steps=args.logging_steps)
     analysis = analyze(log, checkpoints=checkpoints, settings=AnalyzeConfig(metric=args.metric))
     if args.json:
         print(json.dumps(analysis.to_dict(), indent=2, allow_nan=False))

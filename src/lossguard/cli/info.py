@@ -30,10 +30,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="force a reader instead of detecting the format from the content")
     p.add_argument("--only", action="append", default=None, metavar="GLOB",
                    help="read only the files of a directory matching GLOB (file name or path inside it); repeatable")
+    p.add_argument("--logging-steps", type=int, default=None, metavar="N",
+                   help="HF Trainer's logging_steps, to number the loss dicts of a pasted Trainer log (they "
+                        "print no step); default: the logging_steps=N the paste shows, else 1, 2, 3, ...")
     p.set_defaults(handler=run)
 
 
-def _read_with_progress(paths: list[str], fmt: str | None, only: list[str] | None = None):
+def _read_with_progress(paths: list[str], fmt: str | None, only: list[str] | None = None,
+                        logging_steps: int | None = None):
     from ..io import read_log
 
     shown = threading.Event()
@@ -47,7 +51,7 @@ def _read_with_progress(paths: list[str], fmt: str | None, only: list[str] | Non
     timer.daemon = True
     timer.start()
     try:
-        return read_log(paths, format=fmt, only=only or ())
+        return read_log(paths, format=fmt, only=only or (), logging_steps=logging_steps)
     finally:
         timer.cancel()
 
@@ -77,7 +81,7 @@ def _jsonable(x: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``lossguard info``."""
-    log = _read_with_progress(args.paths, args.format, args.only)
+    log = _read_with_progress(args.paths, args.format, args.only, args.logging_steps)
     if args.json:
         print(json.dumps(summary_of(log), indent=2, default=str, allow_nan=False))
         return 0

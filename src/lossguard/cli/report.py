@@ -27,6 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="force a reader instead of detecting the format from the content")
     p.add_argument("--only", action="append", default=None, metavar="GLOB",
                    help="read only the files of a directory matching GLOB (file name or path inside it); repeatable")
+    p.add_argument("--logging-steps", type=int, default=None, metavar="N",
+                   help="HF Trainer's logging_steps, to number the loss dicts of a pasted Trainer log (they "
+                        "print no step); default: the logging_steps=N the paste shows, else 1, 2, 3, ...")
     p.set_defaults(handler=run)
 
 
@@ -57,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         raise LossguardError("this lossguard build has no analyser (lossguard.analysis.analyze)",
                              fix="reinstall lossguard: pip install --force-reinstall 'lossguard[report]'")
     t0 = time.perf_counter()
-    log = read_log(args.paths, format=args.format, only=args.only or ())
+    log = read_log(args.paths, format=args.format, only=args.only or (), logging_steps=args.logging_steps)
     analysis = analyze(log)
     written = []
     if args.html:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 from ..classify.incident import IncidentKind
 from ..errors import LossguardError
@@ -76,8 +75,9 @@ def run(args: argparse.Namespace) -> int:
     from ..watch.alerts import HookConfig, HookRunner, Printer
     from ..watch.engine import WatchConfig
     from ..watch.events import EventKind, WatchEvent
+    from ..watch.loop import LoopConfig, follow
     from ..watch.session import RunWatch, severity_name
-    from ..watch.sweep import Sweep, run_dirs, state_event
+    from ..watch.sweep import Sweep, run_dirs
 
     kinds, severity = parse_fail_on(args.fail_on)
     if args.format is not None and args.format not in READERS:
@@ -90,9 +90,9 @@ def run(args: argparse.Namespace) -> int:
     if args.sweep and not sweep_runs:
         raise LossguardError("not a directory of runs (it needs two or more sub-directories with files)",
                              path=args.paths[0], fix="name one run's files or directory without --sweep")
-    sweep = Sweep(args.paths[0], config, format=args.format) if sweep_runs else None
-    runs = list(sweep.runs.values()) if sweep else [RunWatch(" ".join(args.paths), args.paths, config,
-                                                             format=args.format)]
+    loop = LoopConfig(every=args.every, until_idle=args.until_idle, stall_after=args.stall_after)
+    source = (Sweep(args.paths[0], config, format=args.format) if sweep_runs
+              else RunWatch(" ".join(args.paths), args.paths, config, format=args.format))
 
     def emit(events: list[WatchEvent], *, show: bool = True) -> None:
         for ev in events:
@@ -100,36 +100,8 @@ def run(args: argparse.Namespace) -> int:
                 printer(ev)
             hooks(ev)
 
-    interrupted = False
-    try:
-        while True:
-            started = time.monotonic()
-            if sweep is not None:
-                lines, own = sweep.step()
-                runs = list(sweep.runs.values())
-                emit([e for e in own if e.kind is not EventKind.NOTICE], show=False)
-                emit(lines)
-            else:
-                emit(runs[0].step())
-            limit = args.until_idle or args.stall_after
-            for r in runs:
-                if r.idle_seconds() >= limit:
-                    events = r.stall()
-                    emit(events, show=sweep is None)
-                    if sweep is not None and events:
-                        emit([state_event(r)])
-            if args.until_idle and all(r.stalled for r in runs):
-                break
-            time.sleep(max(0.0, args.every - (time.monotonic() - started)))
-    except KeyboardInterrupt:
-        interrupted = True
-    for r in runs:
-        try:
-            emit(r.finish(), show=sweep is None)
-        except KeyboardInterrupt:  # a second Ctrl-C: skip the final classification
-            break
-    if sweep is not None:
-        emit([state_event(r) for r in runs])
+    runs, interrupted = follow(source, loop, emit)
+    sweep = source if sweep_runs else None
     hooks.close(timeout=5.0 if interrupted else 30.0)
     incidents = [i for r in runs for i in r.engine.incidents()]
     hit = [i for i in incidents if i.kind in kinds or (
@@ -147,6 +119,14 @@ def run(args: argparse.Namespace) -> int:
             s = r.summary()
             print(f"  {s['run']}: {s['state']}, {s['points']} points to step {s['last_step']}, "
                   f"{s['incidents']} incident(s)" + (f" ({', '.join(s['kinds'])})" if s["kinds"] else ""), flush=True)
+    if sweep is None and not interrupted and not runs[0].engine.history.total_points:
+        waiting = sorted(runs[0].follower.waiting)
+        raise LossguardError(
+            f"no point was read in {args.until_idle:g} s" + (f"; no reader recognises {', '.join(waiting)}"
+                                                            if waiting else "; no log file appeared"),
+            path=" ".join(args.paths),
+            fix="check that this is where the job writes its log; pass --format if the file's format is not "
+                "recognised (CSV needs a header naming a step column, JSONL one JSON object per line)")
     if hit:
         print(f"lossguard: {len(hit)} incident(s) matched --fail-on {args.fail_on}", file=sys.stderr)
         return 1

@@ -47,9 +47,11 @@ class ExitCode(IntEnum):
     collective, a dead peer, a deadlock). Restart the same command; it resumes from the newest
     checkpoint."""
     HALT = 77
-    """The guard stopped the run for good (its rollback budget is spent); the diagnosis is on disk.
-    Do not restart: a relaunched script sees the halt in the ledger and exits with this code
-    again at once, so a launcher that restarts anyway only spends its restarts."""
+    """The guard stopped the run for good (its rollback budget is spent; the diagnosis is on disk).
+    For a script that catches ``TrainingHalted`` and wants a scheduler to tell a halt from success:
+    ``sys.exit(ExitCode.HALT)``. Do not restart on it. (``torchrun`` restarts on every non-zero
+    exit, an uncaught ``TrainingHalted`` included: under ``torchrun`` catch it and exit with this
+    code only if the launcher is told not to restart, or let the job end.)"""
 
 
 def restart_count() -> int:

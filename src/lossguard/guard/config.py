@@ -6,7 +6,8 @@ built from one GuardConfig run the same policy. Torch-free (``lossguard simulate
 
 The defaults follow the PaLM / WeLM recipe scaled to a run checkpointed every 100 steps: skip a
 bad step, roll back to a checkpoint >= 100 steps before an episode that does not settle, skip the
-episode's batches plus 200 more, and stop after three rollbacks.
+episode's batches plus 200 more, and stop when one incident (an episode and its recurrences) has
+used three rollbacks. What counts as a bad step is the calibrated rule of ``evidence``.
 """
 from __future__ import annotations
 

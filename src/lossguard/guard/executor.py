@@ -60,15 +60,18 @@ class RecoveryExecutor:
         diagnosis_file: where a halt writes its diagnosis (None: only into the log).
         write_files: this rank writes the diagnosis (rank 0).
         in_process_rollback: False under a framework that owns the data loader (halts instead).
+        snapshot: a :class:`lossguard.checkpoint.HostSnapshot` holding copies of recent checkpoints;
+            a rollback to one of them restores it from host memory instead of reading the store.
     """
 
     def __init__(self, *, config: GuardConfig, policy: RecoveryPolicy, log: EventLog, state=None, store=None,
                  optimizer=None, scaler=None, diagnosis_file: Path | None = None, write_files: bool = True,
-                 in_process_rollback: bool = True) -> None:
+                 in_process_rollback: bool = True, snapshot=None) -> None:
         self.config, self.policy, self.log = config, policy, log
         self.state, self.store, self.optimizer, self.scaler = state, store, optimizer, scaler
         self.diagnosis_file, self.write_files = diagnosis_file, write_files
         self.in_process_rollback = in_process_rollback
+        self.snapshot = snapshot
         self.diagnosis: str | None = None
 
     @property
@@ -133,9 +136,14 @@ class RecoveryExecutor:
                 f"no checkpoint at least {self.config.recipe.rollback_distance} steps before the episode "
                 f"onset (step {d.numbers['onset']})"], d.numbers))
         self.store.protect(target)
-        self.state.restore(self.store, target)  # timeline only: the ledger is not in it
+        # Timeline only: the ledger is in neither the checkpoint nor the snapshot.
+        from_memory = self.snapshot is not None and target in self.snapshot.steps
+        if from_memory:
+            self.snapshot.restore(target)
+        else:
+            self.state.restore(self.store, target)
         follow = self.policy.rolled_back(d, target)
-        self.emit(d, to_step=target)
+        self.emit(d, to_step=target, source="memory" if from_memory else "disk")
         if self.scaler is not None and self.config.recipe.reset_loss_scale:
             from ..techniques.loss_scale import reset_grad_scaler
             from .gate import optimizer_state_finite
@@ -172,7 +180,7 @@ class RecoveryExecutor:
             f"Data ranges skipped (batch indices, half-open): {[r.to_json() for r in led.skip_ranges] or 'none'}.",
             (f"Resume from checkpoint step {resume}: {self.store.path_of(resume)}" if resume is not None
              else "No checkpoint before the episode is available."),
-            "Before resuming: lower the LR, check the data around the episode's batches, or raise max_rollbacks."]
+            "Before resuming: lower the LR, check the data around the episode's batches, or raise rollbacks_per_incident / max_rollbacks."]
         self.diagnosis = "\n".join(lines)
         path = None if self.config.shadow else self.diagnosis_file
         if path is not None and self.write_files:

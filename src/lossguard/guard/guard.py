@@ -67,11 +67,15 @@ class StabilityGuard:
         log_path: the run's JSONL log (decisions and per-step metrics; rank 0 only).
         diagnosis_path: where a halt writes its diagnosis (default: beside the log, or the store).
         ledger: the run ledger to use (default: ``<store>/ledger.json``, or in memory).
+        snapshots: keep host-memory copies (:class:`lossguard.checkpoint.HostSnapshot`) of the last
+            N checkpoints the guard saves; a rollback to one of them reads no file. A rollback
+            ``rollback_distance`` back needs ``N >= rollback_distance // checkpoint_every + 2``.
+            Memory: N copies of this rank's model + optimizer state. 0: off.
     """
 
     def __init__(self, model, optimizer, *, store=None, sampler=None, scheduler=None, scaler=None,
                  config: GuardConfig | None = None, log_path=None, diagnosis_path=None,
-                 ledger: RunLedger | None = None) -> None:
+                 ledger: RunLedger | None = None, snapshots: int = 0) -> None:
         torch = require("torch", "torch", "StabilityGuard")
         from ..checkpoint.state import TrainState
         from .gate import supports_device_gate
@@ -110,10 +114,12 @@ class StabilityGuard:
         else:
             self.state = TrainState(getattr(model, "module", model), optimizer, scheduler=scheduler, scaler=scaler,
                                     data=sampler, extras={"guard": self})
+        from ..checkpoint.snapshot import HostSnapshot
+        self.snapshot = HostSnapshot(self.state, every=1, keep=snapshots) if snapshots else None
         self.executor = RecoveryExecutor(config=cfg, policy=self.policy, log=self.log, state=self.state, store=store,
                                          optimizer=optimizer, scaler=scaler,
                                          diagnosis_file=self._diagnosis_file(log_path, diagnosis_path, store),
-                                         write_files=self.rank == 0)
+                                         write_files=self.rank == 0, snapshot=self.snapshot)
         self.step_count = 0
         """The step the next batch feeds (skipped steps count; a rollback sets it back)."""
         self._judged = 0          # steps judged by this process (the first ones get the sanity bound's scale)
@@ -176,26 +182,26 @@ class StabilityGuard:
         if self.store is not None and cfg.checkpoint_every \
                 and self.store.newest_at_or_before(self.step_count) is None:
             self.save()  # a rollback target from the very start
-        it = iter(loader)
+        it = _iterate(loader)
         while (steps is None or self.step_count < steps) and not self.halted:
             if self._reiter:
-                it, self._reiter = iter(loader), False
+                it, self._reiter = _iterate(loader), False
             end = None if cfg.shadow else self.policy.skip_to(self._next_index())
             if end is not None:
                 n = end - self._next_index()
                 if self.sampler is not None:
                     self.sampler.skip_batches(n)
-                    it = iter(loader)
+                    it = _iterate(loader)
                 else:
                     for _ in range(n):
                         if next(it, StopIteration) is StopIteration:
-                            it = iter(loader)
+                            it = _iterate(loader)
                     self._data_count += n
             batch = next(it, StopIteration)
             if batch is StopIteration:
                 if steps is None:
                     break
-                it = iter(loader)
+                it = _iterate(loader)
                 batch = next(it, StopIteration)
                 if batch is StopIteration:
                     break
@@ -410,6 +416,10 @@ class StabilityGuard:
         """Checkpoint the whole training state (model, optimizer, ..., this guard's timeline)."""
         self.flush()
         self.state.step = self.step_count
+        if self.snapshot is not None:
+            self.snapshot.take()  # the same state, kept in host memory for a fast rollback
+        if getattr(self.store, "asynchronous", False):  # a sharded store with its own gloo group
+            return self.store.async_save(self.step_count, self.state.state_dict())
         return self.store.save(self.step_count, self.state.state_dict())
 
     def restore(self, step: int | None = None) -> int:
@@ -452,9 +462,31 @@ class StabilityGuard:
         self.policy.ledger = ledger
 
     def close(self) -> None:
-        """Process any deferred verdict and close the log."""
+        """Process any deferred verdict, wait for an asynchronous save in flight, close the log."""
         self.flush()
+        if hasattr(self.store, "wait"):
+            self.store.wait()
         self.log.close()
+
+
+def _iterate(loader):
+    """``iter(loader)`` that leaves no trace in torch's global RNG.
+
+    Creating a ``DataLoader`` iterator draws its base seed from torch's global CPU generator. In a
+    resumed run that draw happens right after the checkpoint's RNG state was restored, at a point
+    where the run that was never interrupted drew nothing, so every later random number (each
+    dropout mask) would shift: the README's loop, ``DataLoader(dataset, batch_sampler=sampler)``,
+    resumed exactly in 0 of 4 SIGKILL trials (issue 10). Restoring the state around the call makes
+    the draw invisible to training in every run alike (worker seeding, with ``num_workers > 0``,
+    is :class:`ResumableLoader`'s business: it seeds workers from the data position).
+    """
+    import torch
+
+    state = torch.get_rng_state()
+    try:
+        return iter(loader)
+    finally:
+        torch.set_rng_state(state)
 
 
 class _PendingCopy:

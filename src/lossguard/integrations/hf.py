@@ -17,7 +17,8 @@ steps before the episode, books it with the batches to skip in the run ledger
 ``ExitCode.ROLLBACK`` (75). Relaunched (``torchrun --max-restarts``, or any scheduler), the same
 script resumes with ``trainer.train(resume_from_checkpoint=resume_checkpoint(output_dir))`` and the
 callback withholds the updates of the booked batches (the batch index is the optimizer step). With
-no checkpoint old enough it halts as before. ``restart_on_rollback=False`` keeps the old behaviour
+no checkpoint old enough it halts loudly: the diagnosis (which test fired, the checkpoint, the
+loader positions to skip) is printed and ``train()`` raises ``TrainingHalted``. ``restart_on_rollback=False`` keeps the old behaviour
 (halt with a diagnosis).
 
 State: the callback is an HF ``ExportableState``, so the Trainer writes the guard's timeline
@@ -39,6 +40,7 @@ from typing import Any
 from ..errors import require
 from ..guard.config import GuardConfig
 from ._checkpoints import resume_checkpoint as _resume_checkpoint
+from ._halt import LoaderPositions, halt_loudly
 from ._state import exit_for_restart, guard_state, restore_guard, resume_ledger
 
 transformers = require("transformers", "hf", "The Hugging Face integration")
@@ -73,6 +75,8 @@ class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callb
         """Guard state from a resumed checkpoint, loaded into the guard at train begin."""
         self._losses: list = []
         self._hook = None
+        self.positions = LoaderPositions()
+        """Loader positions of the judged bad steps (named by a loud halt)."""
 
     def state(self) -> dict[str, Any]:
         """HF ``ExportableState``: JSON-safe constructor args and the guard's timeline + ledger."""
@@ -112,7 +116,17 @@ class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callb
         if not self._losses:
             return  # no loss seen (a model that returns tuples): nothing to judge
         loss, self._losses = torch.stack(self._losses).mean(), []
-        self.guard.before_optimizer_step(loss)
+        step = self.guard.step_count
+        if not self.guard.before_optimizer_step(loss) or self.guard.halted:
+            loader = kwargs.get("train_dataloader")
+            try:
+                self.positions.batches_per_epoch = len(loader)
+            except TypeError:  # an iterable loader without a length
+                pass
+            self.positions.accumulation = max(1, int(args.gradient_accumulation_steps))
+            pos = self.positions.of(step)
+            if pos is not None:
+                self.positions.note(step, *pos)
         if self.guard.halted:
             control.should_training_stop = True
 
@@ -123,6 +137,7 @@ class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callb
         if self.guard is not None:
             self.guard.close()
         exit_for_restart(self.guard, self.restart_on_rollback)
+        halt_loudly(self.guard, self.positions, raises=self.config.halt_raises)
 
 
 def _saved_state(trainer_state) -> dict[str, Any] | None:

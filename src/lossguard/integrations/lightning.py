@@ -13,7 +13,8 @@ loader): the guard picks the newest ``ModelCheckpoint`` file (``...step=<N>...ck
 ``ExitCode.ROLLBACK`` (75); relaunched, the same script calls
 ``trainer.fit(..., ckpt_path=resume_checkpoint(dirpath))`` and the callback withholds the updates
 of the booked batches (the batch index is the optimizer step). With no checkpoint old enough, or
-``restart_on_rollback=False``, it halts with a diagnosis. The guard's timeline (detector windows, open episode) and its run ledger
+``restart_on_rollback=False``, it halts loudly: the diagnosis (which test fired, the checkpoint,
+the loader positions to skip) is printed and ``fit()`` raises ``TrainingHalted``. The guard's timeline (detector windows, open episode) and its run ledger
 (budgets, skipped ranges, LR cuts) are saved in Lightning's checkpoints through the callback's
 ``state_dict``, so a resumed run keeps both.
 """
@@ -24,6 +25,7 @@ from typing import Any
 from ..errors import require
 from ..guard.config import GuardConfig
 from ._checkpoints import resume_checkpoint as _resume_checkpoint
+from ._halt import LoaderPositions, halt_loudly
 from ._state import exit_for_restart, guard_state, restore_guard, resume_ledger
 
 pl = require("lightning.pytorch", "lightning", "The Lightning integration")
@@ -48,6 +50,8 @@ class StabilityCallback(pl.Callback):
         self.guard = None
         self._loss = None
         self._pending_state: dict[str, Any] | None = None
+        self.positions = LoaderPositions()
+        """Loader positions of the judged bad steps (named by a loud halt)."""
 
     def on_fit_start(self, trainer, pl_module) -> None:
         from ..guard.guard import StabilityGuard
@@ -73,7 +77,11 @@ class StabilityCallback(pl.Callback):
         self._loss = loss.detach()
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
-        self.guard.before_optimizer_step(self._loss)
+        step = self.guard.step_count
+        if not self.guard.before_optimizer_step(self._loss) or self.guard.halted:
+            acc = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
+            batch = int(getattr(trainer.fit_loop.epoch_loop, "batch_idx", step)) - (acc - 1)
+            self.positions.note(step, trainer.current_epoch, max(batch, 0))
         if self.guard.halted:
             trainer.should_stop = True
 
@@ -81,6 +89,10 @@ class StabilityCallback(pl.Callback):
         if self.guard is not None:
             self.guard.close()
         exit_for_restart(self.guard, self.restart_on_rollback)
+        nb = getattr(trainer, "num_training_batches", None)
+        self.positions.batches_per_epoch = int(nb) if isinstance(nb, int) or (nb and nb != float("inf")) else None
+        self.positions.accumulation = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
+        halt_loudly(self.guard, self.positions, raises=self.config.halt_raises)
 
     def state_dict(self) -> dict[str, Any]:
         """The guard's timeline and ledger (Lightning saves it in its checkpoints)."""

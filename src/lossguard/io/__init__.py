@@ -112,7 +112,8 @@ def _expand(paths: PathArg, only: Sequence[str] = ()) -> list[tuple[Path, Path |
     return out
 
 
-def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] | str = ()) -> RunLog:
+def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] | str = (),
+             logging_steps: int | None = None) -> RunLog:
     """Read one run from one or more files or directories and return its stitched timeline.
 
     Files given by name must be recognised; files found by walking a directory that no reader
@@ -127,6 +128,8 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
         format: force a reader (one of :func:`available_formats`) instead of sniffing.
         only: glob(s) picking files inside directories (matched against the file name and the
             path relative to the directory), e.g. ``"runs/*"``.
+        logging_steps: HF Trainer's ``logging_steps``, to number the training dicts of a pasted
+            Trainer log (they print no step); other formats carry their steps and ignore it.
 
     Returns:
         The stitched :class:`~lossguard.runlog.RunLog`.
@@ -136,7 +139,11 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
             :class:`LogFormatError`.
     """
     if _stdin.wants_stdin(paths):  # '-': spool stdin to a temp file, read it as a file, name it <stdin>
-        return _stdin.read_piped(paths, read_log, format=format, only=only)
+        return _stdin.read_piped(paths, read_log, format=format, only=only, logging_steps=logging_steps)
+    if logging_steps is not None and (isinstance(logging_steps, bool) or not isinstance(logging_steps, int)
+                                      or logging_steps < 1):
+        raise LossguardError(f"logging_steps must be a positive whole number, got {logging_steps!r}",
+                             fix="pass the logging_steps the Trainer ran with (TrainingArguments.logging_steps)")
     if format is not None and (format not in READERS or reader(format) is None):
         raise UnknownFormatError(f"unknown format {format!r}",
                                  fix=f"use one of: {', '.join(available_formats())}")
@@ -171,8 +178,9 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
                 "no reader recognises this file", path=str(path),
                 fix=f"pass --format with one of: {', '.join(available_formats())}; CSV needs a header "
                     "naming a step column, JSONL one JSON object per line")
+        extra = {"logging_steps": logging_steps} if name == "pasted" and logging_steps is not None else {}
         try:
-            logs.append(reader(name).read(path, root=root))
+            logs.append(reader(name).read(path, root=root, **extra))
         except EmptyRunError as exc:
             if root is None:
                 raise

@@ -11,9 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import LogFormatError
-from ..metrics import is_step_name
 from ._chunks import Piece, chunks, join_pieces, text_cells
-from ._table import MAX_COLUMNS, Table
+from ._table import MAX_COLUMNS, Table, gather_columns
 from .jsonl import EVENT_KEY, _cell, _note, parse_lines, starts_segment
 
 
@@ -130,23 +129,7 @@ def _arrow_piece(chunk, row0: int, pa):
 def _records_piece(records: list[dict], lines: list[int], warnings: list[str]) -> Piece:
     """A chunk's records as a Piece; text columns keep their cells so the join can find the first bad one."""
     n = len(records)
-    cols: dict[str, tuple[list[int], list]] = {}
-    dropped: set[str] = set()
-    for i, r in enumerate(records):
-        for k, v in r.items():
-            if v is not None and not isinstance(v, (dict, list)):
-                c = cols.get(k)
-                if c is None:
-                    if k in dropped or (len(cols) >= MAX_COLUMNS and not is_step_name(k)):
-                        dropped.add(k)
-                        continue
-                    c = cols[k] = ([], [])
-                c[0].append(i)
-                c[1].append(v)
-    if dropped:
-        warnings.append(f"{len(cols) + len(dropped):,} distinct keys in lines {lines[0]}-{lines[-1]}: kept the first "
-                        f"{len(cols):,} and dropped {len(dropped):,} (lossguard reads at most {MAX_COLUMNS:,} "
-                        "columns per log)")
+    cols = gather_columns(records, warnings, word=f"keys in lines {lines[0]}-{lines[-1]}" if lines else "keys")
     piece = Piece(rows=n, lines=np.asarray(lines, dtype=np.int64))
     for k, (idx, vals) in cols.items():
         rows = np.asarray(idx, dtype=np.int64)

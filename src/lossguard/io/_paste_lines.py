@@ -32,6 +32,7 @@ from functools import lru_cache
 
 from ..metrics import EPOCH, ITER_TIME, LOSS, LOSS_SCALE, LR, VAL_LOSS, canonical_name
 from ..runlog import finite_or_nan
+from . import megatron
 
 _NUM = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[Nn][Aa][Nn]|[Ii]nfinity|[Ii][Nn][Ff])"
 NUMBER = re.compile(_NUM)
@@ -67,6 +68,7 @@ class PastedLine:
         metrics: canonical metric name -> value (NaN/Inf kept).
         tool: the tool that printed it (``"hf_trainer"``, ``"nanogpt"``, ...), for metadata.
         rank: the rank that printed an overflow line (0 when the line does not say).
+        overflow: what an overflow line reports (None for every other line).
     """
 
     kind: LineKind
@@ -74,6 +76,7 @@ class PastedLine:
     metrics: dict[str, float] = field(default_factory=dict)
     tool: str = ""
     rank: int = 0
+    overflow: megatron.Overflow | None = None
 
 
 _HF_DICT = re.compile(r"\{\s*'[^']+'\s*:[^{}]*\}")
@@ -93,15 +96,9 @@ _FIELD = re.compile(r"^\s*\(?\s*([A-Za-z][A-Za-z_/ .\-]*?)\s*[:=]?\s*(" + _NUM +
                     r"(?:\([^()]*\))?\s*\)?\s*$")
 _BARE_MS = re.compile(r"^\s*\(?\s*(" + _NUM + r")\s*ms\s*\)?\s*$")  # llm.c's "| 312.40 ms |": time per step
 _AT_MINIMUM = re.compile(r"Current loss scale already at minimum", re.I)
-# DeepSpeed's DynamicLossScaler ("OVERFLOW! Rank 0 Skipping step.") and its fused fp16 optimizer
-# ("fp16 dynamic loss scale overflow! Skipping step.") word the same event two ways.
-_OVERFLOW = re.compile(r"(?:OVERFLOW!|loss scale overflow!)\s*(?:Rank\s+(\d+)\s+)?Skipping step\.?\s*"
-                       r"Attempted loss scale:\s*(" + _NUM + r")(?:,\s*reducing to\s*(" + _NUM + r"))?", re.I)
-
 
 CANDIDATE = re.compile(r"\{\s*'|iter|step|epoch|overflow|already at minimum|val loss", re.I)
 """Cheap first test: a line without any of these words is none of the lines above."""
-CANDIDATE_BYTES = re.compile(CANDIDATE.pattern.encode(), re.I)
 
 
 def parse_line(line: str) -> PastedLine | None:
@@ -122,7 +119,8 @@ def parse_line(line: str) -> PastedLine | None:
             return hit
     if _AT_MINIMUM.search(line):
         return PastedLine(kind=LineKind.SCALE_AT_MINIMUM, step=None, tool="deepspeed")
-    for parse in (_modded, _llmc, _nanogpt_eval, _nanogpt, _mlx, _mmengine, _llmc_val):
+    for parse in (_modded, _LLMC_LINE.parse, _NANOGPT_EVAL_LINE.parse, _MLX_LINE.parse, _NANOGPT_LINE.parse,
+                  _mmengine, _llmc_val):
         hit = parse(line)
         if hit is not None:
             return hit
@@ -130,13 +128,11 @@ def parse_line(line: str) -> PastedLine | None:
 
 
 def _overflow(line: str) -> PastedLine | None:
-    m = _OVERFLOW.search(line)
-    if m is None:
+    ov = megatron.parse_overflow(line)
+    if ov is None:
         return None
-    attempted = finite_or_nan(m.group(2))
-    reduced = finite_or_nan(m.group(3)) if m.group(3) else attempted / 2
-    return PastedLine(kind=LineKind.OVERFLOW, step=None, metrics={LOSS_SCALE: reduced}, tool="deepspeed",
-                      rank=int(m.group(1) or 0))
+    return PastedLine(kind=LineKind.OVERFLOW, step=None, metrics={LOSS_SCALE: ov.reduced}, tool="deepspeed",
+                      rank=ov.rank, overflow=ov)
 
 
 def _hf_dict(line: str) -> PastedLine | None:
@@ -171,57 +167,47 @@ def _hf_name(key: str) -> str:
 
 
 def _megatron(line: str) -> PastedLine | None:
-    from .megatron import _ITERATION, _VALIDATION, _fields, _metric, _validation_metric
-
-    m = _ITERATION.search(line)
-    if m is not None:
-        metrics = {}
-        for key, value in _fields(m.group(3)):
-            name, scale = _metric(key)
-            if name is not None:
-                metrics[name] = value * scale
-        return PastedLine(kind=LineKind.STEPPED, step=int(m.group(1)), metrics=metrics, tool="megatron")
-    m = _VALIDATION.search(line)
-    if m is not None:
-        test = (m.group(2) or "validation").lower() == "test"
-        metrics = {}
-        for key, value in _fields(m.group(3)):
-            name = _validation_metric(key, test)
-            if name is not None:
-                metrics[name] = value
-        return PastedLine(kind=LineKind.STEPPED, step=int(m.group(1)), metrics=metrics, tool="megatron")
-    return None
-
-
-def _nanogpt(line: str) -> PastedLine | None:
-    m = _NANOGPT.search(line)
-    if m is None:
+    hit = megatron.parse_iteration(line) or megatron.parse_validation(line)
+    if hit is None:
         return None
-    metrics = _fields(m.group(2), ",")
-    if LOSS not in metrics:
-        return None
-    return PastedLine(kind=LineKind.STEPPED, step=int(m.group(1)), metrics=metrics, tool="nanogpt")
+    return PastedLine(kind=LineKind.STEPPED, step=hit.step, metrics=hit.metrics, tool="megatron")
 
 
-def _nanogpt_eval(line: str) -> PastedLine | None:
-    m = _NANOGPT_EVAL.search(line)
-    if m is None:
-        return None
-    metrics = _fields(m.group(2), ",")
-    # nanoGPT's eval "train loss" is an estimate over eval batches, not the step's loss: keep it apart.
-    if LOSS in metrics:
-        metrics["eval_train_loss"] = metrics.pop(LOSS)
-    return PastedLine(kind=LineKind.STEPPED, step=int(m.group(1)), metrics=metrics, tool="nanogpt") if metrics else None
+@dataclass(frozen=True, kw_only=True)
+class _StepFields:
+    """A tool whose progress line is a step, then ``name value[unit]`` fields split on one separator."""
+
+    tool: str
+    """Name kept in the log's metadata."""
+    pattern: re.Pattern
+    """Groups (step, the fields)."""
+    separator: str
+    """Between two fields."""
+    needs: str | None = None
+    """A metric the line must report to be this tool's (nanoGPT's ``iter`` line has the loss)."""
+    renamed: tuple[tuple[str, str], ...] = ()
+    """(metric, new name) pairs: a field whose meaning on this line differs from the usual one."""
+
+    def parse(self, line: str) -> PastedLine | None:
+        """The step and metrics of ``line``, or None when it is not this tool's line."""
+        m = self.pattern.search(line)
+        if m is None:
+            return None
+        metrics = _fields(m.group(2), self.separator)
+        for old, new in self.renamed:
+            if old in metrics:
+                metrics[new] = metrics.pop(old)
+        if not metrics or (self.needs is not None and self.needs not in metrics):
+            return None
+        return PastedLine(kind=LineKind.STEPPED, step=int(m.group(1)), metrics=metrics, tool=self.tool)
 
 
-def _llmc(line: str) -> PastedLine | None:
-    m = _LLMC.search(line)
-    if m is None:
-        return None
-    metrics = _fields(m.group(2), "|")
-    if not metrics:
-        return None
-    return PastedLine(kind=LineKind.STEPPED, step=int(m.group(1)), metrics=metrics, tool="llm.c")
+_LLMC_LINE = _StepFields(tool="llm.c", pattern=_LLMC, separator="|")
+# nanoGPT's eval "train loss" is an estimate over eval batches, not the step's loss: keep it apart.
+_NANOGPT_EVAL_LINE = _StepFields(tool="nanogpt", pattern=_NANOGPT_EVAL, separator=",",
+                                 renamed=((LOSS, "eval_train_loss"),))
+_MLX_LINE = _StepFields(tool="mlx_lm", pattern=_MLX, separator=",")  # "Iter N:", before nanoGPT's "iter N:"
+_NANOGPT_LINE = _StepFields(tool="nanogpt", pattern=_NANOGPT, separator=",", needs=LOSS)
 
 
 def _llmc_val(line: str) -> PastedLine | None:
@@ -243,16 +229,6 @@ def _modded(line: str) -> PastedLine | None:
     if not metrics:
         return None
     return PastedLine(kind=LineKind.STEPPED, step=int(m.group(1)), metrics=metrics, tool="modded-nanogpt")
-
-
-def _mlx(line: str) -> PastedLine | None:
-    m = _MLX.search(line)
-    if m is None:
-        return None
-    metrics = _fields(m.group(2), ",")
-    if not metrics:
-        return None
-    return PastedLine(kind=LineKind.STEPPED, step=int(m.group(1)), metrics=metrics, tool="mlx_lm")
 
 
 def _mmengine(line: str) -> PastedLine | None:

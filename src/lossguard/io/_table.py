@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import LogFormatError
-from ..metrics import EPOCH, STEP_ALIASES, canonical_name, is_bookkeeping, is_loss
+from ..metrics import EPOCH, STEP_ALIASES, canonical_name, is_bookkeeping, is_loss, is_step_name
 
 TIME_NAMES = ("time", "timestamp", "_timestamp", "wall_time", "walltime", "unix_time", "created_at")
 """Column names holding the Unix wall time of a row; they date segments and are not metrics."""
@@ -92,9 +92,42 @@ def limit_columns(names: list[str], warnings: list[str], *, word: str = "keys") 
         step = find_step_column(names)
         if step is not None:
             kept = kept[:-1] + [step]
-    warnings.append(f"{len(names):,} distinct {word}: kept the first {MAX_COLUMNS:,} and dropped "
-                    f"{len(names) - MAX_COLUMNS:,} (lossguard reads at most {MAX_COLUMNS:,} columns per log)")
+    warnings.append(columns_dropped(len(names), MAX_COLUMNS, word))
     return kept
+
+
+def columns_dropped(total: int, kept: int, word: str = "keys") -> str:
+    """The warning for a file with more than :data:`MAX_COLUMNS` columns (``word`` names them)."""
+    return (f"{total:,} distinct {word}: kept the first {kept:,} and dropped {total - kept:,} "
+            f"(lossguard reads at most {MAX_COLUMNS:,} columns per log)")
+
+
+def gather_columns(records: list[dict], warnings: list[str], *,
+                   word: str = "keys") -> dict[str, tuple[list[int], list]]:
+    """Cells of metric records by key: key -> (record indices, values), in first-seen key order.
+
+    One pass over the cells present (not records x keys), so a key that one record in a thousand
+    has costs only its cells. ``None`` values and nested ones (dicts, lists: histograms, tables)
+    are no cells. Past :data:`MAX_COLUMNS` keys, new keys other than a step key are dropped, with a
+    warning naming ``word`` (``"keys in lines 10-20"``).
+    """
+    cols: dict[str, tuple[list[int], list]] = {}
+    dropped: set[str] = set()
+    for i, r in enumerate(records):
+        for k, v in r.items():
+            if v is None or isinstance(v, (dict, list)):
+                continue
+            c = cols.get(k)
+            if c is None:
+                if k in dropped or (len(cols) >= MAX_COLUMNS and not is_step_name(k)):
+                    dropped.add(k)
+                    continue
+                c = cols[k] = ([], [])
+            c[0].append(i)
+            c[1].append(v)
+    if dropped:
+        warnings.append(columns_dropped(len(cols) + len(dropped), len(cols), word))
+    return cols
 
 
 def printable(name: str) -> str:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from ..errors import LogFormatError
+
 _BACK = 64 * 1024
 MAX_TAIL = 64 << 20
 """Longest last line looked at; a longer unterminated one is left to the reader's own error."""
@@ -53,3 +55,10 @@ def cut_partial_last_line(path: Path, complete: Callable[[bytes], bool],
                     f"{'...' if len(last) > 40 else ''}); the writer is still writing or was stopped: "
                     "read up to the line before it")
     return size - len(last)
+
+
+def with_warnings(exc: LogFormatError, warnings: list[str]) -> LogFormatError:
+    """``exc`` with what the reader left out added (a half-written last row may be why nothing is left)."""
+    if not warnings:
+        return exc
+    return LogFormatError(f"{exc.what} (note: {'; '.join(warnings)})", path=exc.path, where=exc.where, fix=exc.fix)

@@ -21,7 +21,7 @@ from ..errors import LogFormatError
 from ._csv_arrow import read_arrow
 from ._columns import add_text_columns
 from ._table import Table, densify, find_step_column, limit_columns, normalise, to_runlog
-from ._tail import cut_partial_last_line
+from ._tail import cut_partial_last_line, with_warnings
 
 NAME = "csv"
 SEGMENT_COLUMN = "segment"
@@ -221,7 +221,7 @@ def read(path: Path, *, root: Path | None = None, fast: bool = True):
     segments, notes = segments_of(table)
     try:
         return to_runlog(table, path=path, format=NAME, segments=segments, segment_notes=notes)
-    except LogFormatError:
-        if table.exact_lines:
-            raise  # the line named is exact: no need to read the file again
+    except LogFormatError as exc:
+        if table.exact_lines:  # the line named is exact: no need to read the file again
+            raise with_warnings(exc, table.warnings) from None
         return read(path, root=root, fast=False)  # the exact path names the precise line

@@ -18,10 +18,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import LogFormatError
-from ..metrics import is_step_name
 from ._columns import store_cells, store_numeric
-from ._table import MAX_COLUMNS, Table, to_runlog
-from ._tail import cut_partial_last_line
+from ._table import Table, gather_columns, to_runlog
+from ._tail import cut_partial_last_line, with_warnings
 from .csv import check_file, read_bytes
 
 NAME = "jsonl"
@@ -61,26 +60,12 @@ def records_table(records: list[dict], lines: list[int], *, unit: str = "line") 
     """Columns of metric records (stdlib path): numbers to float64, strings parsed, nesting dropped.
 
     One pass over the cells present (not rows x keys): a key that one record in a thousand has is
-    stored sparse, and past :data:`MAX_COLUMNS` distinct keys the new ones are dropped with a warning.
+    stored sparse, and past ``MAX_COLUMNS`` distinct keys the new ones are dropped with a warning
+    (:func:`lossguard.io._table.gather_columns`, shared with the chunked reader).
     """
     n = len(records)
-    cols: dict[str, tuple[list[int], list]] = {}
-    dropped: set[str] = set()
-    for i, r in enumerate(records):
-        for k, v in r.items():
-            c = cols.get(k)
-            if c is None:
-                if k in dropped or (len(cols) >= MAX_COLUMNS and not is_step_name(k)):
-                    dropped.add(k)
-                    continue
-                c = cols[k] = ([], [])
-            if v is not None:
-                c[0].append(i)
-                c[1].append(v)
     warnings: list[str] = []
-    if dropped:
-        warnings.append(f"{len(cols) + len(dropped):,} distinct keys: kept the first {len(cols):,} and dropped "
-                        f"{len(dropped):,} (lossguard reads at most {MAX_COLUMNS:,} columns per log)")
+    cols = gather_columns(records, warnings)
     table = Table(names=[], lines=np.asarray(lines, dtype=np.int64), unit=unit, warnings=warnings)
     for k, (idx, vals) in cols.items():
         if all(type(v) in (int, float) for v in vals):
@@ -90,10 +75,7 @@ def records_table(records: list[dict], lines: list[int], *, unit: str = "line") 
                 continue
             except OverflowError:
                 pass  # an integer past float64: read as text below ("1e400" -> inf, as a CSV cell)
-        elif vals and all(isinstance(v, (dict, list)) for v in vals):
-            continue  # nested values (histograms, tables): not metrics
-        keep = [j for j, v in enumerate(vals) if not isinstance(v, (dict, list))]
-        store_cells(table, k, np.asarray(idx, dtype=np.int64)[keep], [_cell(vals[j]) for j in keep], n)
+        store_cells(table, k, np.asarray(idx, dtype=np.int64), [_cell(v) for v in vals], n)
         table.names.append(k)
     return table
 
@@ -208,9 +190,9 @@ def read(path: Path, *, root: Path | None = None, fast: bool = True, format: str
     try:
         return to_runlog(table, path=path, format=format, segments=segments, segment_notes=notes, events=events,
                          rename=rename, dedupe=dedupe)
-    except LogFormatError:
-        if table.exact_lines:
-            raise  # the line named is exact: no need to read the file again
+    except LogFormatError as exc:
+        if table.exact_lines:  # the line named is exact: no need to read the file again
+            raise with_warnings(exc, table.warnings) from None
         return read(path, root=root, fast=False, format=format, rename=rename, dedupe=dedupe)
 
 

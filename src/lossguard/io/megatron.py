@@ -10,7 +10,8 @@ What is read (everything else in the log is ignored; these logs are full of othe
 * Validation lines, ``validation loss at iteration 1000 | lm loss value: 2.34 | lm loss PPL: 10.4 |``
   -> ``val_loss`` (and ``val_ppl``); the test set (``... on test set``) -> ``test_lm_loss``.
 * DeepSpeed fp16 overflows, ``[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale:
-  65536, reducing to 32768``. The line carries no step: overflows are counted into the next logged
+  65536, reducing to 32768`` (the fused fp16 optimizer's ``fp16 dynamic loss scale overflow! Skipping
+  step. Attempted loss scale: ...`` too). The line carries no step: overflows are counted into the next logged
   step (the logging interval they happened in, as Megatron's own "number of skipped iterations"),
   giving ``skipped_iters`` (count, the largest over ranks) and ``loss_scale`` (the reduced scale).
   Each one is also kept as an event ``{"event": "fp16_overflow", ...}``.
@@ -29,10 +30,11 @@ starts a new segment. Steps going backwards are therefore restarts, never errors
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ..errors import LogFormatError
 from ..metrics import LOSS, LOSS_SCALE, LR, SKIPPED_ITERS, VAL_LOSS, canonical_name
@@ -41,17 +43,24 @@ from ..runlog import RunLog, RunLogBuilder, finite_or_nan
 NAME = "megatron"
 """Registry name of this reader."""
 
-_ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)")
-_VALIDATION = re.compile(r"validation loss at iteration\s+(\d+)(?:\s+on\s+(\w+)\s+set)?\s*\|(.*)")
-_OVERFLOW = re.compile(r"OVERFLOW!\s*Rank\s+(\d+)\s+Skipping step\.?\s*Attempted loss scale:\s*([-+.\w]+)"
-                       r"(?:,\s*reducing to\s*([-+.\w]+))?")
+ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)")
+"""A Megatron iteration line: groups (step, total iterations, the ``|``-separated fields)."""
+VALIDATION = re.compile(r"validation loss at iteration\s+(\d+)(?:\s+on\s+(\w+)\s+set)?\s*\|(.*)")
+"""A Megatron validation line: groups (step, ``test`` for the test set or None, the fields)."""
+OVERFLOW = re.compile(r"(?:OVERFLOW!|loss scale overflow!)\s*(?:Rank\s+(\d+)\s+)?Skipping step\.?\s*"
+                      r"Attempted loss scale:\s*([-+.\w]+)(?:,\s*reducing to\s*([-+.\w]+))?", re.I)
+"""DeepSpeed's fp16 overflow line, worded two ways: its DynamicLossScaler's ``OVERFLOW! Rank 0 Skipping
+step.`` and its fused fp16 optimizer's ``fp16 dynamic loss scale overflow! Skipping step.``."""
 _ENGINE = re.compile(r"\[Rank\s+(\d+)\]\s+step=(\d+),\s*skipped=(\d+),\s*lr=\[\s*([^,\]\s]+)")
 _BANNER = re.compile(r"using world size:|> building \S+ tokenizer|^\s*(?:\[[^\]]*\]\s*)?training \.\.\.|"
                      r"\[before the start of training step\]|DeepSpeed info: version=")
 _STAMP = re.compile(r"(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)")
 _UNIT = re.compile(r"\s*\(([^)]*)\)\s*")
-_SNIFF = re.compile(rb"\biteration\s+\d+\s*/\s*\d+\s*\||OVERFLOW!\s*Rank\s+\d+\s+Skipping step|"
-                    rb"\[Rank\s+\d+\]\s+step=\d+,\s*skipped=\d+")
+# The lines that make a file a Megatron / DeepSpeed log, one pattern each: a pattern that starts with
+# a literal is searched at bytes.find speed (an alternation, or a leading \b, is ~20x slower).
+_SNIFF_ITERATION = re.compile(rb"iteration\s+\d+\s*/\s*\d+\s*\|")
+_SNIFF_ENGINE = re.compile(rb"\[Rank\s+\d+\]\s+step=\d+,\s*skipped=\d+")
+_SNIFF_OVERFLOW = re.compile(rb"OVERFLOW!\s*Rank\s+\d+\s+Skipping step")
 
 # Priority of a value's source when two report the same metric at the same step.
 _FROM_ITERATION, _FROM_OVERFLOW, _FROM_ENGINE = 2, 1, 0
@@ -65,7 +74,26 @@ SCAN_BYTES = 32 * 1024 * 1024
 launcher's start-up output: real runs print 100 KB to several MB (arguments, NCCL, model summary)
 before their first iteration."""
 _CHUNK = 1024 * 1024
-_NEEDLES = (b"iteration", b"OVERFLOW!", b"step=")
+
+
+def first_line(data: bytes, *, overflow: bool = True) -> int:
+    """Offset of the first Megatron iteration or DeepSpeed engine line in ``data``, or -1.
+
+    Args:
+        data: raw bytes of the log (any part of it).
+        overflow: also count DeepSpeed overflow lines, which a pasted DeepSpeed run prints too
+            (:mod:`lossguard.io.pasted` asks without them).
+    """
+    patterns = (_SNIFF_ITERATION, _SNIFF_ENGINE, _SNIFF_OVERFLOW) if overflow else (_SNIFF_ITERATION, _SNIFF_ENGINE)
+    first = -1
+    for pattern in patterns:
+        for m in pattern.finditer(data, 0, len(data) if first < 0 else first):
+            at = m.start()
+            if pattern is _SNIFF_ITERATION and at and (data[at - 1:at].isalnum() or data[at - 1:at] == b"_"):
+                continue  # "...iteration 5/10 |" inside a longer word is not the iteration line
+            first = at
+            break
+    return first
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -75,7 +103,7 @@ def sniff(path: Path, head: bytes) -> bool:
     DeepSpeed start-up (argument dump, world size, DeepSpeed logger lines) but has no iteration
     line yet, the file is searched further, up to :data:`SCAN_BYTES`, a chunk at a time.
     """
-    if _SNIFF.search(head) is not None:
+    if first_line(head) >= 0:
         return True
     if b"\0" in head or _STARTUP.search(head) is None or not Path(path).is_file():
         return False  # (a pipe or FIFO cannot be read a second time)
@@ -88,8 +116,7 @@ def sniff(path: Path, head: bytes) -> bool:
                 if not chunk:
                     return False
                 window = tail + chunk
-                # Literal needles first: bytes.find is ~100x faster than the regex on a miss.
-                if any(n in window for n in _NEEDLES) and _SNIFF.search(window) is not None:
+                if first_line(window) >= 0:
                     return True
                 tail = chunk[-512:]
     except OSError:
@@ -108,7 +135,7 @@ class _Segment:
         self.last_engine = -1
         self.last_engine_skipped: int | None = None
         self.last_line = ""
-        self.pending: list[dict[str, Any]] = []  # overflows waiting for the step they belong to
+        self.pending: list[tuple[Overflow, int]] = []  # (overflow, line) waiting for the step they belong to
 
     def put(self, metric: str, step: int, value: float, line: int, prio: int) -> None:
         """Record a point unless one of higher priority is already there for that step."""
@@ -169,42 +196,30 @@ def read(path: Path, *, root: Path | None = None) -> RunLog:
 def _read_line(line: str, number: int, segments: list[_Segment], builder: RunLogBuilder) -> None:
     seg = segments[-1]
     if "iteration" in line:
-        m = _ITERATION.search(line)
-        if m is not None:
-            if m.group(0) == seg.last_line:
+        it = parse_iteration(line)
+        if it is not None:
+            if it.text == seg.last_line:
                 return  # the same line printed twice (several ranks, or tee): not a restart
-            step = int(m.group(1))
+            step = it.step
             if step <= seg.last_iteration:
                 seg = _new_segment(segments, f"iteration {step} after {seg.last_iteration} at line {number}")
             if seg.start_time is None:
                 seg.start_time = _stamp(line)
             seg.last_iteration = step
-            seg.last_line = m.group(0)
+            seg.last_line = it.text
             _flush_pending(seg, builder, step=step)
-            for key, value in _fields(m.group(3)):
-                name, scale = _metric(key)
-                if name is not None:
-                    seg.put(name, step, value * scale, number, _FROM_ITERATION)
+            for name, value in it.metrics.items():
+                seg.put(name, step, value, number, _FROM_ITERATION)
             return
-        m = _VALIDATION.search(line)
-        if m is not None:
-            step = int(m.group(1))
-            test = (m.group(2) or "validation").lower() == "test"
-            for key, value in _fields(m.group(3)):
-                name = _validation_metric(key, test)
-                if name is not None:
-                    seg.put(name, step, value, number, _FROM_ITERATION)
+        val = parse_validation(line)
+        if val is not None:
+            for name, value in val.metrics.items():
+                seg.put(name, val.step, value, number, _FROM_ITERATION)
             return
-    if "OVERFLOW" in line:
-        m = _OVERFLOW.search(line)
-        if m is not None:
-            try:
-                attempted = finite_or_nan(m.group(2))
-                reduced = finite_or_nan(m.group(3)) if m.group(3) else attempted / 2
-            except ValueError:
-                return
-            seg.pending.append({"rank": int(m.group(1)), "attempted_scale": attempted, "new_scale": reduced,
-                                "line": number})
+    if "verflow" in line or "VERFLOW" in line:
+        ov = parse_overflow(line)
+        if ov is not None:
+            seg.pending.append((ov, number))
             return
     if "step=" in line:
         m = _ENGINE.search(line)
@@ -247,16 +262,118 @@ def _flush_pending(seg: _Segment, builder: RunLogBuilder, *, step: int | None = 
         if last < 0:
             return  # overflows before any step of this launch: nothing to attach them to
         step = last + 1  # the step in progress when the log ended
-    per_rank: dict[int, int] = {}
-    for ov in seg.pending:
-        per_rank[ov["rank"]] = per_rank.get(ov["rank"], 0) + 1
-        builder.add_event({"step": step, "event": "fp16_overflow", **ov})
-    lowest = min(per_rank)
-    last_scale = [ov for ov in seg.pending if ov["rank"] == lowest][-1]
-    line = last_scale["line"]
-    seg.put(SKIPPED_ITERS, step, float(max(per_rank.values())), line, _FROM_OVERFLOW)
-    seg.put(LOSS_SCALE, step, last_scale["new_scale"], line, _FROM_OVERFLOW)
+    counted = count_overflows(seg.pending, step)
+    for event in counted.events:
+        builder.add_event(event)
+    seg.put(SKIPPED_ITERS, step, counted.skipped, counted.line, _FROM_OVERFLOW)
+    seg.put(LOSS_SCALE, step, counted.scale, counted.line, _FROM_OVERFLOW)
     seg.pending = []
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProgressLine:
+    """What one Megatron iteration or validation line reports.
+
+    Attributes:
+        step: the iteration the line is about.
+        metrics: metric name -> value, in the metric's unit (``(ms)`` fields converted to seconds).
+        text: the matched part of the line (the same text printed twice is one line, not a restart).
+    """
+
+    step: int
+    metrics: dict[str, float]
+    text: str
+
+
+def parse_iteration(line: str) -> ProgressLine | None:
+    """The step and metrics of a Megatron iteration line, or None when ``line`` is not one."""
+    m = ITERATION.search(line)
+    if m is None:
+        return None
+    metrics = {}
+    for key, value in _fields(m.group(3)):
+        name, scale = _metric(key)
+        if name is not None:
+            metrics[name] = value * scale
+    return ProgressLine(step=int(m.group(1)), metrics=metrics, text=m.group(0))
+
+
+def parse_validation(line: str) -> ProgressLine | None:
+    """The step and ``val_*`` (or ``test_*``) metrics of a Megatron validation line, or None."""
+    m = VALIDATION.search(line)
+    if m is None:
+        return None
+    test = (m.group(2) or "validation").lower() == "test"
+    metrics = {}
+    for key, value in _fields(m.group(3)):
+        name = _validation_metric(key, test)
+        if name is not None:
+            metrics[name] = value
+    return ProgressLine(step=int(m.group(1)), metrics=metrics, text=m.group(0))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Overflow:
+    """One DeepSpeed fp16 overflow: a skipped step.
+
+    Attributes:
+        rank: the rank that printed it (0 when the line does not say).
+        attempted: the loss scale the step was tried with.
+        reduced: the scale after the overflow (half the attempted one when the line does not say).
+    """
+
+    rank: int
+    attempted: float
+    reduced: float
+
+
+def parse_overflow(line: str) -> Overflow | None:
+    """The overflow a DeepSpeed overflow line reports, or None when ``line`` is not one."""
+    m = OVERFLOW.search(line)
+    if m is None:
+        return None
+    try:
+        attempted = finite_or_nan(m.group(2))
+        reduced = finite_or_nan(m.group(3)) if m.group(3) else attempted / 2
+    except ValueError:
+        return None
+    return Overflow(rank=int(m.group(1) or 0), attempted=attempted, reduced=reduced)
+
+
+def overflow_event(ov: Overflow, *, step: int, line: int) -> dict[str, Any]:
+    """The ``fp16_overflow`` event of one overflow, counted into ``step``."""
+    return {"step": step, "event": "fp16_overflow", "rank": ov.rank, "attempted_scale": ov.attempted,
+            "new_scale": ov.reduced, "line": line}
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverflowCount:
+    """The overflows of one logging interval, counted into the step that ends it.
+
+    Attributes:
+        skipped: steps skipped in the interval: the most overflows any one rank printed (every rank
+            prints the same overflow).
+        scale: the loss scale after them, as the lowest rank printed it.
+        line: the line of that rank's last overflow.
+        events: one ``fp16_overflow`` event per overflow line, every rank's.
+    """
+
+    skipped: float
+    scale: float
+    line: int
+    events: list[dict[str, Any]]
+
+
+def count_overflows(pending: Sequence[tuple[Overflow, int]], step: int) -> OverflowCount:
+    """Count ``(overflow, line)`` pairs (at least one) into ``step``: Megatron's own "number of skipped
+    iterations" for the interval; the Megatron and the pasted-text readers both count this way."""
+    per_rank: dict[int, int] = {}
+    for ov, _ in pending:
+        per_rank[ov.rank] = per_rank.get(ov.rank, 0) + 1
+    lowest = min(per_rank)
+    last, line = [p for p in pending if p[0].rank == lowest][-1]
+    return OverflowCount(skipped=float(max(per_rank.values())), scale=last.reduced, line=line,
+                         events=[overflow_event(ov, step=step, line=n) for ov, n in pending])
 
 
 def _fields(text: str):

@@ -21,6 +21,7 @@ How steps are found:
 """
 from __future__ import annotations
 
+import heapq
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,63 +29,105 @@ from pathlib import Path
 from ..errors import LogFormatError
 from ..metrics import LOSS_SCALE, SKIPPED_ITERS
 from ..runlog import RunLog, RunLogBuilder
-from ._paste_lines import CANDIDATE_BYTES, LineKind, PastedLine, parse_line
+from . import megatron
+from ._paste_lines import LineKind, PastedLine, parse_line
 from ._text_lines import MAX_LINE, text_lines
 
 NAME = "pasted"
 """Registry name of this reader."""
 
-SNIFF_SCAN_BYTES = 256 << 20
-"""How far past the first 64 KiB the sniffer looks for a progress line (a paste after long start-up output)."""
+SNIFF_SCAN_BYTES = megatron.SCAN_BYTES
+"""How far past the first 64 KiB the sniffer looks for a progress line (a paste after long start-up
+output); the same bound as the Megatron reader's. A file whose first progress line comes later is
+still read with ``--format pasted``."""
+
+SNIFF_MAX_CHECKS = 10_000
+"""Look-alike lines (``step 3: ...`` that is no known tool's line) checked past the head before the
+sniffer gives up: with the bytes bound, this keeps a large non-log text's sniff under a second."""
 
 _LOGGING_STEPS = re.compile(rb"logging_steps['\"]?\s*[=:]\s*(\d+)")
-_MEGATRON_ONLY = re.compile(r"\biteration\s+\d+\s*/\s*\d+\s*\||\[Rank\s+\d+\]\s+step=\d+,\s*skipped=\d+")
+
+# Where a progress line of :mod:`._paste_lines` can start, in lower-cased bytes. Each pattern starts
+# with a literal, so a block is searched at bytes.find speed (one alternation of them is ~20x slower,
+# and the line-by-line parse ~100x); a hit is only a candidate, checked with ``parse_line``.
+_PROGRESS_BYTES = (
+    re.compile(rb"iter(?:\s+\d+\s*:|\(train\)\s*\[|ation\s+\d+)"),  # nanoGPT, mlx_lm, mmengine, Megatron
+    re.compile(rb"step(?:\s+\d+\s*[:/]|:\d+/)"),  # nanoGPT eval, llm.c, modded-nanogpt
+    re.compile(rb"epoch(?:\(train\))?\s*\[\s*\d+\s*\]\s*\["),  # mmengine
+    re.compile(rb"'(?:loss|eval_|train_runtime)"),  # HF Trainer's printed dicts
+    re.compile(rb"overflow!"),  # DeepSpeed
+    re.compile(rb"already at minimum"),  # DeepSpeed
+    re.compile(rb"val loss"),  # llm.c
+)
+_MEGATRON = "megatron"
+_PASTE = "paste"
 
 
 def sniff(path: Path, head: bytes) -> bool:
     """True when the text holds a progress line of a tool this reader knows, and is not a full Megatron log.
 
     A Megatron iteration line or DeepSpeed engine line in the first 64 KiB leaves the file to the
-    Megatron reader (which also reads overflow lines); CSV and JSONL files are never claimed.
+    Megatron reader (which also reads overflow lines); CSV and JSONL files are never claimed. Past
+    the head, the first line that decides (a progress line, or a Megatron line) is looked for within
+    :data:`SNIFF_SCAN_BYTES`, at most :data:`SNIFF_MAX_CHECKS` candidate lines.
     """
     from . import csv as csv_reader
     from . import jsonl
 
-    if b"\0" in head or jsonl.sniff(path, head) or csv_reader.sniff(path, head):
+    if b"\0" in head or megatron.first_line(head, overflow=False) >= 0:
         return False
-    text = head.decode("utf-8", errors="replace")
-    found = False
-    for raw in text.splitlines():
-        if _MEGATRON_ONLY.search(raw):
-            from . import megatron
-            return not megatron.sniff(path, head)  # ours only if the Megatron reader declines it
-        found = found or parse_line(raw) is not None
-    if found or len(head) < 64 * 1024:
-        return found
-    return _scan_rest(path, len(head))
+    if jsonl.sniff(path, head) or csv_reader.sniff(path, head):
+        return False
+    kinds = set()
+    for raw in head.decode("utf-8", errors="replace").splitlines():
+        hit = parse_line(raw)
+        if hit is not None:
+            kinds.add(hit.kind)
+    if len(head) < 64 * 1024:
+        return bool(kinds)
+    if kinds and not kinds <= {LineKind.OVERFLOW, LineKind.SCALE_AT_MINIMUM}:
+        return True
+    if kinds:  # only DeepSpeed overflow lines so far: a Megatron-DeepSpeed log may start that way
+        return _first_deciding_line(path, len(head), paste=False) is None
+    return _first_deciding_line(path, len(head), paste=True) == _PASTE
 
 
-def _scan_rest(path: Path, start: int) -> bool:
-    """Look past the head, block by block, for the first progress line (bounded by :data:`SNIFF_SCAN_BYTES`)."""
+def _first_deciding_line(path: Path, start: int, *, paste: bool) -> str | None:
+    """What the first deciding line past ``start`` is: :data:`_MEGATRON`, :data:`_PASTE` (only
+    looked for when ``paste``), or None when neither comes within the bounds."""
+    checks = 0
     with open(path, "rb") as f:
-        f.seek(max(0, start - MAX_LINE))
+        f.seek(max(0, start - MAX_LINE))  # a line cut at the head's end is looked at whole
         carry = b""
-        while f.tell() < start + SNIFF_SCAN_BYTES:
-            block = f.read(1 << 20)
+        end = start + SNIFF_SCAN_BYTES
+        while f.tell() < end:
+            block = f.read(min(1 << 20, end - f.tell()))
             if not block:
-                return False
+                block, carry = carry + b"\n", b""  # the last line, unterminated
+                if block == b"\n":
+                    return None
             data = carry + block
             cut = data.rfind(b"\n") + 1
             lines, carry = data[:cut], data[cut:][-MAX_LINE:]
-            for m in CANDIDATE_BYTES.finditer(lines):
-                lo = lines.rfind(b"\n", 0, m.start()) + 1
-                hi = lines.find(b"\n", m.start())
-                line = lines[lo:hi].decode("utf-8", errors="replace")
-                if _MEGATRON_ONLY.search(line):
-                    return False
-                if parse_line(line) is not None:
-                    return True
-    return False
+            mega = megatron.first_line(lines, overflow=False)
+            mega = len(lines) if mega < 0 else lines.rfind(b"\n", 0, mega) + 1  # that line's start
+            if paste:
+                low = lines[:mega].lower()  # ASCII-only lowering: offsets stay those of ``lines``
+                hits = heapq.merge(*(((m.start() for m in p.finditer(low)) for p in _PROGRESS_BYTES)))
+                done = -1
+                for at in hits:
+                    if at < done:
+                        continue  # a second candidate on a line already checked
+                    lo = lines.rfind(b"\n", 0, at) + 1
+                    done = lines.find(b"\n", at) + 1
+                    if parse_line(lines[lo:done].decode("utf-8", errors="replace")) is not None:
+                        return _PASTE
+                    checks += 1
+                    if checks >= SNIFF_MAX_CHECKS:
+                        return None
+            if mega < len(lines):
+                return _MEGATRON
+    return None
 
 
 @dataclass
@@ -107,8 +150,8 @@ class _State:
     segments: list[_Segment] = field(default_factory=lambda: [_Segment("start of paste")])
     hf_count: int = 0
     hf_epoch: float | None = None
-    pending: list[tuple[PastedLine, int]] = field(default_factory=list)  # overflows waiting for a step
-    overflows: list[tuple[PastedLine, int]] = field(default_factory=list)  # every overflow, for a stepless paste
+    pending: list[tuple[megatron.Overflow, int]] = field(default_factory=list)  # overflows waiting for a step
+    overflows: list[tuple[megatron.Overflow, int]] = field(default_factory=list)  # all, for a stepless paste
     events: list[dict] = field(default_factory=list)
     tools: dict[str, None] = field(default_factory=dict)
 
@@ -192,8 +235,8 @@ def _take(state: _State, parsed: PastedLine, number: int) -> None:
     state.tools.setdefault(parsed.tool, None)
     kind = parsed.kind
     if kind is LineKind.OVERFLOW:
-        state.pending.append((parsed, number))
-        state.overflows.append((parsed, number))
+        state.pending.append((parsed.overflow, number))
+        state.overflows.append((parsed.overflow, number))
         return
     if kind is LineKind.SCALE_AT_MINIMUM:
         step = state.seg.last_step
@@ -235,15 +278,10 @@ def _flush(state: _State, step: int) -> None:
     """Count the overflows since the last logged step into ``step`` (the interval they happened in)."""
     if not state.pending:
         return
-    per_rank: dict[int, int] = {}
-    for parsed, number in state.pending:
-        per_rank[parsed.rank] = per_rank.get(parsed.rank, 0) + 1
-        state.events.append({"step": step, "event": "fp16_overflow", "rank": parsed.rank,
-                             "new_scale": parsed.metrics[LOSS_SCALE], "line": number})
-    lowest = min(per_rank)
-    parsed, number = [p for p in state.pending if p[0].rank == lowest][-1]
-    state.seg.put(SKIPPED_ITERS, step, float(max(per_rank.values())), number)
-    state.seg.put(LOSS_SCALE, step, parsed.metrics[LOSS_SCALE], number)
+    counted = megatron.count_overflows(state.pending, step)
+    state.events.extend(counted.events)
+    state.seg.put(SKIPPED_ITERS, step, counted.skipped, counted.line)
+    state.seg.put(LOSS_SCALE, step, counted.scale, counted.line)
     state.pending = []
 
 
@@ -255,13 +293,12 @@ def _finish(state: _State, warnings: list[str]) -> None:
         last = state.seg.last_step
         _flush(state, (last if last is not None else 0) + 1)  # the step in progress when the paste ends
         return
-    lowest = min(p.rank for p, _ in state.overflows)
-    order = [(p, n) for p, n in state.overflows if p.rank == lowest]
-    for k, (parsed, number) in enumerate(order, start=1):
-        state.seg.put(LOSS_SCALE, k, parsed.metrics[LOSS_SCALE], number)
+    lowest = min(ov.rank for ov, _ in state.overflows)
+    order = [(ov, n) for ov, n in state.overflows if ov.rank == lowest]
+    for k, (ov, number) in enumerate(order, start=1):
+        state.seg.put(LOSS_SCALE, k, ov.reduced, number)
         state.seg.put(SKIPPED_ITERS, k, 1.0, number)
-        state.events.append({"step": k, "event": "fp16_overflow", "rank": parsed.rank,
-                             "new_scale": parsed.metrics[LOSS_SCALE], "line": number})
+        state.events.append(megatron.overflow_event(ov, step=k, line=number))
     for event in state.events:  # a give-up line numbered against the overflows it followed
         if event["event"] == "loss_scale_at_minimum":
             event["step"] = sum(1 for _, n in order if n < event["line"]) + 1

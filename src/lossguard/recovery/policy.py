@@ -53,6 +53,9 @@ class RecoveryPolicy:
         """The open episode (timeline state)."""
         self.overflow_streak = 0
         """Overflow steps in a row (timeline state)."""
+        self.episode_tests: dict[str, int] = {}
+        """Which judge tests fired in the open episode, with counts: a rollback or a halt names them,
+        so a user knows what the guard saw (for the reasons only; not checkpointed)."""
 
     # ---------------------------------------------------------------- extension points
     def is_episode_evidence(self, verdict: Verdict, *, transient: bool) -> bool:
@@ -103,6 +106,7 @@ class RecoveryPolicy:
         ep = self.episode
         if ep is not None and ep.is_over(verdict.step, cfg.episode_gap):
             self.episode = ep = None  # the run settled
+            self.episode_tests = {}
         if verdict.bad:
             self.ledger.skips += 1
             nums = {"batch_index": verdict.batch_index, "loss": verdict.loss, "grad_norm": verdict.grad_norm,
@@ -115,8 +119,11 @@ class RecoveryPolicy:
             if counts:
                 if ep is None:
                     self.episode = ep = Episode.open(verdict.step, verdict.batch_index)
+                    self.episode_tests = {}
                 else:
                     ep.add(verdict.step, verdict.batch_index)
+                test = verdict.evidence.describe() if verdict.evidence else "flagged"
+                self.episode_tests[test] = self.episode_tests.get(test, 0) + 1
                 nums["episode_bad_steps"] = ep.count
             out.append(Decision(Action.SKIP, verdict.step, verdict.reasons() or ["flagged"], nums))
             if counts and self.needs_rollback(ep):
@@ -154,6 +161,10 @@ class RecoveryPolicy:
                        else f"not yet enough (recurrences_to_cut={cfg.recurrences_to_cut}): skipping data again"))
             else:
                 nums["suspect"] = "data"
+        if self.episode_tests:
+            nums["tests"] = dict(self.episode_tests)
+            reasons.append("tests that fired in this episode: " + "; ".join(
+                f"{name} x{n}" for name, n in self.episode_tests.items()))
         spent = int(nums.get("recurrence", 0))  # rollbacks this incident already used
         if spent >= cfg.rollbacks_per_incident:
             led.halted = True
@@ -192,7 +203,7 @@ class RecoveryPolicy:
                              "onset_batch": None if rng is None else int(rng[0]), "to_step": int(to_step),
                              "skip_batches": None if rng is None else [int(rng[0]), int(rng[1])],
                              "recurrence": int(decision.numbers.get("recurrence", 0))}
-        self.episode, self.overflow_streak = None, 0
+        self.episode, self.overflow_streak, self.episode_tests = None, 0, {}
         cut = self.lr_cut_after_rollback(decision, to_step)
         return [] if cut is None else [cut]
 
@@ -230,3 +241,4 @@ class RecoveryPolicy:
         """Restore :meth:`state_dict` output."""
         self.episode = None if sd.get("episode") is None else Episode.from_dict(sd["episode"])
         self.overflow_streak = int(sd.get("overflow_streak", 0))
+        self.episode_tests = {}  # reasons only: counted afresh after a restore

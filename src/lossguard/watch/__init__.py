@@ -1,6 +1,16 @@
 """``lossguard watch``: follow live runs and name what happens, with the detectors and words of ``analyze``.
 
-``tail`` reads the new bytes of a file, ``decoders`` turn them into points per format, ``follower``
-finds the files of a run (new ones, rotated ones), ``history`` keeps the newest points, ``engine``
-decides incidents, ``alerts`` prints them and runs hooks, ``sweep`` follows many runs at once.
+One concept per module, in the order data flows:
+
+* ``tail``: the new bytes of one file, surviving rotation and truncation;
+* ``lines``, ``tfevents``, ``wholefile``: those bytes as points, per format, through the readers'
+  own parsers (line logs; TensorBoard records; files rewritten whole);
+* ``follower``: the files of one run, found as they appear;
+* ``history``: the newest points of the run, bounded, as a RunLog;
+* ``trigger``: the online detectors on the loss (alerts, and when to classify);
+* ``engine``: incidents decided by the analyser's own classification, printed once;
+* ``events``, ``alerts``: what is printed, and the hooks (command, webhook) that receive it;
+* ``session``, ``sweep``: one run followed end to end; a directory of runs.
+
+See docs/watch.md.
 """

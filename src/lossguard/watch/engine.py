@@ -215,7 +215,8 @@ class WatchEngine:
         kept = [self.history.first_kept_step(m) for m in self.history.metrics]
         kept = [s for s in kept if s is not None]
         reliable = (max(kept) + lead) if kept else -math.inf
-        edge = int(a.log.live(a.metric)[0][-1]) if len(a.log.live(a.metric)[0]) else 0
+        live_steps = a.log.live(a.metric)[0]
+        edge = int(live_steps[-1]) if len(live_steps) else 0
         plans = {p.incident: p for p in a.plans}
         active = self._trigger.active_onset if self._trigger is not None and not final else None
         seen: set[Key] = set()
@@ -243,8 +244,8 @@ class WatchEngine:
                 self._pending.append(self._incident(EventKind.UPDATE, inc, plan, old.kind))
         for key in [k_ for k_ in self.reported if k_ not in seen]:
             inc, plan = self.reported[key]
-            if inc.onset < reliable or (not final and edge - inc.onset < 0):
-                continue
+            if inc.onset < reliable:
+                continue  # no longer in the history: it stands as printed
             del self.reported[key]
             self._pending.append(WatchEvent(
                 EventKind.WITHDRAWN, self.run, inc.onset,

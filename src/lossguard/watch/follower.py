@@ -79,6 +79,7 @@ class RunFollower:
         self._main_tb: str | None = None
         self._read_inodes: set[tuple[int, int]] = set()  # every file read so far, under whatever name
         self._told: set[str] = set()  # named files we said we are waiting for
+        self._listing: dict[str, tuple[int, list[str], list[str]]] = {}  # dir -> (mtime, files, sub-dirs)
 
     # ---- discovery -----------------------------------------------------------------------------
     def _candidates(self) -> list[tuple[str, Path | None]]:
@@ -86,12 +87,39 @@ class RunFollower:
         for p in self.paths:
             if os.path.isdir(p):
                 root = Path(p)
-                for d, dirs, names in os.walk(p):
-                    dirs[:] = sorted(x for x in dirs if not x.startswith("."))
-                    out.extend((os.path.join(d, n), root) for n in sorted(names) if not n.startswith("."))
+                out.extend((f, root) for f in self._walk(p))
             else:
                 out.append((p, None))
         return out
+
+    def _walk(self, top: str) -> list[str]:
+        """Files under ``top`` (hidden ones left out). A directory is listed again only when its
+        modification time changed (an entry was added or removed), so a run directory holding
+        thousands of checkpoint shards costs one ``stat`` per sub-directory per poll."""
+        files: list[str] = []
+        stack = [top]
+        while stack:
+            d = stack.pop()
+            try:
+                mtime = os.stat(d).st_mtime_ns
+            except OSError:
+                continue
+            cached = self._listing.get(d)
+            if cached is None or cached[0] != mtime:
+                names, subs = [], []
+                try:
+                    with os.scandir(d) as it:
+                        for e in it:
+                            if e.name.startswith("."):
+                                continue
+                            (subs if e.is_dir(follow_symlinks=False) else names).append(e.name)
+                except OSError:
+                    continue
+                cached = (mtime, sorted(names), sorted(subs))
+                self._listing[d] = cached
+            files.extend(os.path.join(d, n) for n in cached[1])
+            stack.extend(os.path.join(d, s) for s in reversed(cached[2]))
+        return files
 
     def _discover(self, poll: Poll) -> None:
         for f in self.files.values():
@@ -164,6 +192,11 @@ class RunFollower:
         if fmt in LINE_DECODERS:
             return LINE_DECODERS[fmt](path)
         return WholeFileDecoder(path, fmt, self._newest.setdefault(fmt, {}))
+
+    @property
+    def waiting(self) -> list[str]:
+        """Files with content that no reader recognises (yet)."""
+        return list(self._waiting)
 
     # ---- reading -------------------------------------------------------------------------------
     def poll(self, sink=None) -> Poll:

@@ -100,14 +100,15 @@ class CsvDecoder(LineDecoder):
 
     format = "csv"
 
-    def _reset(self) -> None:
-        self._header: bytes | None = None
-        self._delim: str | None = None
-        self._started = False
-
     def __init__(self, path: str) -> None:
         super().__init__(path)
         self._reset()
+
+    def _reset(self) -> None:
+        self._header: bytes | None = None
+        self._delim: str | None = None
+        self._started = False  # rows handed over since the file (re)started
+        self._label: str | None = None  # the ``segment`` column's last label, when the file has one
 
     def _parse(self, data: bytes, first_line: int, restart: bool) -> list[Points]:
         if self._header is None:
@@ -116,14 +117,16 @@ class CsvDecoder(LineDecoder):
             self._delim = csv_io.delimiter_of(head.decode("utf-8-sig", "replace")) or ","
             first_line += 1
             if not data.strip():
-                return [] if not restart else [Points(self.path, {}, new_segment=True, note="file restarted")]
+                return []  # the rows to come start the file's first segment (``_started`` is False)
         table = csv_io._read_exact(Path(self.path), self._header + data, self._delim)
         if not table.rows:
             return []
         table.lines = table.lines + (first_line - 2)  # numbered as in the file, not in this batch
         segments, notes = csv_io.segments_of(table)
         log = to_runlog(table, path=Path(self.path), format=self.format, segments=segments, segment_notes=notes)
-        continues = self._started and not restart
+        # A batch continues the current launch unless its first row carries a new segment label.
+        continues = self._started and (notes is None or notes[0] == self._label)
+        self._label = notes[-1] if notes else None
         self._started = True
         return runlog_points(log, self.path, continues=continues)
 

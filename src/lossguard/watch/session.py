@@ -11,12 +11,10 @@ import time
 from enum import Enum
 
 from .. import metrics as M
+from ..recovery.severity import Severity
 from .engine import WatchConfig, WatchEngine
 from .events import EventKind, WatchEvent
 from .follower import RunFollower
-
-
-_RANK = {"info": 0, "warning": 1, "critical": 2}
 
 
 def severity_name(sev) -> str:
@@ -93,7 +91,7 @@ class RunWatch:
         self.stalled = True
         idle = self.idle_seconds()
         last = self.engine.history.last_step
-        msg = (f"no new data for {idle:.0f} s (last step {last if last is not None else '-'}): "
+        msg = (f"no new data for {idle:.1f} s (last step {last if last is not None else '-'}): "
                "the writer stopped or hangs")
         out = [WatchEvent(EventKind.STALLED, self.name, last, msg, data={"idle_seconds": round(idle, 1)})]
         out += [WatchEvent(EventKind.NOTICE, self.name, None, n) for n in self.follower.pending()]
@@ -120,8 +118,8 @@ class RunWatch:
 
     def worst(self) -> str | None:
         """The worst severity among the incidents found, or None."""
-        sev = [severity_name(i.severity) for i in self.engine.incidents()]
-        return max(sev, key=lambda s: _RANK.get(s, -1)) if sev else None
+        worst = Severity.worst(i.severity for i in self.engine.incidents())
+        return worst.value if worst is not None else None
 
     def summary(self) -> dict:
         """JSON-ready facts for the last line and the sweep table."""

@@ -83,9 +83,10 @@ class Sweep:
         own: list[WatchEvent] = []
         for run in self.runs.values():
             own += run.step()
-        return self._changed(), own
+        return self.changed(), own
 
-    def _changed(self) -> list[WatchEvent]:
+    def changed(self) -> list[WatchEvent]:
+        """A state line for every run whose state or incidents changed since its last line."""
         out = []
         for run in self.runs.values():
             s = run.summary()

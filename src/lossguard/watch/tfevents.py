@@ -20,12 +20,15 @@ import numpy as np
 
 from ..errors import LogFormatError
 from ..io import _tfrecord as tfr
+from ..io._event_batch import decode
 from ..io._event_proto import ProtoError, parse_event
-from ..io.tensorboard import _is_main, _stream_name
+from ..io.tensorboard import _is_main, _restarts, _stream_name, _time
 from ..metrics import canonical_name
 from .history import Points
 
 _HEAD = Struct("<QI")
+BULK_BYTES = 256 << 10
+"""Backlogs at least this large are decoded with the reader's vectorised path."""
 
 
 class EventFileDecoder:
@@ -51,7 +54,8 @@ class EventFileDecoder:
         self._buf = b""
         self._offset = 0  # file offset of the first pending byte
         self.records = 0
-        self._last_main: int | None = None
+        self._last: dict[str, tuple[int, int]] = {}  # judged metric -> (its last step, its last record)
+        self._boundary = -1  # record at which the last restart was found
         self._segments = 0
         self._file_time: float | None = None
 
@@ -77,14 +81,35 @@ class EventFileDecoder:
             self.names[key] = metric
         return self.names[key]
 
+    def _restarts_at(self, record: int, metric: str, step: int) -> bool:
+        """The reader's rule (``io.tensorboard._restarts``): a judged tag's step goes strictly back
+        from its own previous point, and that point was written after the last restart."""
+        last = self._last.get(metric)
+        self._last[metric] = (step, record)
+        return last is not None and step < last[0] and last[1] >= self._boundary
+
+    def _judged(self, metrics) -> list[str]:
+        """Main metrics decide restarts; bookkeeping ones only in a file that has no main metric."""
+        main = [m for m in metrics if _is_main(m)]
+        return main or [m for m in metrics if not any(_is_main(k) for k in self._last)]
+
     def feed(self, data: bytes) -> list[Points]:
         """Parse every complete record among the pending bytes and ``data``.
+
+        A large backlog (a watch started on a long run) is decoded with the reader's vectorised
+        framing and decoding; a few new records one by one.
 
         Raises:
             LogFormatError: a CRC mismatch or an undecodable record (the file is corrupt, not
                 merely unfinished); the message names the record and its byte offset.
         """
         buf = self._buf + data
+        out, pos = self._bulk(buf) if len(buf) >= BULK_BYTES else self._records(buf)
+        self._buf = buf[pos:]
+        self._offset += pos
+        return out
+
+    def _records(self, buf: bytes) -> tuple[list[Points], int]:
         pos, out = 0, []
         batch: dict[str, tuple[list[int], list[float]]] = {}
         new_seg, note, start = self._segments == 0, f"event file {Path(self.path).name}", None
@@ -102,6 +127,7 @@ class EventFileDecoder:
                 ev = parse_event(body)
             except ProtoError as exc:
                 raise self._corrupt(pos, str(exc)) from None
+            record = self.records
             self.records += 1
             pos = end
             if self._file_time is None:
@@ -112,25 +138,77 @@ class EventFileDecoder:
             metrics = [(self._metric(v.tag), v.value) for v in ev.values]
             if self.is_stream is None:
                 self.is_stream = all(_stream_name(Path(self.path), self.root, v.tag) for v in ev.values)
-            main = [m for m, _ in metrics if _is_main(m)]
-            if main and self._last_main is not None and ev.step < self._last_main:
+            back = [self._restarts_at(record, m, ev.step) for m in self._judged([m for m, _ in metrics])]
+            if any(back):
                 if batch:  # close the launch so far; the rest is a new one
                     out.append(self._points(batch, new_seg, note, start))
                     batch = {}
+                self._boundary = record
                 new_seg, start = True, ev.wall_time or None
-                note = f"steps restart at record {self.records} of {Path(self.path).name}"
-                self._last_main = None
-            if main:
-                self._last_main = ev.step if self._last_main is None else max(self._last_main, ev.step)
+                note = f"steps restart at record {record + 1} of {Path(self.path).name}"
             for m, v in metrics:
                 s, x = batch.setdefault(m, ([], []))
                 s.append(ev.step)
                 x.append(v)
-        self._buf = buf[pos:]
-        self._offset += pos
         if batch:
             out.append(self._points(batch, new_seg, note, start if start is not None else self._file_time))
-        return out
+        return out, pos
+
+    def _bulk(self, buf: bytes) -> tuple[list[Points], int]:
+        try:
+            framing = tfr.frame(buf)
+        except tfr.FramingError as exc:
+            raise self._corrupt(exc.offset, exc.what) from None
+        n = len(framing.offsets)
+        if not n:
+            return [], 0
+        d = decode(Path(self.path), np.frombuffer(buf, dtype=np.uint8), framing)
+        first = self.records
+        self.records += n
+        end = int(framing.offsets[-1] + tfr.HEADER + framing.lengths[-1] + tfr.FOOTER)
+        if self._file_time is None:
+            self._file_time = _time(d.wall, 0)
+        if not d.tags:
+            return [], end
+        metric_of = {tid: self._metric(tag) for tag, tid in d.tags.items()}
+        if self.is_stream is None:
+            self.is_stream = all(_stream_name(Path(self.path), self.root, tag) for tag in d.tags)
+        tags = {tid: d.take(tid) for tid in d.tags.values()}
+        judged = set(self._judged(list(metric_of.values())))
+        bounds: list[int] = []
+        for tid, (rec, steps, _) in tags.items():  # the reader's rule across the previous batch
+            m = metric_of[tid]
+            if m in judged and len(steps):
+                last = self._last.get(m)
+                if last is not None and steps[0] < last[0] and last[1] >= self._boundary:
+                    bounds.append(int(rec[0]) + first)
+        inside = _restarts({tid: (rec + first, st, v) for tid, (rec, st, v) in tags.items() if metric_of[tid] in judged})
+        cross = min(bounds) if bounds else None
+        bounds = sorted({*([cross] if cross is not None else []), *(b for b in inside if cross is None or b > cross)})
+        for tid, (rec, steps, _) in tags.items():
+            if metric_of[tid] in judged and len(steps):
+                self._last[metric_of[tid]] = (int(steps[-1]), int(rec[-1]) + first)
+        if bounds:
+            self._boundary = bounds[-1]
+        out = []
+        cuts = np.asarray(bounds, dtype=np.int64)
+        for part in range(len(bounds) + 1):
+            series = {}
+            for tid, (rec, steps, values) in tags.items():
+                m = np.searchsorted(cuts, rec + first, side="right") == part
+                if m.any():
+                    series[metric_of[tid]] = (steps[m].astype(np.int64), values[m].astype(np.float64))
+            if not series:
+                continue
+            if part == 0:
+                new_seg, note, start = self._segments == 0, f"event file {Path(self.path).name}", self._file_time
+            else:
+                b = bounds[part - 1]
+                new_seg, start = True, _time(d.wall, b - first)
+                note = f"steps restart at record {b + 1} of {Path(self.path).name}"
+            self._segments += new_seg
+            out.append(Points(self.path, series, new_segment=new_seg, note=note, start_time=start))
+        return out, end
 
     def _points(self, batch, new_seg: bool, note: str, start: float | None) -> Points:
         self._segments += new_seg
