@@ -18,6 +18,8 @@ the summary of a saved file without training).
 
     python benchmarks/zoo.py --jobs 2 --out /tmp/zoo.jsonl
     python benchmarks/zoo.py --summary /tmp/zoo.jsonl
+    python benchmarks/zoo.py --guarded-only --out /tmp/zoo2.jsonl   # after a guard change
+    python benchmarks/zoo.py --summary /tmp/zoo.jsonl /tmp/zoo2.jsonl
 """
 from __future__ import annotations
 
@@ -166,14 +168,25 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="write every outcome here (JSON lines)")
     ap.add_argument("--families", help="comma-separated subset of families")
     ap.add_argument("--scenarios", help="comma-separated subset of scenarios (healthy is always needed as reference)")
-    ap.add_argument("--summary", help="print the summary of a saved --out file and exit")
+    ap.add_argument("--summary", nargs="+", help="print the summary of saved --out file(s) and exit (later "
+                    "files' runs replace earlier ones of the same spec)")
+    ap.add_argument("--guarded-only", action="store_true",
+                    help="run only the guarded runs (the unguarded references come from an earlier --out)")
     a = ap.parse_args(argv)
     if a.summary:
-        with open(a.summary, encoding="utf-8") as fh:
-            print(summarise([json.loads(line) for line in fh if line.strip()]))
+        rows = {}
+        for path in a.summary:
+            with open(path, encoding="utf-8") as fh:
+                for line in fh:
+                    if line.strip():
+                        r = json.loads(line)
+                        rows[json.dumps(r["spec"], sort_keys=True)] = r
+        print(summarise(list(rows.values())))
         return 0
     specs = grid(a.families.split(",") if a.families else None,
                  a.scenarios.split(",") if a.scenarios else None)
+    if a.guarded_only:
+        specs = [s for s in specs if s.guarded]
     print(f"{len(specs)} runs, {a.jobs} at once", flush=True)
     t0, rows = time.time(), []
     out = open(a.out, "w", encoding="utf-8") if a.out else None

@@ -80,3 +80,12 @@ def test_print_text_to_a_pipe_is_plain():
     buf = io.StringIO()
     print_text(_slow_spike_analysis(), buf)
     assert "plan:" in buf.getvalue() and "\x1b[" not in buf.getvalue()
+
+
+def test_skip_ranges_print_half_open_without_ambiguity():
+    from lossguard.recovery import SkipRange
+    from lossguard.report.words import skip_phrase
+
+    assert skip_phrase(SkipRange(start=2900, stop=3300)) == "batches 2900 to 3299 (400 batches)"
+    assert skip_phrase(SkipRange(start=7, stop=8)) == "batch 7"
+    assert skip_phrase(SkipRange(start=5, stop=5)) == "no batches"

@@ -7,7 +7,8 @@ back with ``read_log`` (seeded curves, so every case is the same every run).
 * a step up whose tail is several times noisier is a regime change, not a level shift;
 * a step found by the trend test that fell back to well under its jump is a spike that did not
   recover, not a level shift;
-* an accelerating climb that outran its trailing baseline is a divergence, not a spike.
+* an accelerating climb that outran its trailing baseline is a divergence, not a spike;
+* wide falls and climbs are dated where they began, and a fall wider than the window is found.
 """
 from __future__ import annotations
 
@@ -116,6 +117,7 @@ def test_an_accelerating_climb_is_a_divergence_not_a_spike(tmp_path):
 
 @pytest.mark.parametrize("family_name, i, kind", [
     ("cosine-bursty-long", 48, K.SUDDEN_DROP),   # a fall over 190 points: it began a window before the decision
+    ("cosine-bursty-long", 20, K.SUDDEN_DROP),   # -17% over 180 points: the trailing median follows it down
     ("linear-mult-sparse", 34, K.SUDDEN_DROP),
     ("linear-mult-sparse", 18, K.DIVERGENCE),    # the trailing baseline's minimum lags the turn
 ])

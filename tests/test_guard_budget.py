@@ -49,3 +49,33 @@ def test_a_single_skip_never_rolls_back():
     for s in range(0, 400, 25):  # isolated bad steps, more than episode_gap apart
         assert [d.action for d in p.observe(_bad(s))] == [Action.SKIP]
     assert p.ledger.rollbacks == 0 and p.ledger.skips == 16
+
+
+def _calm(step, baseline):
+    return Verdict(step=step, batch_index=step, loss=baseline, grad_norm=1.0, loss_z=0.0, grad_norm_z=0.0,
+                   loss_baseline=baseline, loss_outlier=False, grad_norm_outlier=False, overflow=False, bad=False)
+
+
+def test_a_loss_that_does_not_come_back_cuts_the_lr_decisively_from_its_lowest_point():
+    """The optimizer fault no single step shows: the loss baseline climbs on new data. Rollback to
+    before its lowest point and LR x0.1 from that point on, logged with the reason."""
+    p = RecoveryPolicy(GuardConfig())
+    decisions = []
+    for s in range(600):
+        level = 2.0 - s / 400 if s < 300 else 1.25 + (s - 300) / 200  # falls to 1.25 at step 300, then climbs
+        decisions += p.observe(_calm(s, level))
+        if decisions:
+            break
+    (d,) = decisions
+    assert d.action is Action.ROLLBACK and d.numbers["cause"] == "loss_rising" and d.numbers["onset"] == 300
+    assert "loss does not come back" in d.reasons[0] and d.step < 340  # caught at +10%, 25 steps after the low
+    (cut,) = p.rolled_back(d, to_step=199)
+    assert cut.action is Action.LR_CUT and cut.numbers["cause"] == "loss_rising" and "did not come back" in cut.reasons[0]
+    assert p.lr_factor(250) == 1.0 and p.lr_factor(299) == 1.0 and p.lr_factor(300) == 0.1 and p.lr_factor(10_000) == 0.1
+
+
+def test_healthy_wiggles_of_the_loss_level_do_not_trigger_the_rise_rule():
+    p = RecoveryPolicy(GuardConfig())
+    for s in range(2000):  # a level that wanders +-4% around a slow fall (healthy runs reach +2.9%)
+        level = (1.0 - s / 10_000) * (1.0 + 0.04 * ((s // 50) % 2))
+        assert p.observe(_calm(s, level)) == []

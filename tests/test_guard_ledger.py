@@ -60,7 +60,7 @@ def test_rollback_keeps_the_ledger_and_persists_it_beside_the_checkpoints(tmp_pa
     # the checkpoints hold the timeline only: no budget in them to restore by hand
     timeline = guard.store.load(guard.store.steps()[-1])["extras"]["guard"]
     assert set(timeline) == {"format", "judge", "policy", "data_count"}
-    assert set(timeline["policy"]) == {"episode", "overflow_streak"}
+    assert set(timeline["policy"]) == {"episode", "overflow_streak", "level"}  # level: the loss-rise rule (issue 10)
     # a new process on the same store resumes with the ledger
     again, _ = make(tmp_path)
     assert again.ledger == led and again.restore() == guard.store.steps()[-1]

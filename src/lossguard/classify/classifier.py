@@ -12,7 +12,8 @@ it was, by the rules below, and writes the reason in words.
 * An episode starting within a few points of a resume is a **resume spike** (if it recovered).
 * A divergence of the baseline not explained by an episode is a **divergence**, or a **level shift**
   when one step up carries most of the rise.
-* A steep, persistent fall is a **sudden drop**; a dip right after a resume is **repeated data**.
+* A steep, persistent fall is a **sudden drop** (:mod:`.drops`); a dip right after a resume is
+  **repeated data**.
 * Grad-norm episodes that lead or overlap a loss event become evidence on it; the others are
   **grad-norm spikes** ("the loss has not moved").
 """
@@ -20,9 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..detect.drop import DropConfig
 from ..detect.episode import Episode
-from ..detect.knot import best_bend, best_knot
+from ..detect.knot import best_bend
 from ..detect.series import SeriesEvents
 from ..detect.trend import Divergence
 from .incident import Incident, IncidentKind as K
@@ -255,7 +255,7 @@ def divergence_incident(ev: SeriesEvents, d: Divergence, metric: str, lag: int,
     # a trailing median: its minimum lags the curve's turn by up to a window), against log(step) (a
     # loss curve is close to linear in log(step) over that span).
     tt = st[lo:d.trigger + 1].astype(np.float64)
-    k = best_bend(_smooth(x[lo:d.trigger + 1]), np.log(np.maximum(tt, 1)))
+    k = best_bend(running_median(x[lo:d.trigger + 1]), np.log(np.maximum(tt, 1)))
     if k is not None:
         onset = lo + k
         details["knot_step"] = int(st[lo + k])
@@ -269,38 +269,9 @@ def divergence_incident(ev: SeriesEvents, d: Divergence, metric: str, lag: int,
                     severity="critical" if d.end is None else "warning", evidence=evidence, details=details)
 
 
-def _smooth(y: np.ndarray, h: int = 9) -> np.ndarray:
+def running_median(y: np.ndarray, h: int = 9) -> np.ndarray:
     """Running median of ``h`` points (spikes must not pull the knot), same length as ``y``."""
     if len(y) < h:
         return y
     med = np.median(np.lib.stride_tricks.sliding_window_view(y, h), axis=1)
     return np.concatenate([np.full(h // 2, med[0]), med, np.full(len(y) - len(med) - h // 2, med[-1])])
-
-
-def drop_incident(ev: SeriesEvents, ep: Episode, metric: str, cfg: DropConfig, streams: list[str],
-                  window: int = 0) -> Incident:
-    """A steep, persistent fall after a slow stretch.
-
-    The detector decides once the median of the last few points is below the baseline, part-way
-    down. The onset reported is where the fall began: the knot of the best continuous two-piece
-    linear fit (slow stretch, then the fall) from before the fall up to where 90% of it was reached.
-    The baseline the decision compares with is the median of the trailing ``window`` points, so a
-    wide fall can have begun up to a window before the decision: the fit starts a window (at least
-    a span) before it.
-    """
-    x, st = ev.values, ev.steps
-    persist = cfg.persist_points
-    a, b = ep.onset + persist // 2, min(len(x), ep.onset + persist)
-    fall = ep.base - float(np.median(x[a:b])) if b > a else ep.base - ep.peak_value
-    reach = np.flatnonzero(ep.base - _smooth(x[ep.onset:b], 5) >= 0.9 * fall)
-    peak = ep.onset + int(reach[0]) if len(reach) else ep.peak
-    lo = max(0, ep.onset - max(cfg.span_points, window) - cfg.smooth_points)
-    k = best_knot(_smooth(x[lo:peak + 1], 5), margin=2)
-    onset = lo + k if k is not None else refine_onset(ev, ep, -1.0, 100)
-    sigma = fall / ep.noise if ep.noise > 0 else float("inf")
-    evidence = (f"The {metric} fell {fall:.3g} ({fall / abs(ep.base):.0%}, {sigma:.1f} sigma) below its level "
-                f"{ep.base:.4g} within {int(st[peak] - st[onset])} steps, after a slow stretch, and stayed down.")
-    return Incident(kind=K.SUDDEN_DROP, metric=metric, onset=int(st[onset]), peak=int(st[peak]), end=int(st[peak]),
-                    baseline=ep.base, peak_value=float(x[peak]), magnitude=-fall, magnitude_sigma=-sigma,
-                    recovery_steps=int(st[peak] - st[onset]), streams=streams, severity="info", evidence=evidence,
-                    details={"relative": -fall / abs(ep.base) if ep.base else None, "detected_at": int(st[ep.onset])})

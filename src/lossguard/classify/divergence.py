@@ -21,17 +21,12 @@ GRADUAL_EARLY_POINTS = 3
 """Points from the onset whose median is the episode's early level."""
 GRADUAL_JUMP_SHARE = 0.5
 """An episode whose jump at onset carries less than this share of its early excess rose gradually."""
-GRADUAL_JUMP_POINTS = 2
-"""A jump is a rise over at most this many consecutive steps (a level shift may ramp over two)."""
 
 
 def is_gradual(ctx: Context, ep: Episode) -> bool:
     """True when less than half of an episode's early excess arrived in a jump at its onset, or when
-    it is still rising at its end and no :data:`GRADUAL_JUMP_POINTS` consecutive steps carry half of
-    its whole rise (from the level before it to its highest point): an accelerating climb outruns its
-    trailing baseline long before any single step is large, and its first points already rise step
-    by step. (Still rising: the classifier's "turning into divergence", ``tail_rise`` above 3 noise
-    units and 2% of the level.)"""
+    it keeps climbing at least as fast after its onset as up to it (an accelerating climb outruns its
+    trailing baseline before any single step is large)."""
     x = ctx.ev.values
     if ep.onset < GRADUAL_PRE_POINTS:
         return False
@@ -39,15 +34,13 @@ def is_gradual(ctx: Context, ep: Episode) -> bool:
     early = float(np.median(x[ep.onset:ep.onset + GRADUAL_EARLY_POINTS]))
     if early > ep.base and (early - pre) < GRADUAL_JUMP_SHARE * (early - ep.base):
         return True
-    # ...and is still climbing at its end (a step that settled, or a spike coming down, is not a climb).
-    if not ep.tail_rise > max(3.0 * ep.noise, 0.02 * abs(ep.base)):
+    # An accelerating climb: over the next points it rises at least as much again as it had risen
+    # from the level before it to its onset (a step settles, a spike comes down).
+    e = GRADUAL_EARLY_POINTS
+    if ep.onset + 2 * e > len(x):
         return False
-    seg = x[ep.onset - GRADUAL_PRE_POINTS:ep.closed + 1]  # the jump may come just before the detection
-    if len(seg) <= 2 * GRADUAL_JUMP_POINTS:
-        return False
-    rise = float(np.max(seg)) - pre
-    jumps = seg[GRADUAL_JUMP_POINTS:] - seg[:-GRADUAL_JUMP_POINTS]
-    return rise > 0 and float(np.max(jumps)) < GRADUAL_JUMP_SHARE * rise
+    later = float(np.median(x[ep.onset + e:ep.onset + 2 * e]))
+    return early > pre and later - early >= early - pre
 
 
 def divergence_pass(ctx: Context) -> None:

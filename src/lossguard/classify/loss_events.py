@@ -12,10 +12,11 @@ from dataclasses import replace
 import numpy as np
 
 from .. import metrics as M
-from ..detect.drop import drop_threshold, is_drop
+from ..detect.drop import drop_threshold, find_wide_drops, is_drop
 from ..detect.outlier import refresh_counts
 from ..detect.shift import find_shifts
-from .classifier import drop_incident, spike_incident
+from .classifier import spike_incident
+from .drops import drop_incident, wide_drop_incident
 from .context import Context, overlap
 from .divergence import gradual_divergence
 from .incident import Incident, IncidentKind as K
@@ -107,6 +108,33 @@ def drop_pass(ctx: Context) -> None:
         ctx.incidents.append(inc)
         # The new, lower level is the drop's: a window-median step just after it is its aftermath.
         claims.events.append((inc.onset, ctx.step(ep.closed)))
+    _wide_drops(ctx, int(np.searchsorted(st, warm_end, side="right")))
+
+
+WIDE_SCALES = (1, 2, 4)
+"""Scales of the wide-drop test, in outlier windows: a fall over up to four windows is still sudden
+against the three times longer slow stretch the test compares it with."""
+
+
+def _wide_drops(ctx: Context, first: int) -> None:
+    """Falls wider than the trailing window (:func:`lossguard.detect.drop.find_wide_drops`) that no
+    other event explains."""
+    ev, st, dcfg, claims = ctx.ev, ctx.st, ctx.dcfg, ctx.claims
+    w, k = dcfg.outlier.window, ctx.interval
+    if not np.isfinite(ev.noise).any():
+        return
+    noise = float(np.nanmedian(ev.noise))
+    for d in find_wide_drops(ev.values, noise, dcfg.outlier, dcfg.drop, first=first,
+                             scales=tuple(s * w for s in WIDE_SCALES)):
+        a, z = ctx.step(d.at - d.scale), ctx.step(d.at + d.scale)
+        if ctx.boundary_near(d.at + d.scale, 2 * d.scale) is not None:
+            continue  # a dip at a resume is repeated data
+        if any(overlap(a, z, s0, s1 + w * k) for s0, s1 in claims.events + claims.quiet) or any(
+                i.kind is K.SUDDEN_DROP and overlap(a, z, i.onset, i.end or i.onset) for i in ctx.incidents):
+            continue  # the way back down from a spike or shift, or a drop already found
+        inc = wide_drop_incident(ev, d, ctx.metric, ctx.streams)
+        ctx.incidents.append(inc)
+        claims.events.append((inc.onset, inc.end))
 
 
 def shift_pass(ctx: Context) -> None:

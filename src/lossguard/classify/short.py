@@ -56,6 +56,8 @@ STILL_HIGH = 0.5
 DROP_SIDE_POINTS = 5
 """The short-log drop rule compares medians of at least this many points each side of a fall (a
 median of 5 ignores two outliers)."""
+FALL_START = 0.25
+"""A point already this share of the fall below the level before belongs to the fall (its onset)."""
 DROP_SIDE_SHARE = 4
 """...and of at most ``1 / DROP_SIDE_SHARE`` of the log each side: local levels, not the whole log."""
 
@@ -183,8 +185,10 @@ def _short_drop(ctx: Context) -> Incident | None:
     stop = n if n < drop_points_needed(d) else (peak + w if peak is not None else 2 * w)
     if n < 2 * m or stop <= m:
         return None
-    side = max(m, min(n, stop) // DROP_SIDE_SHARE)
-    split = _drop_split(x, m + (peak or 0), stop, side)  # a flat start then a steep fall is the LR warm-up
+    side = max(m, (min(n, stop) - (peak or 0)) // DROP_SIDE_SHARE)  # a quarter of the stretch judged here
+    # After a slow stretch of a whole side (a fall in the first points is the run's first descent) and
+    # past the LR warm-up (a flat start then a steep fall is the warm-up).
+    split = _drop_split(x, side + (peak or 0), stop, side)
     if split is None:
         return None
     k, nb, na = split
@@ -197,12 +201,19 @@ def _short_drop(ctx: Context) -> Incident | None:
     o = d.outlier
     if not (fall >= o.z_threshold * se and fall >= o.rel_threshold * abs(level) and abs(level) >= o.min_snr * noise):
         return None
+    # Where the fall began: the split with the largest fall lies at its end (both medians clear of it),
+    # so walk back over the points already a quarter of the way down.
+    onset = k
+    while onset > k - nb + 1 and x[onset - 1] <= level - FALL_START * fall:
+        onset -= 1
     # Steep against the slope before it: the fall between the two medians is steep_ratio times what
-    # the decline within the stretch before (its first half against its second) makes over the same
-    # distance. A power-law decline decelerates, so it never is.
-    h = nb // 2
-    slope = max(float(np.median(before[:h]) - np.median(before[h:])), 0.0) / max(nb - h, 1) if h else 0.0
-    if not fall > d.drop.steep_ratio * slope * (nb + na) / 2 + o.z_threshold * se / 2:
+    # the decline within the stretch before the fall (its first half against its second) makes over
+    # the same distance. A power-law decline decelerates, so it never is.
+    slow = x[max(0, onset - nb):onset]
+    h = len(slow) // 2
+    slope = max(float(np.median(slow[:h]) - np.median(slow[h:])), 0.0) / (len(slow) - h) if h else 0.0
+    distance = (len(slow) + na) / 2 + (k - onset)
+    if not fall > d.drop.steep_ratio * slope * distance + o.z_threshold * se / 2:
         return None
     # It stays: the last points of the stretch after it (the log's end on a short log) are still most of
     # the way down, and no resume explains a dip.
@@ -210,13 +221,10 @@ def _short_drop(ctx: Context) -> Incident | None:
         return None
     if ctx.claims.covers(ctx.step(k - nb), ctx.step(k + na - 1)):
         return None  # the way back down from a spike or a shift
-    onset = k
-    while onset > k - nb + 1 and x[onset - 1] <= level - 0.5 * fall:
-        onset -= 1  # already half-way down before the split
     bottom = k + int(np.argmax(x[k:k + na] <= low))
     evidence = (f"The {ctx.metric} fell from {level:.4g} (median of the {nb} points before step {int(st[onset])}) to "
                 f"{low:.4g} (median of the {na} from it), {fall / abs(level):.0%} and {fall / se:.0f} standard errors, "
-                f"{fall / max(slope * (nb + na) / 2, 1e-12):.0f}x the decline the stretch before it would have made, and "
+                f"{fall / max(slope * distance, 1e-12):.0f}x the decline the stretch before it would have made, and "
                 f"stayed down. Judged by two medians: the windowed test needs {drop_points_needed(d)} points and a "
                 f"full window past the LR warm-up ({n} points here).")
     return Incident(kind=K.SUDDEN_DROP, metric=ctx.metric, onset=int(st[onset]), peak=int(st[bottom]),

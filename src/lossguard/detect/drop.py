@@ -186,3 +186,66 @@ class OnlineDropGate:
 def is_drop(ep: Episode, cfg: DropConfig) -> bool:
     """A down-episode that never came back up and was followed for at least ``persist_points`` points."""
     return ep.end is None and ep.closed - ep.onset >= cfg.persist_points
+
+
+WIDE_BLOCKS = 4
+"""A wide drop's scale ``S`` is cut into this many blocks; levels are medians of block medians."""
+
+
+@dataclass
+class WideDrop:
+    """A fall wider than the windowed test sees, in finite-point indices.
+
+    Attributes:
+        at: first point of the block after which the level is lower (the fall is within a scale of it).
+        scale: points over which each level is measured.
+        level_before, level_after: the two levels (medians of block medians).
+    """
+
+    at: int
+    scale: int
+    level_before: float
+    level_after: float
+
+
+def find_wide_drops(x: np.ndarray, noise: float, ocfg: OutlierConfig, cfg: DropConfig, *, first: int,
+                    scales: tuple[int, ...]) -> list[WideDrop]:
+    """Falls that take longer than the trailing window to happen (whole-log only, no online twin).
+
+    The windowed test compares a median of a few points with the trailing median of a window: when
+    the fall itself lasts longer than half a window, that median follows it down and the gap never
+    reaches the threshold. At each scale ``S`` of ``scales`` (points), levels are medians of
+    :data:`WIDE_BLOCKS` block medians (blocks of ``S / WIDE_BLOCKS`` points) and the same three tests
+    apply at that scale: the level after is below the level before by ``rel_threshold`` and
+    ``z_threshold`` standard errors of two such levels; the fall is ``steep_ratio`` times the decline
+    per scale of the ``slow_spans`` scales before it (plus ``gate_z`` standard errors); and one scale
+    later the level is still at least half the fall down. Candidates start at index ``first``.
+    """
+    out: list[WideDrop] = []
+    x = np.asarray(x, dtype=np.float64)
+    q, z = cfg.slow_spans, WIDE_BLOCKS
+    for s in scales:
+        b = max(1, s // z)
+        nb = len(x) // b
+        if nb < (q + 3) * z or not noise > 0:
+            continue
+        m = np.median(x[:nb * b].reshape(nb, b), axis=1)
+        lev = np.lib.stride_tricks.sliding_window_view(m, z)
+        lev = np.median(lev, axis=1)                      # lev[j] = level of blocks j..j+z-1
+        j = np.arange((q + 1) * z, nb - 2 * z + 1)        # the later level starts at block j
+        before, after, later = lev[j - z], lev[j], lev[j + z]
+        slow = lev[j - (q + 1) * z]
+        se = MEDIAN_SE * noise * math.sqrt(2.0 / (z * b))
+        fall = before - after
+        ok = ((fall >= ocfg.z_threshold * se) & (fall >= ocfg.rel_threshold * np.abs(before))
+              & (np.abs(before) >= ocfg.min_snr * noise)
+              & (fall > cfg.steep_ratio * np.maximum(slow - before, 0.0) / q + cfg.gate_z * se)
+              & (later <= before - 0.5 * fall) & (j * b >= first))
+        hits = np.flatnonzero(ok)
+        for g in np.split(hits, np.flatnonzero(np.diff(hits) > z) + 1) if len(hits) else []:
+            k = int(g[np.argmax(fall[g])])
+            at = int(j[k]) * b
+            if any(abs(at - w.at) <= max(s, w.scale) for w in out):
+                continue  # the same fall seen at a smaller scale
+            out.append(WideDrop(at, s, float(before[k]), float(after[k])))
+    return out

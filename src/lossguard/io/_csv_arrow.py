@@ -88,11 +88,14 @@ def _arrow_table(path: Path, delimiter: str, limit: int | None, keep_text: tuple
     for chunk in chunks(path, skip_first_line=True, limit=limit):
         if names is None:  # the header is parsed once; every block is then read with these names
             names = [str(n) for n in pacsv.read_csv(pa.BufferReader(chunk.header),
+                                                   read_options=pacsv.ReadOptions(use_threads=False),
                                                    parse_options=pacsv.ParseOptions(delimiter=delimiter)).column_names]
             names = pandas_index(names)
             if len(set(names)) != len(names) or any(not n for n in names) or len(names) > MAX_COLUMNS:
                 return None
-            read = pacsv.ReadOptions(column_names=names)
+            # One thread: the bad-row callback is Python, and pyarrow's worker threads calling into it
+            # made the process crash at exit (SIGSEGV/abort, about 1 run in 30 under load; pyarrow 26).
+            read = pacsv.ReadOptions(column_names=names, use_threads=False)
         try:  # pyarrow's bad-row callback cannot show bytes that are not UTF-8; the exact path explains them
             str(chunk.data, "utf-8")
         except UnicodeDecodeError:

@@ -52,6 +52,17 @@ class PolicyConfig:
     the recurrence rule."""
     recurrence_lr_steps: int | None = None
     """Steps the recurrence cut lasts; None = the rest of the run (the OPT-175B remedy)."""
+    loss_rise: float | None = 0.10
+    """A loss that does not come back: once the loss baseline (the loss test's trailing median) has
+    been tracked for ``loss_rise_after`` steps, a baseline more than this fraction above its lowest
+    value so far means the loss is rising on new data -- an optimizer instability, not a bad batch
+    (which skipping would cure, and the median would not even see). The guard then rolls back to
+    before the lowest point and cuts the LR by ``recurrence_lr_factor`` for the rest of the run, at
+    once, and says so (cause ``loss_rising``). 0.10: the largest rise of healthy runs of the tuned
+    zoo families is 2.9% (48 runs, ``benchmarks/zoo_calibrate.py``). None disables the rule."""
+    loss_rise_after: int = 128
+    """Steps with a loss baseline before the rise rule watches (the loss test's default window:
+    before it is full the median still lags the fast early fall of the loss)."""
     min_loss_scale: float = 1.0
     """A GradScaler scale below this is a collapse: reset it (if the optimizer state is finite)."""
     max_overflow_streak: int = 30
@@ -76,6 +87,10 @@ class PolicyConfig:
             p.append(f"recurrence_lr_factor must be in (0, 1], got {self.recurrence_lr_factor!r}")
         if self.recurrence_lr_steps is not None and self.recurrence_lr_steps < 1:
             p.append(f"recurrence_lr_steps must be >= 1 or None, got {self.recurrence_lr_steps}")
+        if self.loss_rise is not None and not (isinstance(self.loss_rise, (int, float)) and self.loss_rise > 0):
+            p.append(f"loss_rise must be > 0 or None, got {self.loss_rise!r}")
+        if not isinstance(self.loss_rise_after, int) or self.loss_rise_after < 1:
+            p.append(f"loss_rise_after must be an integer >= 1, got {self.loss_rise_after!r}")
         if not isinstance(self.min_loss_scale, (int, float)) or not self.min_loss_scale >= 0:
             p.append(f"min_loss_scale must be >= 0, got {self.min_loss_scale!r}")
         return p

@@ -38,17 +38,18 @@ class LrCut:
     """An LR multiplier in force from ``start_step`` until ``until_step`` (exclusive; None = for good)."""
 
     start_step: int
-    """Step the cut was decided for (the rollback target)."""
+    """First step the cut applies to (the rollback target; for ``"loss_rising"`` the loss's lowest point)."""
     until_step: int | None
     """First step no longer cut; None = the rest of the run."""
     factor: float
     """Multiplier on the scheduled LR (cuts of different causes multiply)."""
     cause: str
-    """``"rollbacks"`` (the recipe's mild cut) or ``"recurrence"`` (optimizer suspected)."""
+    """``"rollbacks"`` (the recipe's mild cut), ``"recurrence"`` or ``"loss_rising"`` (optimizer suspected)."""
 
     def active(self, step: int) -> bool:
-        """True if the cut applies at ``step``."""
-        return self.until_step is None or step < self.until_step
+        """True if the cut applies at ``step`` (from ``start_step`` on: a rollback's cut starts at its
+        target, and a rising-loss cut at the loss's lowest point)."""
+        return step >= self.start_step and (self.until_step is None or step < self.until_step)
 
 
 @dataclass(kw_only=True)

@@ -11,9 +11,12 @@ The ladder, in order of escalation:
    the ``recurrences_to_cut``-th in a row the optimizer is suspected and the LR is cut by
    ``recurrence_lr_factor``. Otherwise the recipe's mild cut (x ``recipe.lr_cut_factor`` for
    ``lr_cut_steps``) applies from the ``lr_cut_from``-th rollback;
-4. **loss-scale reset** when a GradScaler's scale falls below ``min_loss_scale`` or overflows
+4. **loss rising** (``loss_rise``): a loss baseline that climbs more than ``loss_rise`` above its
+   lowest value is an optimizer fault seen directly: roll back before the lowest point and cut the
+   LR by ``recurrence_lr_factor`` at once (cause ``loss_rising``);
+5. **loss-scale reset** when a GradScaler's scale falls below ``min_loss_scale`` or overflows
    ``max_overflow_streak`` steps in a row;
-5. **halt** when a rollback is needed and its incident's budget is spent (``rollbacks_per_incident``:
+6. **halt** when a rollback is needed and its incident's budget is spent (``rollbacks_per_incident``:
    an episode and its recurrences share one budget, an unrelated episode gets a fresh one), or
    ``max_rollbacks`` are spent over the whole run.
 
@@ -53,6 +56,8 @@ class RecoveryPolicy:
         """The open episode (timeline state)."""
         self.overflow_streak = 0
         """Overflow steps in a row (timeline state)."""
+        self.level = {"seen": 0, "best": None, "best_step": None}
+        """The loss baseline's lowest value so far and its step (timeline state; the rise rule)."""
         self.episode_tests: dict[str, int] = {}
         """Which judge tests fired in the open episode, with counts: a rollback or a halt names them,
         so a user knows what the guard saw (for the reasons only; not checkpointed)."""
@@ -73,6 +78,19 @@ class RecoveryPolicy:
     def lr_cut_after_rollback(self, decision: Decision, to_step: int) -> Decision | None:
         """The LR cut a carried-out rollback brings (booked in the ledger), or None."""
         cfg, led = self.config, self.ledger
+        if decision.numbers.get("cause") == "loss_rising":
+            old = led.cut("loss_rising")
+            factor = (old.factor if old else 1.0) * cfg.recurrence_lr_factor
+            # From the lowest point on (where the loss stopped coming down), not from the rollback
+            # target: the steps replayed up to it were healthy at the scheduled LR.
+            start = max(int(to_step), int(decision.numbers["onset"]))
+            led.set_lr_cut(LrCut(start_step=start, until_step=None, factor=factor, cause="loss_rising"))
+            return Decision(Action.LR_CUT, to_step, [
+                f"the loss did not come back (rising on new data since step {decision.numbers['onset']}): optimizer "
+                f"instability suspected; LR x{cfg.recurrence_lr_factor:g} (recurrence_lr_factor) from step {start} "
+                f"for the rest of the run"],
+                {"factor": round(factor, 12), "cut": cfg.recurrence_lr_factor, "until_step": None,
+                 "cause": "loss_rising"})
         if decision.numbers.get("suspect") == "optimizer" and cfg.recurrence_lr_factor < 1:
             led.recurrences += 1
             old = led.cut("recurrence")
@@ -129,6 +147,10 @@ class RecoveryPolicy:
             if counts and self.needs_rollback(ep):
                 out.append(self.escalate(verdict.step, f"{ep.count} bad steps within an episode "
                                                        f"(gap <= {cfg.episode_gap}) since step {ep.onset_step}"))
+        if not any(d.action in (Action.ROLLBACK, Action.HALT) for d in out):
+            rise = self.loss_rising(verdict)
+            if rise is not None:
+                out.append(rise)
         if self.has_scaler:
             self.overflow_streak = self.overflow_streak + 1 if verdict.overflow else 0
             scale = verdict.loss_scale
@@ -140,6 +162,35 @@ class RecoveryPolicy:
                                     {"loss_scale": scale, "overflow_streak": self.overflow_streak}))
                 self.overflow_streak = 0
         return out
+
+    def loss_rising(self, verdict: Verdict) -> Decision | None:
+        """The rise rule (``loss_rise``): a rollback + decisive LR cut when the loss baseline stays more
+        than ``loss_rise`` above its lowest value; None otherwise. Tracks the lowest value."""
+        cfg, lv = self.config, self.level
+        b = verdict.loss_baseline
+        if cfg.loss_rise is None or not (b == b and abs(b) != float("inf")) or verdict.bad:
+            return None
+        lv["seen"] += 1
+        if lv["seen"] < cfg.loss_rise_after:
+            return None
+        if lv["best"] is None or b < lv["best"]:
+            lv["best"], lv["best_step"] = b, verdict.step
+            return None
+        if not lv["best"] > 0 or b <= lv["best"] * (1.0 + cfg.loss_rise):
+            return None
+        led = self.ledger
+        done = sum(1 for h in led.history if h.get("event") == "rollback" and h.get("cause") == "loss_rising")
+        nums: dict[str, Any] = {"onset": int(lv["best_step"]), "rollbacks_done": led.rollbacks, "suspect": "optimizer",
+                                "cause": "loss_rising", "baseline": b, "lowest": lv["best"]}
+        reasons = [f"loss does not come back: its baseline (trailing median) {b:.4g} is "
+                   f"{100 * (b / lv['best'] - 1):.0f}% above its lowest value {lv['best']:.4g} (step {lv['best_step']}), "
+                   f"on new data (loss_rise={cfg.loss_rise:g}): an optimizer instability, not a bad batch"]
+        if done >= cfg.rollbacks_per_incident or led.rollbacks >= cfg.max_rollbacks:
+            led.halted = True
+            return Decision(Action.HALT, verdict.step, reasons + [
+                f"rollback budget spent ({done} rollbacks for a rising loss, rollbacks_per_incident="
+                f"{cfg.rollbacks_per_incident}; {led.rollbacks} in the run, max_rollbacks={cfg.max_rollbacks})"], nums)
+        return Decision(Action.ROLLBACK, verdict.step, reasons, nums)
 
     def escalate(self, step: int, why: str) -> Decision:
         """A rollback for the open episode (or from ``step`` if none), or a halt once the budget is spent."""
@@ -204,6 +255,8 @@ class RecoveryPolicy:
                              "skip_batches": None if rng is None else [int(rng[0]), int(rng[1])],
                              "recurrence": int(decision.numbers.get("recurrence", 0))}
         self.episode, self.overflow_streak, self.episode_tests = None, 0, {}
+        if decision.numbers.get("cause") == "loss_rising":
+            self.level = {"seen": 0, "best": None, "best_step": None}  # watch the new, cut LR afresh
         cut = self.lr_cut_after_rollback(decision, to_step)
         return [] if cut is None else [cut]
 
@@ -235,10 +288,12 @@ class RecoveryPolicy:
     def state_dict(self) -> dict[str, Any]:
         """The timeline part (rolled back with a checkpoint); JSON-safe."""
         return {"episode": None if self.episode is None else self.episode.to_dict(),
-                "overflow_streak": self.overflow_streak}
+                "overflow_streak": self.overflow_streak, "level": dict(self.level)}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output."""
         self.episode = None if sd.get("episode") is None else Episode.from_dict(sd["episode"])
         self.overflow_streak = int(sd.get("overflow_streak", 0))
         self.episode_tests = {}  # reasons only: counted afresh after a restore
+        lv = sd.get("level") or {}
+        self.level = {"seen": int(lv.get("seen", 0)), "best": lv.get("best"), "best_step": lv.get("best_step")}

@@ -31,6 +31,17 @@ def build_optimizer(spec: RunSpec, family: Family, model: torch.nn.Module) -> to
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, foreach=False)
 
 
+def _iterate(loader):
+    """``iter(loader)`` without a trace in torch's global RNG, as ``guard.batches`` creates its
+    iterators (a DataLoader draws its base seed there): the unguarded twin must draw the same
+    random numbers as the guarded run until the guard first acts."""
+    state = torch.get_rng_state()
+    try:
+        return iter(loader)
+    finally:
+        torch.set_rng_state(state)
+
+
 class _Batches:
     """``(step, data position, batch)`` of an unguarded run, re-iterating the loader like ``guard.batches``."""
 
@@ -38,12 +49,12 @@ class _Batches:
         self.loader, self.sampler, self.steps = loader, sampler, steps
 
     def __iter__(self):
-        it = iter(self.loader)
+        it = _iterate(self.loader)
         step = 0
         while step < self.steps:
             batch = next(it, None)
             if batch is None:
-                it = iter(self.loader)
+                it = _iterate(self.loader)
                 continue
             yield step, self.sampler.position - 1, batch
             step += 1
