@@ -115,7 +115,7 @@ def summarise(rows: list[dict]) -> str:
                          f"({100 * skips / max(1, steps):.2f}%); worst gap to unguarded {max(worse, default=0) * 100:+.1f}%")
             for r in bad:
                 lines.append(f"    {_key(r)}: rb {r['rollbacks']} cut {r['lr_cuts']} halt {r['halted']} "
-                             f"gap {gap(r) * 100:+.1f}%")
+                             f"gap {_pct_gap(gap(r))}")
         for sc in ("bad_pocket", "lr_jump"):
             g = [r for r in sel if r["spec"]["scenario"] == sc and r["spec"]["guarded"]]
             u = [r for r in sel if r["spec"]["scenario"] == sc and not r["spec"]["guarded"]]
@@ -127,7 +127,7 @@ def summarise(rows: list[dict]) -> str:
                          f"guarded halts {sum(bool(r['halted']) for r in g)}; median gap guarded "
                          f"{_median(gg) * 100:+.1f}% vs unguarded {_median(ug) * 100:+.1f}%")
             for r in g:
-                lines.append(f"    {_key(r)}: gap {gap(r) * 100:+.1f}% (unguarded {_gap_of(u, r, gap)}) "
+                lines.append(f"    {_key(r)}: gap {_pct_gap(gap(r))} (unguarded {_gap_of(u, r, gap)}) "
                              f"skips {r['skips']} rb {r['rollbacks']} cut {r['lr_cuts']} halt {r['halted']}")
         for sc in ("early_nan", "early_huge"):
             g = [r for r in sel if r["spec"]["scenario"] == sc and r["spec"]["guarded"]]
@@ -141,8 +141,12 @@ def summarise(rows: list[dict]) -> str:
             for r in g:
                 if not r["fault_skipped"] or (gap(r) or 0) > WITHIN:
                     lines.append(f"    {_key(r)}: fault at {r['fault_steps']} skipped={r['fault_skipped']} "
-                                 f"gap {gap(r) * 100:+.1f}%")
+                                 f"gap {_pct_gap(gap(r))}")
     return "\n".join(lines)
+
+
+def _pct_gap(g) -> str:
+    return "n/a" if g is None else f"{g * 100:+.1f}%"
 
 
 def _median(xs):
@@ -153,7 +157,7 @@ def _median(xs):
 def _gap_of(unguarded, r, gap):
     for u in unguarded:
         if _ref_key(u["spec"]) == _ref_key(r["spec"]):
-            return f"{gap(u) * 100:+.1f}%"
+            return _pct_gap(gap(u))
     return "n/a"
 
 

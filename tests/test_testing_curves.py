@@ -151,3 +151,13 @@ def test_protocol_writes_every_format_and_reads_it_back():
         np.testing.assert_allclose(log.series[main].values, run.metrics[main], rtol=1e-5, equal_nan=True)
         seen.append(run.kind)
     assert seen == list(KIND_CYCLE) and fmts == set(LogFormat)
+
+
+def test_a_collapse_from_a_scale_already_at_one_is_still_a_valid_truth():
+    """Regression: run 123 of cosine-gauss-dense drew a collapse where the healthy scale had already
+    drifted to 1, and the truth event's peak came before its onset (ValueError)."""
+    from lossguard.testing.curves import family, family_runs
+
+    run = list(family_runs(family("cosine-gauss-dense"), 124))[123]
+    for ev in run.truth:
+        assert ev.onset <= ev.peak <= ev.end

@@ -63,6 +63,11 @@ class PolicyConfig:
     loss_rise_after: int = 128
     """Steps with a loss baseline before the rise rule watches (the loss test's default window:
     before it is full the median still lags the fast early fall of the loss)."""
+    loss_rise_lead: int = 32
+    """The rise rule's LR cut starts this many steps before the baseline's lowest point: the loss
+    test refreshes its baseline every ``stride`` (32) steps, so the rise may have begun up to that
+    much earlier (measured on the zoo: cutting from the lowest point itself left 20 steps of a 30x
+    LR in, and the loss rose again)."""
     min_loss_scale: float = 1.0
     """A GradScaler scale below this is a collapse: reset it (if the optimizer state is finite)."""
     max_overflow_streak: int = 30
@@ -89,6 +94,8 @@ class PolicyConfig:
             p.append(f"recurrence_lr_steps must be >= 1 or None, got {self.recurrence_lr_steps}")
         if self.loss_rise is not None and not (isinstance(self.loss_rise, (int, float)) and self.loss_rise > 0):
             p.append(f"loss_rise must be > 0 or None, got {self.loss_rise!r}")
+        if not isinstance(self.loss_rise_lead, int) or self.loss_rise_lead < 0:
+            p.append(f"loss_rise_lead must be an integer >= 0, got {self.loss_rise_lead!r}")
         if not isinstance(self.loss_rise_after, int) or self.loss_rise_after < 1:
             p.append(f"loss_rise_after must be an integer >= 1, got {self.loss_rise_after!r}")
         if not isinstance(self.min_loss_scale, (int, float)) or not self.min_loss_scale >= 0:

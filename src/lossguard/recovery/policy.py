@@ -81,9 +81,9 @@ class RecoveryPolicy:
         if decision.numbers.get("cause") == "loss_rising":
             old = led.cut("loss_rising")
             factor = (old.factor if old else 1.0) * cfg.recurrence_lr_factor
-            # From the lowest point on (where the loss stopped coming down), not from the rollback
-            # target: the steps replayed up to it were healthy at the scheduled LR.
-            start = max(int(to_step), int(decision.numbers["onset"]))
+            # From (just before) the lowest point on, where the loss stopped coming down -- not from
+            # the rollback target: the steps replayed up to there were healthy at the scheduled LR.
+            start = max(int(to_step), int(decision.numbers["onset"]) - cfg.loss_rise_lead)
             led.set_lr_cut(LrCut(start_step=start, until_step=None, factor=factor, cause="loss_rising"))
             return Decision(Action.LR_CUT, to_step, [
                 f"the loss did not come back (rising on new data since step {decision.numbers['onset']}): optimizer "

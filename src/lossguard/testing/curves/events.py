@@ -147,7 +147,8 @@ def loss_scale_collapse(d: Draft, rng: np.random.Generator) -> None:
     per_point = int(rng.integers(1, 4))  # overflows per logging interval
     k = np.arange(d.n - i)
     d.loss_scale[i:] = np.maximum(1.0, start / 2.0 ** np.minimum((k + 1) * per_point, halvings))
-    bottom = i + int(np.ceil(halvings / per_point)) - 1
+    # A scale that already drifted down to 1 has nothing left to halve: the bottom is the onset itself.
+    bottom = max(i, i + int(np.ceil(halvings / per_point)) - 1)
     d.effect[i:] += d.trend[i] - d.trend[i:]  # skipped steps: the loss stops improving
     if rng.random() < 0.5:
         d.grad_nan_points.extend(range(i, min(bottom + 1, d.n)))  # overflowed grads report NaN norms
