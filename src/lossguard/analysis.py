@@ -7,8 +7,6 @@ events into incidents (:mod:`lossguard.classify`) and suggests a recovery for ea
 """
 from __future__ import annotations
 
-import enum
-import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -16,6 +14,7 @@ from . import __version__
 from .classify.assemble import find_incidents
 from .classify.incident import Incident, IncidentKind
 from .classify.settings import AnalyzeConfig
+from .jsonsafe import strict_json
 from .plan import PlanConfig, RecoveryPlan, make_plans
 from .recovery.severity import Severity
 from .runlog import RunLog
@@ -70,7 +69,7 @@ class Analysis:
         counts: dict[str, int] = {}
         for i in self.incidents:
             counts[i.kind.value] = counts.get(i.kind.value, 0) + 1
-        return _clean({
+        return strict_json({
             "schema_version": SCHEMA_VERSION,
             "lossguard_version": __version__,
             "run": self.log.summary(),
@@ -85,20 +84,6 @@ class Analysis:
             "settings": self.settings,
         })
 
-
-def _clean(obj: Any) -> Any:
-    """Make a structure strict-JSON: non-finite floats become None, tuples lists, enums values."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if isinstance(obj, enum.Enum):
-        return obj.value
-    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):  # numpy scalars
-        return _clean(obj.item())
-    return obj
 
 
 def analyze(log: RunLog, *, checkpoints: Sequence[int] | None = None, settings: AnalyzeConfig | None = None,

@@ -6,13 +6,13 @@ text, JSON lines, commands and webhook posts. Words for incidents and plans come
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from ..classify.incident import Incident, IncidentKind
+from ..jsonsafe import strict_json
 from ..plan import RecoveryPlan
 
 
@@ -66,7 +66,7 @@ class WatchEvent:
 
     def to_dict(self) -> dict[str, Any]:
         """One JSON object (strict JSON: non-finite numbers become null)."""
-        return _strict({
+        return strict_json({
             "event": self.kind.value, "run": self.run, "step": self.step, "message": self.message,
             "time": round(self.time, 3),
             "incident": self.incident.to_dict() if self.incident is not None else None,
@@ -75,17 +75,3 @@ class WatchEvent:
             **({"data": self.data} if self.data else {}),
         })
 
-
-def _strict(obj: Any) -> Any:
-    """Strict JSON: non-finite floats become None, enums their values, numpy scalars Python ones."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): _strict(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_strict(v) for v in obj]
-    if isinstance(obj, Enum):
-        return obj.value
-    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
-        return _strict(obj.item())
-    return obj

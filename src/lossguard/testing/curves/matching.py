@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from ..scoring import margin_steps
+from ..scoring import Counts, margin_steps
 from .truth import LOSS_SPIKE_KINDS, CurveRun, EventKind as E, TruthEvent
 
 _SPIKE_VALUES = frozenset(k.value for k in LOSS_SPIKE_KINDS)
@@ -52,17 +52,15 @@ def _group(kind: str) -> str:
 
 
 @dataclass
-class Tally:
+class Tally(Counts):
     """Hits, false alarms, misses, onset errors (claim onset - true onset, steps) of one class,
     and claims dropped because they matched a don't-care event.
 
     ``errors`` are over matched pairs only, so they cannot exceed the tolerance; ``nearest`` is the
     error of the nearest claim of the event's kind anywhere in the run (one per event that has any),
-    which shows how far off a dating is even when it falls outside the tolerance."""
+    which shows how far off a dating is even when it falls outside the tolerance. Precision, recall
+    and F1 are :class:`lossguard.testing.scoring.Counts`'s (its ``delays`` stay unused here)."""
 
-    tp: int = 0
-    fp: int = 0
-    fn: int = 0
     errors: list[int] = field(default_factory=list)
     errors_pct: list[float] = field(default_factory=list)
     ignored: int = 0
@@ -77,25 +75,6 @@ class Tally:
         self.nearest_pct += other.nearest_pct
         self.errors += other.errors
         self.errors_pct += other.errors_pct
-
-    @property
-    def precision(self) -> float | None:
-        """tp / (tp + fp), None when nothing was claimed."""
-        return self.tp / (self.tp + self.fp) if self.tp + self.fp else None
-
-    @property
-    def recall(self) -> float | None:
-        """tp / (tp + fn), None when there was nothing to find."""
-        return self.tp / (self.tp + self.fn) if self.tp + self.fn else None
-
-    @property
-    def f1(self) -> float | None:
-        """Harmonic mean of precision and recall (0 if either is 0 or undefined, None if both undefined)."""
-        p, r = self.precision, self.recall
-        if p is None and r is None:
-            return None
-        p, r = p or 0.0, r or 0.0
-        return 2 * p * r / (p + r) if p + r else 0.0
 
 
 def match(run: CurveRun, found: Sequence[Claim], *, same: Callable[[str, str], bool],
