@@ -114,6 +114,9 @@ def load_config(path: str | os.PathLike) -> GuardConfig:
     except OSError as exc:
         raise LossguardError(f"cannot read the guard configuration ({exc.strerror})", path=p,
                              fix="check the --config path") from None
+    except UnicodeDecodeError:
+        raise LossguardError("not a text file (the guard configuration is TOML)", path=p,
+                             fix="point --config at a .toml file of GuardConfig fields (docs/guard.md)") from None
     except tomllib.TOMLDecodeError as exc:
         raise LossguardError(f"not valid TOML ({exc})", path=p, fix="fix the TOML syntax") from None
     return config_from_dict(data, source=p)

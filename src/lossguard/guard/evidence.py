@@ -114,7 +114,7 @@ class ColdBound:
 
     def state_dict(self) -> dict:
         """The references (timeline state)."""
-        return {"max_loss": self.max_loss, "max_grad_norm": self.max_grad_norm}
+        return {"max_loss": float(self.max_loss), "max_grad_norm": float(self.max_grad_norm)}
 
     def load_state_dict(self, sd: dict | None) -> None:
         """Restore :meth:`state_dict` output (None: a checkpoint from before the bound existed)."""

@@ -72,6 +72,8 @@ class RecoveryExecutor:
         self.diagnosis_file, self.write_files = diagnosis_file, write_files
         self.in_process_rollback = in_process_rollback
         self.snapshot = snapshot
+        self._rollback_targets: set[int] = set()  # protected because a rollback went (or will go) there
+        self._kept: int | None = None  # protected by keep_target() for a possible loss-rise rollback
         self.diagnosis: str | None = None
 
     @property
@@ -117,6 +119,23 @@ class RecoveryExecutor:
         steps = self.store.shared_steps() if hasattr(self.store, "shared_steps") else self.store.steps()
         return choose_checkpoint(onset, steps, self.config.recipe.rollback_distance)
 
+    def keep_target(self, onset: int | None) -> None:
+        """Keep the rollback target of a possible episode at ``onset`` safe from pruning.
+
+        The loss-rise rule rolls back to before the loss's lowest point, which can lie further back
+        than keep-last-k pruning keeps; without this, the live guard would halt ("no checkpoint")
+        where :func:`lossguard.simulate.simulate` rolls back. Called before each save with the
+        lowest point's step; the previous such target is released unless a rollback protected it.
+        """
+        target = None if onset is None or self.store is None else self.target(int(onset))
+        if target == self._kept:
+            return
+        if self._kept is not None and self._kept not in self._rollback_targets:
+            self.store.unprotect(self._kept)
+        if target is not None:
+            self.store.protect(target)
+        self._kept = target
+
     # ---------------------------------------------------------------- actions
     def _rollback(self, d: Decision) -> Outcome:
         target = self.target(d.numbers["onset"])
@@ -136,6 +155,7 @@ class RecoveryExecutor:
                 f"no checkpoint at least {self.config.recipe.rollback_distance} steps before the episode "
                 f"onset (step {d.numbers['onset']})"], d.numbers))
         self.store.protect(target)
+        self._rollback_targets.add(target)
         # Timeline only: the ledger is in neither the checkpoint nor the snapshot.
         from_memory = self.snapshot is not None and target in self.snapshot.steps
         if from_memory:
@@ -162,6 +182,7 @@ class RecoveryExecutor:
         from ..distributed.restart import ExitCode
 
         self.store.protect(target)
+        self._rollback_targets.add(target)
         self.ledger.resume_from = target
         follow = self.policy.rolled_back(d, target)
         self.emit(d, to_step=target, restart=True, exit_code=int(ExitCode.ROLLBACK))

@@ -71,6 +71,11 @@ class StabilityGuard:
             N checkpoints the guard saves; a rollback to one of them reads no file. A rollback
             ``rollback_distance`` back needs ``N >= rollback_distance // checkpoint_every + 2``.
             Memory: N copies of this rank's model + optimizer state. 0: off.
+
+    Raises:
+        TrainingHalted: the ledger says this run was halted (a relaunch after a halt); the message
+            has the saved diagnosis, the checkpoint to resume from, and how to override
+            (:meth:`RunLedger.clear_halt`; see :mod:`lossguard.guard.halted`).
     """
 
     def __init__(self, model, optimizer, *, store=None, sampler=None, scheduler=None, scaler=None,
@@ -103,6 +108,9 @@ class StabilityGuard:
         self._defer = not host and (cfg.defer_host_read if cfg.defer_host_read is not None else device.type == "cuda")
         if ledger is None:
             ledger = RunLedger.open(Path(store.directory) / LEDGER_FILE if store is not None else None)
+        if ledger.halted:  # a relaunch after a halt: the halt is final until a person clears it
+            from .halted import halted_error
+            raise halted_error(ledger)
         self.policy = RecoveryPolicy(cfg, ledger=ledger, has_scaler=scaler is not None)
         # FSDP2: parameters are DTensors (each rank holds shards). Statistics then come from the
         # local shards in one packed all-reduce, and checkpoints go through DCP (a sharded store).
@@ -415,6 +423,8 @@ class StabilityGuard:
     def save(self) -> Any:
         """Checkpoint the whole training state (model, optimizer, ..., this guard's timeline)."""
         self.flush()
+        if self.config.loss_rise is not None:  # the loss-rise rule's target must survive pruning
+            self.executor.keep_target(self.policy.level.get("best_step"))
         self.state.step = self.step_count
         if self.snapshot is not None:
             self.snapshot.take()  # the same state, kept in host memory for a fast rollback
@@ -459,6 +469,9 @@ class StabilityGuard:
     def adopt_ledger(self, ledger: RunLedger) -> None:
         """Use ``ledger`` from now on (a framework callback restoring its own saved ledger)."""
         ledger.path = self.ledger.path if ledger.path is None else ledger.path
+        if ledger.halted:  # a checkpoint of a run that was halted: final, as at construction
+            from .halted import halted_error
+            raise halted_error(ledger)
         self.policy.ledger = ledger
 
     def close(self) -> None:

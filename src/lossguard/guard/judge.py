@@ -47,6 +47,20 @@ class Judgement:
         return Verdict.from_packed(values, step=step, batch_index=batch_index, lr=lr, loss_scale=loss_scale)
 
 
+def plain(obj: Any) -> Any:
+    """``obj`` with every NumPy scalar made a Python ``float`` / ``int`` / ``bool`` (dicts and lists
+    rebuilt). The analyser's online statistics compute in NumPy (its ``noise`` is an ``np.float64``);
+    a checkpoint holding one fails ``torch.load(weights_only=True)``, torch's default since 2.6, so
+    the judge's state leaves it as plain Python."""
+    if isinstance(obj, dict):
+        return {k: plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [plain(v) for v in obj]
+    if hasattr(obj, "dtype") and getattr(obj, "ndim", None) == 0 and hasattr(obj, "item"):
+        return obj.item()
+    return obj
+
+
 class HostJudge:
     """The judge on the host (Python floats; no torch).
 
@@ -107,11 +121,11 @@ class HostJudge:
         return Judgement(bad=bad, apply=self.shadow or not bad, packed=[float(values[k]) for k in PACKED_FIELDS])
 
     def state_dict(self) -> dict[str, Any]:
-        """The detector windows (timeline state)."""
-        return {"loss": self.loss_test.state_dict(),
-                "grad_norm": None if self.grad_norm_test is None else self.grad_norm_test.state_dict(),
-                "grad_norm_tail": None if self.grad_norm_tail is None else self.grad_norm_tail.state_dict(),
-                "cold": self.cold.state_dict()}
+        """The detector windows (timeline state), in plain Python types only (see :func:`plain`)."""
+        return plain({"loss": self.loss_test.state_dict(),
+                      "grad_norm": None if self.grad_norm_test is None else self.grad_norm_test.state_dict(),
+                      "grad_norm_tail": None if self.grad_norm_tail is None else self.grad_norm_tail.state_dict(),
+                      "cold": self.cold.state_dict()})
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output (also accepts a :class:`DeviceJudge`'s)."""

@@ -41,7 +41,7 @@ class OnlineTail:
 
     def state_dict(self) -> dict:
         """Window and statistic (timeline state)."""
-        return {"window": list(self._window), "count": self._count, "tail": self._tail}
+        return {"window": [float(v) for v in self._window], "count": int(self._count), "tail": float(self._tail)}
 
     def load_state_dict(self, sd: dict | None) -> None:
         """Restore :meth:`state_dict` output (None: start empty, a checkpoint from before the tail)."""
@@ -58,8 +58,19 @@ def tail_series(x: np.ndarray, config: OutlierConfig, q: float) -> np.ndarray:
         return out
     refresh = refresh_counts(m, config)
     tails = np.empty(len(refresh))
-    for k, r in enumerate(refresh):  # one quantile per refresh block: ~m/stride of them
-        tails[k] = np.quantile(x[max(0, int(r) - config.window):int(r)], q)
+    W = config.window
+    full = refresh >= W
+    for k in np.flatnonzero(~full):  # the window still filling: at most `window` of them, all short
+        r = int(refresh[k])
+        tails[k] = np.quantile(x[max(0, r - W):r], q)
+    if full.any():
+        # Full windows: one quantile per refresh block (~m/stride), taken as rows of a strided view
+        # (no copy of the series), in chunks to bound the partition's scratch memory.
+        rows = np.lib.stride_tricks.sliding_window_view(x, W)   # rows[j] = x[j:j+W]
+        starts = refresh[full].astype(np.int64) - W
+        pos = np.flatnonzero(full)
+        for a in range(0, len(starts), 4096):
+            tails[pos[a:a + 4096]] = np.quantile(rows[starts[a:a + 4096]], q, axis=1)
     counts = np.diff(np.append(refresh, m))
     out[int(refresh[0]):] = np.repeat(tails, counts)
     return out
