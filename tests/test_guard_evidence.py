@@ -36,6 +36,17 @@ def _run(seed: int, n: int = 600):
     return loss, gn
 
 
+def _every_kind(seed: int):
+    """:func:`_run` plus the two kinds of trouble it lacks: a 20x loss at step 3 (the first-steps bound
+    on the loss) and, at step 520, a grad norm 4x its recent median with the loss a few noise units up
+    (the grad-norm outlier confirmed by the loss)."""
+    loss, gn = _run(seed)
+    loss[3] *= 20.0
+    loss[520] += 0.15
+    gn[520] = 4.0 * np.median(gn[400:520])
+    return loss, gn
+
+
 def _host(loss, gn, cfg):
     j = HostJudge(cfg.loss, cfg.grad_norm, evidence=cfg.evidence)
     return [Judgement.verdict(j.judge(float(a), float(b)).packed, step=i, batch_index=i)
@@ -44,7 +55,7 @@ def _host(loss, gn, cfg):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_host_device_and_vectorised_twins_agree(seed):
-    loss, gn = _run(seed)
+    loss, gn = _every_kind(seed)
     cfg = GuardConfig(grad_norm=OutlierConfig(window=64, stride=8))
     host = _host(loss, gn, cfg)
     dev = DeviceJudge(cfg.loss, cfg.grad_norm, evidence=cfg.evidence, device="cpu")
@@ -56,6 +67,10 @@ def test_host_device_and_vectorised_twins_agree(seed):
     assert [v.bad for v in host] == [v.bad for v in device] == bad.tolist()
     np.testing.assert_allclose([v.grad_norm_ratio for v in host], ratio, rtol=1e-12, equal_nan=True)
     assert [v.grad_norm_outlier for v in host] == gn_out.tolist()
+    # every test of the rule fired somewhere here, so each one's twins were compared on a hit
+    fired = {Evidence(int(e)) for e in ev}
+    assert fired == set(Evidence), set(Evidence) - fired
+    assert Evidence(int(ev[3])) is Evidence.COLD_BOUND and Evidence(int(ev[520])) is Evidence.GRAD_AND_LOSS
 
 
 def test_what_fires_on_planted_trouble_and_nothing_else():
@@ -108,3 +123,17 @@ def test_judge_state_round_trips_between_twins():
         assert bool(ha.bad) == bool(da.bad)
         assert ha.packed[-1] == float(da.packed[-1])
     assert math.isclose(a.state_dict()["grad_norm_tail"]["tail"], d.state_dict()["grad_norm_tail"]["tail"])
+
+
+@pytest.mark.parametrize("window,stride", [(128, 16), (64, 8), (16, 5)])
+def test_tail_series_equals_the_online_tail_bit_for_bit(window, stride):
+    """The vectorised tail (strided rows of full windows, one quantile each) is the online one, exactly,
+    while the window fills and after, with non-finite values left out as the online twin does."""
+    from lossguard.guard.tail import OnlineTail, tail_series
+
+    cfg = OutlierConfig(window=window, stride=stride)
+    x = np.exp(np.random.default_rng(window).normal(0, 0.5, 3000))
+    online = OnlineTail(cfg, 0.9)
+    ref = np.array([online.update(float(v)) for v in x])
+    assert np.array_equal(tail_series(x, cfg, 0.9), ref, equal_nan=True)
+    assert np.isnan(ref[:cfg.min_points]).all() and np.isfinite(ref[cfg.min_points:]).all()

@@ -64,18 +64,39 @@ def test_nan_gradient_is_skipped_inside_trainer_train(tmp_path):
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
 
 
-def test_persistent_fault_stops_training_loudly(tmp_path, capsys):
+def test_persistent_fault_stops_training_loudly_and_for_good(tmp_path, capsys):
     """A halt is loud (issue 10): the diagnosis is printed with the test that fired and the loader
-    positions to skip, and ``train()`` raises instead of returning as if the run had finished."""
+    positions to skip, and the process exits with ExitCode.HALT (the callback owns the exit under
+    the restart protocol) instead of returning as if the run had finished. The halt is final: a
+    relaunch on the same output_dir (torchrun restarts on any non-zero exit) refuses to train."""
+    from lossguard.distributed.restart import ExitCode
     from lossguard.guard import TrainingHalted
 
-    with pytest.raises(TrainingHalted) as e:
+    with pytest.raises(SystemExit) as e:
         _train(tmp_path, [NaNGradAt(range(25, 200))], 200, rollback_after=3)
+    assert e.value.code == ExitCode.HALT == 77
     err = capsys.readouterr().err
     assert "lossguard halted the run at step 27" in err and "non-finite loss or gradient x3" in err
     # 512 samples / batch 8 = 64 loader batches per epoch: step 25 is epoch 0, batch 25.
     assert "episode onset: step 25 = epoch 0, batch 25" in err
-    assert "Loader positions" in str(e.value)
+    assert isinstance(e.value.__cause__, TrainingHalted) and "Loader positions" in str(e.value.__cause__)
+    # The relaunch: it exits 77 again at train begin, saying why and how to override.
+    steps = []
+    with pytest.raises(SystemExit) as again:
+        _train(tmp_path, [NaNGradAt(()), _Steps(steps)], 200, rollback_after=3)
+    assert again.value.code == 77 and steps == []
+    err = capsys.readouterr().err
+    assert "halted this run before (at step 27)" in err and "clear_halt()" in err
+
+
+class _Steps(transformers.TrainerCallback):
+    """Records the optimizer steps the Trainer takes."""
+
+    def __init__(self, steps):
+        self.steps = steps
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.steps.append(state.global_step)
 
 
 def test_resumed_trainer_run_keeps_detector_windows_and_ledger(tmp_path):

@@ -33,7 +33,7 @@ def test_hf_trainer_capture_numbers_dicts_by_order_and_keeps_nan():
     assert log.format == "pasted"
     steps, loss = _live(log, "loss")
     assert steps == list(range(1, 16))  # no logging_steps shown: order, with a warning saying so
-    assert any("logging_steps" in w for w in log.metadata["warnings"])
+    assert any("pass --logging-steps N (TrainingArguments.logging_steps)" in w for w in log.metadata["warnings"])
     assert loss[:3].tolist() == pytest.approx([2.85, 2.8, 2.75])
     assert np.isnan(loss[3:]).all()
     _, grad = _live(log, "grad_norm")
@@ -275,7 +275,7 @@ def test_analyze_numbers_a_piped_hf_paste_with_logging_steps():
     for bad in ("0", "-3"):
         refused = subprocess.run([sys.executable, "-m", "lossguard", "analyze", "-", "--logging-steps", bad],
                                  input=text, capture_output=True, timeout=120)
-        assert refused.returncode == 2 and b"logging_steps must be a positive" in refused.stderr
+        assert refused.returncode == 2 and b"--logging-steps (logging_steps) must be a positive" in refused.stderr
         assert b"Traceback" not in refused.stderr
 
 

@@ -1,7 +1,8 @@
 """The guard's model zoo, fast slice: healthy runs left alone, early faults skipped, the zoo itself honest.
 
 The full zoo (6 families, >= 60 healthy runs, every scenario) is ``benchmarks/zoo.py``; these are the
-cheapest cases that carry the same promises, on tuned families only (mlp, cnn, encoder). Every case
+cheapest cases that carry the same promises, on tuned families (mlp, cnn, encoder), plus one held-out
+HF GPT-2 run for the restart path (exit 75, relaunch, resume from the ledger's checkpoint). Every case
 below failed with the defaults before issue 10 (commit dc41642: healthy runs rolled back, LR-cut and
 halted on heavy-tailed grad norms, also after a correctly skipped NaN; a 1e6x gradient at steps 0-5 passed the outlier test, which
 waits for 5 points); they were written first as strict xfails, and pass now. The zoo's own
@@ -91,3 +92,19 @@ def test_an_early_gradient_fault_is_skipped(scenario, seed):
     assert out.fault_skipped, out.reasons
     clean = run(spec.with_(scenario=Scenario.HEALTHY))
     assert math.isfinite(out.final_val) and out.final_val <= 1.02 * clean.final_val
+
+
+def test_the_hf_family_rolls_back_through_the_restart_path(tmp_path):
+    """The HF run saves checkpoints; the callback's rollback ends the process with exit code 75 and
+    the run is launched again from the checkpoint the ledger names (``resume_checkpoint``), as under
+    ``torchrun --max-restarts``: no halt, the pocket's batches withheld after the relaunch."""
+    import json
+
+    pytest.importorskip("transformers")
+    spec = RunSpec(family="hf_gpt2", seed=0, batch_size=16, scenario=Scenario.BAD_POCKET, guarded=True)
+    out = run(spec, workdir=tmp_path)
+    assert out.restarts == 1 and out.rollbacks == 1 and not out.halted and out.steps == spec.steps
+    ledger = json.loads((tmp_path / "hf" / "ledger.json").read_text())
+    (start, stop), = ledger["skip_ranges"]
+    assert start <= 240 < stop and ledger["resume_from"] is None   # the pocket: positions 240-259
+    assert ledger["last_rollback"]["to_step"] <= start - 100     # rollback_distance (default 100)

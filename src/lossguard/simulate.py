@@ -19,7 +19,8 @@ Assumptions about a log (the log cannot say what a live guard knows):
   the recorded log goes on as if the guard had not acted, so those later decisions only say what
   the guard would see if the run looked the same.
 
-Cost: two vectorised outlier passes over the whole log plus Python work per *bad* step only.
+Cost: two vectorised outlier passes and one running minimum (the loss-rise rule) over the whole log,
+plus Python work per *bad* step and per step where the loss-rise rule fires only.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from .recovery.action import Action
 from .recovery.checkpoint_choice import choose_checkpoint
 from .recovery.decision import Decision
 from .recovery.policy import RecoveryPolicy
+from .recovery.rise_series import LossRiseSeries
 from .recovery.verdict import Evidence, Verdict
 from .runlog import RunLog
 from .stitch import stitch
@@ -168,16 +170,36 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
     policy = RecoveryPolicy(cfg)
     sim = Simulation(steps=len(steps), first_step=int(steps[0]) if len(steps) else None,
                      last_step=int(steps[-1]) if len(steps) else None, checkpoints=ck, config=asdict(cfg), notes=notes)
-    for i in np.flatnonzero(bad):
-        # Only bad verdicts change the policy's state (no scaler here): the good ones in between are
-        # accounted for by the episode gap, which compares step numbers.
-        step = int(steps[i])
-        v = Verdict(step=step, batch_index=int(batch[i]), loss=float(loss[i]), grad_norm=float(gn_vals[i]),
-                    loss_z=float(ls.z[i]), grad_norm_z=float(gn_z[i]), loss_baseline=float(ls.baseline[i]),
-                    loss_outlier=bool(ls.outlier[i]), grad_norm_outlier=bool(gn_out[i]), overflow=False, bad=True,
-                    grad_norm_ratio=float(gn_ratio[i]), evidence=Evidence(int(evidence[i])))
-        if _play(policy, v, [c for c in ck if c <= step], cfg, sim):
+
+    def verdict(i: int) -> Verdict:
+        return Verdict(step=int(steps[i]), batch_index=int(batch[i]), loss=float(loss[i]), grad_norm=float(gn_vals[i]),
+                       loss_z=float(ls.z[i]), grad_norm_z=float(gn_z[i]), loss_baseline=float(ls.baseline[i]),
+                       loss_outlier=bool(ls.outlier[i]), grad_norm_outlier=bool(gn_out[i]), overflow=False,
+                       bad=bool(bad[i]), grad_norm_ratio=float(gn_ratio[i]), evidence=Evidence(int(evidence[i])))
+
+    # The policy changes state on bad verdicts and, through its loss-rise rule, on good ones where
+    # that rule fires. Both are found vectorised; the policy is fed only those steps, in order, and
+    # stays the one definition of the decision. (The good verdicts in between are accounted for by
+    # the episode gap, which compares step numbers, and by the rule's level, set from its twin.)
+    bad_idx = np.flatnonzero(bad)
+    eligible = ~bad & np.isfinite(ls.baseline) if cfg.loss_rise is not None else np.zeros(len(steps), dtype=bool)
+    rise = LossRiseSeries(ls.baseline, eligible, cfg, start=0)
+    b = 0
+    while True:
+        nb = int(bad_idx[b]) if b < len(bad_idx) else len(steps)
+        nf = rise.next_fire()
+        i = min(nb, nf)
+        if i >= len(steps):
             break
+        if nb <= nf:
+            b += 1
+        else:
+            policy.level = rise.level_before(nf, steps)  # what the policy holds there, fed every step
+        # Only checkpoints up to here exist.
+        if _play(policy, verdict(i), [c for c in ck if c <= int(steps[i])], cfg, sim):
+            break
+        if nb > nf and policy.level["seen"] == 0:  # the rule rolled back: it watches afresh from here
+            rise = LossRiseSeries(ls.baseline, eligible, cfg, start=i + 1)
     return sim
 
 

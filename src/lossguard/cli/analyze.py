@@ -16,6 +16,7 @@ import sys
 from ..classify.incident import IncidentKind
 from ..errors import LossguardError, MissingDependencyError
 from ..recovery.severity import SEVERITIES, Severity  # SEVERITIES re-exported for `lossguard watch`
+from .outputs import check_outputs
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,7 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Analyse a training run (files or run directories, read as one run): name every incident, "
                     "show the evidence and suggest a recovery plan.",
         epilog=f"incident kinds: {kinds}. Exit codes: 0 ok, 1 an incident matched --fail-on, 2 bad input.")
-    p.add_argument("paths", nargs="+", metavar="PATH", help="log files or run directories (one run)")
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="log files or run directories (one run); '-' reads a log or paste from standard input")
     p.add_argument("--json", action="store_true", help="print the analysis as JSON (schema: docs/analysis-json.md)")
     p.add_argument("--fail-on", default=None, metavar="KIND[,KIND]",
                    help="exit 1 when an incident of these kinds is found; 'any', or a severity "
@@ -72,6 +74,13 @@ def parse_fail_on(text: str | None) -> tuple[set[IncidentKind], Severity | None]
     return kinds, severity
 
 
+def print_read_warnings(log) -> None:
+    """Say on stderr what the readers warned about (a half-written last line, ...): the terminal
+    summary and ``--json`` do not carry them, and stdout must stay clean for ``--json``."""
+    for w in log.metadata.get("warnings", []):
+        print(f"lossguard: warning: {w}", file=sys.stderr)
+
+
 def _writer(module: str, func: str, what: str):
     try:
         mod = importlib.import_module(f"lossguard.report.{module}")
@@ -94,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
     from ..plan import parse_checkpoints
 
     kinds, severity = parse_fail_on(args.fail_on)
+    check_outputs({"--html": args.html, "--png": args.png}, args.paths)
     checkpoints = parse_checkpoints(args.checkpoints) if args.checkpoints else None
     writers = []
     if args.html:
@@ -102,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         writers.append((_writer("png", "write_png", "PNG"), args.png))
     log = read_log(args.paths, format=args.format, only=args.only or (), logging_steps=args.logging_steps)
     analysis = analyze(log, checkpoints=checkpoints, settings=AnalyzeConfig(metric=args.metric))
+    print_read_warnings(log)  # after analyze(): bad input gets one message, the error alone
     if args.json:
         print(json.dumps(analysis.to_dict(), indent=2, allow_nan=False))
     else:

@@ -16,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     choices = [n for n in SCENARIOS if not n.startswith("clean")]
     p = subparsers.add_parser(
-        "demo", help="train a tiny GPT into a real loss spike, with and without the guard (CPU, ~2-3 min)",
+        "demo", help="train a tiny GPT into a real loss spike, with and without the guard (CPU, about 1 min)",
         description="Train a tiny byte-level GPT on text shipped with lossguard, three times with the same seed: "
                     "clean data (the reference), a real instability unguarded, and the same instability under "
                     "the StabilityGuard. Prints what happened and writes the logs and HTML reports.")

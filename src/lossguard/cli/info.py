@@ -24,7 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("info", help="show what a training log holds: metrics, steps, segments, rollbacks",
                               description="Read training logs (files or run directories, read as one run) and "
                                           "show what they hold.")
-    p.add_argument("paths", nargs="+", metavar="PATH", help="log files or run directories (one run)")
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="log files or run directories (one run); '-' reads a log or paste from standard input")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of tables")
     p.add_argument("--format", default=None, metavar="NAME",
                    help="force a reader instead of detecting the format from the content")

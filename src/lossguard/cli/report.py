@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 from ..errors import ConfigError, LossguardError
+from .analyze import print_read_warnings
+from .outputs import check_outputs
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,7 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "report", help="write an HTML (interactive, offline) and/or PNG report of a run",
         description="Read training logs (files or run directories, read as one run), find what happened, and "
                     "write a self-contained HTML report that opens with no network, and/or a PNG picture.")
-    p.add_argument("paths", nargs="+", metavar="PATH", help="log files or run directories (one run)")
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="log files or run directories (one run); '-' reads a log or paste from standard input")
     p.add_argument("--html", metavar="FILE", default=None, help="write the interactive HTML report here")
     p.add_argument("--png", metavar="FILE", default=None, help="write a static PNG picture here")
     p.add_argument("--title", metavar="T", default=None, help="report title (default: the first file's name)")
@@ -38,15 +40,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
     if not args.html and not args.png:
         raise ConfigError("nothing to write: give --html FILE and/or --png FILE",
                           fix="for example: lossguard report run/ --html report.html")
-    for flag, value in (("--html", args.html), ("--png", args.png)):
-        if value is None:
-            continue
-        folder = Path(value).resolve().parent
-        if not folder.is_dir():
-            raise ConfigError(f"the folder of {flag} {value!r} does not exist", path=str(folder),
-                              fix="create the folder first or write the report elsewhere")
-        if Path(value).is_dir():
-            raise ConfigError(f"{flag} {value!r} is a directory", fix=f"give a file name, e.g. {flag} report.{flag[2:]}")
+    check_outputs({"--html": args.html, "--png": args.png}, args.paths)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     log = read_log(args.paths, format=args.format, only=args.only or (), logging_steps=args.logging_steps)
     analysis = analyze(log)
+    print_read_warnings(log)  # after analyze(): bad input gets one message, the error alone
     written = []
     if args.html:
         from ..report.html import write_html

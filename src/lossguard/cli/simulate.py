@@ -9,6 +9,10 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..errors import ConfigError
+from .analyze import print_read_warnings
+from .outputs import check_outputs
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``simulate`` verb."""
@@ -19,12 +23,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "index == step unless the log has a batch_index series, and checkpoints every "
                     "checkpoint_every steps unless --checkpoints is given.",
         epilog="Exit codes: 0 ok, 2 bad input. The --config TOML layout is documented in docs/guard.md.")
-    p.add_argument("paths", nargs="+", metavar="LOG", help="log files or run directories (one run)")
+    p.add_argument("paths", nargs="+", metavar="LOG",
+                   help="log files or run directories (one run); '-' reads standard input")
     p.add_argument("--config", default=None, metavar="TOML", help="guard configuration (GuardConfig fields)")
     p.add_argument("--checkpoints", default=None, metavar="DIR|STEPS",
                    help="checkpoint directory or a comma list of steps (default: every checkpoint_every steps)")
     p.add_argument("--metric", default="loss", metavar="NAME", help="the loss series to judge (default: loss)")
     p.add_argument("--format", default=None, metavar="NAME", help="force a reader instead of sniffing the format")
+    p.add_argument("--only", action="append", default=None, metavar="GLOB",
+                   help="read only the files of a directory matching GLOB (file name or path inside it); repeatable")
+    p.add_argument("--logging-steps", type=int, default=None, metavar="N",
+                   help="HF Trainer's logging_steps, to number the loss dicts of a pasted Trainer log (they "
+                        "print no step); default: the logging_steps=N the paste shows, else 1, 2, 3, ...")
     p.add_argument("--json", action="store_true", help="print the simulation as JSON")
     p.add_argument("--html", default=None, metavar="FILE",
                    help="also write the HTML report of the run with the simulated actions drawn on it")
@@ -38,10 +48,16 @@ def run(args: argparse.Namespace) -> int:
     from ..plan import parse_checkpoints
     from ..simulate import describe, simulate
 
-    cfg = load_config(args.config) if args.config else None
+    check_outputs({"--html": args.html}, args.paths)
+    try:
+        cfg = load_config(args.config) if args.config else None
+    except UnicodeDecodeError:  # a binary file: load_config reports OSError and TOML errors, not this
+        raise ConfigError("not a text file, so not a TOML guard configuration", path=args.config,
+                          fix="pass a UTF-8 TOML file of GuardConfig fields (layout: docs/guard.md)") from None
     checkpoints = parse_checkpoints(args.checkpoints) if args.checkpoints else None
-    log = read_log(args.paths, format=args.format)
+    log = read_log(args.paths, format=args.format, only=args.only or (), logging_steps=args.logging_steps)
     sim = simulate(log, cfg, checkpoints=checkpoints, metric=args.metric)
+    print_read_warnings(log)  # after simulate(): bad input gets one message, the error alone
     if args.json:
         print(json.dumps(sim.to_dict(), indent=2, allow_nan=False))
     else:

@@ -13,6 +13,9 @@ incident matched ``--fail-on``, 2 bad input or usage.
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
+import shutil
 import sys
 
 from ..classify.incident import IncidentKind
@@ -28,6 +31,52 @@ def _positive(text: str) -> float:
     if not v > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
     return v
+
+
+def _check_hooks(args: argparse.Namespace) -> None:
+    """Hook flags checked at start, naming the flag: a typo must not wait for the first incident."""
+    if args.hook_attempts < 1:
+        raise LossguardError(f"--hook-attempts must be >= 1, got {args.hook_attempts}",
+                             fix="pass how many times to try each hook, e.g. --hook-attempts 4")
+    if args.webhook is not None and not args.webhook.startswith(("http://", "https://")):
+        raise LossguardError(f"--webhook must be an http:// or https:// URL, got {args.webhook!r}",
+                             fix="pass the full URL, e.g. --webhook https://hooks.slack.com/services/T000/B000/XXX")
+    if args.on_incident is not None:
+        try:
+            words = shlex.split(args.on_incident)
+        except ValueError as exc:
+            raise LossguardError(f"--on-incident {args.on_incident!r} is not a valid shell command ({exc})",
+                                 fix="check its quotes") from None
+        if not words:
+            raise LossguardError("--on-incident is empty", fix="pass a command, e.g. --on-incident 'notify-oncall'")
+        # Only a plain program name is checked: a shell line ('a && b', 'X=1 cmd', a builtin) is the
+        # shell's business, and its failures are reported (and retried) per event.
+        prog = words[0]
+        plain = not any(c in args.on_incident for c in "|&;<>()$`=") and prog not in _SHELL_WORDS
+        if plain and shutil.which(prog) is None:
+            raise LossguardError(f"--on-incident: command {prog!r} not found"
+                                 + (" (not executable)" if os.path.exists(prog) else " on PATH"),
+                                 fix="give the full path of an executable, or a command on PATH")
+
+
+_SHELL_WORDS = frozenset({"cd", "exec", "eval", "set", "export", "source", ".", "if", "for", "while", "case",
+                          "{", "!", "test", "[", "printf", "echo", "read", "true", "false", ":"})
+
+
+def _why_nothing(follower, paths: list[str]) -> tuple[str, bool]:
+    """Why a watch that went idle read no point, and whether that reason carries its own fix.
+
+    A file whose reading broke (its error names the line and the fix), one no reader knows, an
+    empty file, or nothing there at all."""
+    broken = [f.broken for f in follower.files.values() if f.broken]
+    if broken:
+        return f"reading stopped on an error: {broken[0]}", True
+    waiting = sorted(follower.waiting)
+    if waiting:
+        return f"no reader recognises {', '.join(waiting)}", False
+    if all(os.path.isfile(p) for p in paths):
+        return ("the file is empty" if len(paths) == 1 else "the files are empty"), False
+    return "no log file appeared", False
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -80,6 +129,11 @@ def run(args: argparse.Namespace) -> int:
     from ..watch.sweep import Sweep, run_dirs
 
     kinds, severity = parse_fail_on(args.fail_on)
+    if "-" in args.paths:
+        raise LossguardError("watch follows files; it cannot read standard input ('-')",
+                             fix="point watch at the file the job writes (train.log), or use "
+                                 "'lossguard analyze - < train.log' for a finished paste")
+    _check_hooks(args)
     if args.format is not None and args.format not in READERS:
         raise LossguardError(f"unknown format {args.format!r}", fix=f"use one of: {', '.join(READERS)}")
     checkpoints = tuple(parse_checkpoints(args.checkpoints)) if args.checkpoints else None
@@ -120,13 +174,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {s['run']}: {s['state']}, {s['points']} points to step {s['last_step']}, "
                   f"{s['incidents']} incident(s)" + (f" ({', '.join(s['kinds'])})" if s["kinds"] else ""), flush=True)
     if sweep is None and not interrupted and not runs[0].engine.history.total_points:
-        waiting = sorted(runs[0].follower.waiting)
+        why, broken = _why_nothing(runs[0].follower, args.paths)
         raise LossguardError(
-            f"no point was read in {args.until_idle:g} s" + (f"; no reader recognises {', '.join(waiting)}"
-                                                            if waiting else "; no log file appeared"),
-            path=" ".join(args.paths),
-            fix="check that this is where the job writes its log; pass --format if the file's format is not "
-                "recognised (CSV needs a header naming a step column, JSONL one JSON object per line)")
+            f"no point was read in {args.until_idle:g} s; {why}", path=" ".join(args.paths),
+            fix=None if broken else "check that this is where the job writes its log; pass --format if the file's "
+                                    "format is not recognised (CSV needs a header naming a step column, JSONL one "
+                                    "JSON object per line)")
+    if sweep is None and not interrupted and runs[0].engine.error is not None:
+        # Points were read but never analysed (e.g. --metric names no series): nothing was judged, so
+        # exit 0 would tell a CI job the run is fine.
+        raise runs[0].engine.error
     if hit:
         print(f"lossguard: {len(hit)} incident(s) matched --fail-on {args.fail_on}", file=sys.stderr)
         return 1

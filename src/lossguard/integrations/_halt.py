@@ -60,9 +60,14 @@ class LoaderPositions:
         return lines
 
 
-def halt_loudly(guard, positions: LoaderPositions | None, *, raises: bool = True, stream=None) -> None:
+def halt_loudly(guard, positions: LoaderPositions | None, *, raises: bool = True, exit_code: bool = False,
+                stream=None) -> None:
     """If ``guard`` halted: print its diagnosis and the loader positions, then raise
-    :class:`TrainingHalted` (``raises=False``: print only). Does nothing otherwise."""
+    :class:`TrainingHalted` (``raises=False``: print only). Does nothing otherwise.
+
+    ``exit_code``: the callback runs the restart protocol (it ends the process with
+    ``ExitCode.ROLLBACK`` for a rollback), so it owns the exit: a halt ends the process with
+    ``ExitCode.HALT`` (77) instead of raising, so a launcher or scheduler can tell it apart."""
     if guard is None or not guard.halted:
         return
     from ..guard.executor import TrainingHalted
@@ -73,6 +78,30 @@ def halt_loudly(guard, positions: LoaderPositions | None, *, raises: bool = True
         text = text + "\n" + "\n".join(positions.describe(halts[-1]))
     print(text, file=stream or sys.stderr, flush=True)
     if raises:
-        raise TrainingHalted(text, path=guard.executor.diagnosis_file,
+        err = TrainingHalted(text, path=guard.executor.diagnosis_file,
                              fix="fix the cause named above, then resume from the checkpoint it names, "
                                  "skipping the loader positions it names")
+        exit_halted(err, exit_code=exit_code)
+
+
+def exit_halted(err, *, exit_code: bool) -> None:
+    """Raise ``err`` (a :class:`TrainingHalted`), or with ``exit_code`` end the process with
+    ``ExitCode.HALT`` (77; ``err`` is the exit's cause). A relaunched process refuses to train on
+    (:mod:`lossguard.guard.halted`), so under ``torchrun --max-restarts`` each restart ends at once."""
+    if exit_code:
+        from ..distributed.restart import ExitCode
+
+        raise SystemExit(int(ExitCode.HALT)) from err
+    raise err
+
+
+def build_guard(make, *, exit_code: bool, stream=None):
+    """``make()`` (the callback's guard, built and restored), or, on a halted ledger (a relaunch
+    after a halt), print why it refuses and :func:`exit_halted`."""
+    from ..guard.executor import TrainingHalted
+
+    try:
+        return make()
+    except TrainingHalted as err:
+        print(str(err), file=stream or sys.stderr, flush=True)
+        exit_halted(err, exit_code=exit_code)

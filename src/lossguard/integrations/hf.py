@@ -18,8 +18,11 @@ steps before the episode, books it with the batches to skip in the run ledger
 script resumes with ``trainer.train(resume_from_checkpoint=resume_checkpoint(output_dir))`` and the
 callback withholds the updates of the booked batches (the batch index is the optimizer step). With
 no checkpoint old enough it halts loudly: the diagnosis (which test fired, the checkpoint, the
-loader positions to skip) is printed and ``train()`` raises ``TrainingHalted``. ``restart_on_rollback=False`` keeps the old behaviour
-(halt with a diagnosis).
+loader positions to skip) is printed and the process exits with ``ExitCode.HALT`` (77; the callback
+owns the exit under the restart protocol). The halt is final: a relaunch finds ``halted`` in the
+ledger and exits 77 again at train begin, printing why, until the halt is cleared
+(``RunLedger.clear_halt``; :mod:`lossguard.guard.halted`). ``restart_on_rollback=False`` keeps the
+old behaviour (halt with a diagnosis; ``train()`` raises ``TrainingHalted``).
 
 State: the callback is an HF ``ExportableState``, so the Trainer writes the guard's timeline
 (detector windows, open episode) and run ledger into ``trainer_state.json`` of every checkpoint
@@ -40,7 +43,7 @@ from typing import Any
 from ..errors import require
 from ..guard.config import GuardConfig
 from ._checkpoints import resume_checkpoint as _resume_checkpoint
-from ._halt import LoaderPositions, halt_loudly
+from ._halt import LoaderPositions, build_guard, halt_loudly
 from ._state import exit_for_restart, guard_state, restore_guard, resume_ledger
 
 transformers = require("transformers", "hf", "The Hugging Face integration")
@@ -71,6 +74,7 @@ class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callb
         self.log_path, self.store = log_path, store
         self.restart_on_rollback = bool(restart_on_rollback)
         self.guard = None
+        self._owns_exit = False  # the restart protocol is in force: a halt exits with ExitCode.HALT
         self.restored_state: dict[str, Any] | None = None
         """Guard state from a resumed checkpoint, loaded into the guard at train begin."""
         self._losses: list = []
@@ -103,8 +107,13 @@ class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callb
         if store is None and self.restart_on_rollback:
             from ._checkpoints import FrameworkCheckpoints
             store = FrameworkCheckpoints(args.output_dir, "hf")
-        self.guard = StabilityGuard(model, optimizer, store=store, config=self.config, log_path=self.log_path)
-        restore_guard(self.guard, self.restored_state or _saved_state(state))
+        self._owns_exit = self.restart_on_rollback and store is not None
+
+        def make():
+            guard = StabilityGuard(model, optimizer, store=store, config=self.config, log_path=self.log_path)
+            restore_guard(guard, self.restored_state or _saved_state(state))
+            return guard
+        self.guard = build_guard(make, exit_code=self._owns_exit)
         self.restored_state = None
         self.guard.step_count = state.global_step
         resume_ledger(self.guard, state.global_step)
@@ -137,7 +146,7 @@ class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callb
         if self.guard is not None:
             self.guard.close()
         exit_for_restart(self.guard, self.restart_on_rollback)
-        halt_loudly(self.guard, self.positions, raises=self.config.halt_raises)
+        halt_loudly(self.guard, self.positions, raises=self.config.halt_raises, exit_code=self._owns_exit)
 
 
 def _saved_state(trainer_state) -> dict[str, Any] | None:

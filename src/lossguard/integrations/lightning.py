@@ -14,7 +14,11 @@ loader): the guard picks the newest ``ModelCheckpoint`` file (``...step=<N>...ck
 ``trainer.fit(..., ckpt_path=resume_checkpoint(dirpath))`` and the callback withholds the updates
 of the booked batches (the batch index is the optimizer step). With no checkpoint old enough, or
 ``restart_on_rollback=False``, it halts loudly: the diagnosis (which test fired, the checkpoint,
-the loader positions to skip) is printed and ``fit()`` raises ``TrainingHalted``. The guard's timeline (detector windows, open episode) and its run ledger
+the loader positions to skip) is printed and ``fit()`` raises ``TrainingHalted`` -- or, under the
+restart protocol (``restart_on_rollback`` and a checkpoint directory), the process exits with
+``ExitCode.HALT`` (77). The halt is final: a relaunch on the same directory finds ``halted`` in the
+ledger and refuses to train (``RunLedger.clear_halt`` overrides; :mod:`lossguard.guard.halted`).
+The guard's timeline (detector windows, open episode) and its run ledger
 (budgets, skipped ranges, LR cuts) are saved in Lightning's checkpoints through the callback's
 ``state_dict``, so a resumed run keeps both.
 """
@@ -25,7 +29,7 @@ from typing import Any
 from ..errors import require
 from ..guard.config import GuardConfig
 from ._checkpoints import resume_checkpoint as _resume_checkpoint
-from ._halt import LoaderPositions, halt_loudly
+from ._halt import LoaderPositions, build_guard, halt_loudly
 from ._state import exit_for_restart, guard_state, restore_guard, resume_ledger
 
 pl = require("lightning.pytorch", "lightning", "The Lightning integration")
@@ -48,6 +52,7 @@ class StabilityCallback(pl.Callback):
         self.log_path, self.store = log_path, store
         self.restart_on_rollback = bool(restart_on_rollback)
         self.guard = None
+        self._owns_exit = False  # the restart protocol is in force: a halt exits with ExitCode.HALT
         self._loss = None
         self._pending_state: dict[str, Any] | None = None
         self.positions = LoaderPositions()
@@ -62,11 +67,16 @@ class StabilityCallback(pl.Callback):
         if store is None and self.restart_on_rollback and getattr(ckpt, "dirpath", None):
             from ._checkpoints import FrameworkCheckpoints
             store = FrameworkCheckpoints(ckpt.dirpath, "lightning")
-        self.guard = StabilityGuard(pl_module, trainer.optimizers[0], store=store, scaler=scaler,
-                                    config=self.config, log_path=self.log_path)
-        if self._pending_state is not None:
-            restore_guard(self.guard, self._pending_state)
-            self._pending_state = None
+        self._owns_exit = self.restart_on_rollback and store is not None
+
+        def make():
+            guard = StabilityGuard(pl_module, trainer.optimizers[0], store=store, scaler=scaler,
+                                   config=self.config, log_path=self.log_path)
+            if self._pending_state is not None:
+                restore_guard(guard, self._pending_state)
+            return guard
+        self.guard = build_guard(make, exit_code=self._owns_exit)
+        self._pending_state = None
 
     def on_train_start(self, trainer, pl_module) -> None:
         # The loops' progress (global_step) is restored from ckpt_path after on_fit_start.
@@ -92,7 +102,7 @@ class StabilityCallback(pl.Callback):
         nb = getattr(trainer, "num_training_batches", None)
         self.positions.batches_per_epoch = int(nb) if isinstance(nb, int) or (nb and nb != float("inf")) else None
         self.positions.accumulation = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
-        halt_loudly(self.guard, self.positions, raises=self.config.halt_raises)
+        halt_loudly(self.guard, self.positions, raises=self.config.halt_raises, exit_code=self._owns_exit)
 
     def state_dict(self) -> dict[str, Any]:
         """The guard's timeline and ledger (Lightning saves it in its checkpoints)."""

@@ -142,8 +142,8 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
         return _stdin.read_piped(paths, read_log, format=format, only=only, logging_steps=logging_steps)
     if logging_steps is not None and (isinstance(logging_steps, bool) or not isinstance(logging_steps, int)
                                       or logging_steps < 1):
-        raise LossguardError(f"logging_steps must be a positive whole number, got {logging_steps!r}",
-                             fix="pass the logging_steps the Trainer ran with (TrainingArguments.logging_steps)")
+        raise LossguardError(f"--logging-steps (logging_steps) must be a positive whole number, got {logging_steps!r}",
+                             fix="pass --logging-steps N, the Trainer's TrainingArguments.logging_steps")
     if format is not None and (format not in READERS or reader(format) is None):
         raise UnknownFormatError(f"unknown format {format!r}",
                                  fix=f"use one of: {', '.join(available_formats())}")

@@ -177,8 +177,9 @@ def read(path: Path, *, root: Path | None = None, logging_steps: int | None = No
     """
     path = Path(path)
     if logging_steps is not None and (not isinstance(logging_steps, int) or logging_steps < 1):
-        raise LogFormatError(f"logging_steps must be a positive integer, got {logging_steps!r}", path=path,
-                             fix="pass the logging_steps the training run was configured with")
+        raise LogFormatError(f"--logging-steps (logging_steps) must be a positive whole number, got {logging_steps!r}",
+                             path=path, fix="pass --logging-steps N with the TrainingArguments.logging_steps "
+                                            "the training run was configured with")
     warnings: list[str] = []
     try:
         shown = logging_steps or _logging_steps_in(path)
@@ -192,7 +193,7 @@ def read(path: Path, *, root: Path | None = None, logging_steps: int | None = No
                              fix="check the path and its permissions") from None
     if state.hf_count and shown is None:
         warnings.append("HF Trainer's printed dicts carry no step: they are numbered 1, 2, 3, ... in order; "
-                        "pass logging_steps to number them as the Trainer did")
+                        "pass --logging-steps N (TrainingArguments.logging_steps) to number them as the Trainer did")
     _finish(state, warnings)
     if not any(seg.points for seg in state.segments):
         raise LogFormatError(

@@ -103,6 +103,17 @@ class RunLedger:
         """Put ``cut`` in force, replacing any earlier cut of the same cause."""
         self.lr_cuts = [c for c in self.lr_cuts if c.cause != cut.cause] + [cut]
 
+    def clear_halt(self, why: str = "cleared by hand") -> None:
+        """Let a halted run train again: a halt is final across relaunches (a new guard on a halted
+        ledger raises ``TrainingHalted``) until a person decides otherwise and calls this. Clears
+        ``halted``, records ``{"event": "halt_cleared", "why": ...}`` in the history, and saves.
+
+        From a shell: ``python -c "from lossguard.recovery import RunLedger;
+        RunLedger.open('CKPT_DIR/ledger.json').clear_halt()"``.
+        """
+        self.halted = False
+        self.note({"event": "halt_cleared", "why": str(why)})
+
     def note(self, record: dict[str, Any]) -> None:
         """Append an action record to the history and persist the ledger."""
         self.history.append(_strict(dict(record)))

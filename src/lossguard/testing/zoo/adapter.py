@@ -33,6 +33,20 @@ def make_guard(model, optimizer, *, scheduler, sampler, workdir: Path, config=No
                           config=config)
 
 
+from ...distributed.restart import ExitCode  # noqa: E402
+
+EXIT_ROLLBACK, EXIT_HALT = int(ExitCode.ROLLBACK), int(ExitCode.HALT)
+"""``ExitCode.ROLLBACK`` / ``ExitCode.HALT`` (``lossguard.distributed.restart``): how the HF callback
+ends a process whose rollback needs a relaunch, or whose run halted for good."""
+
+
+def checkpoint_every(config=None) -> int | None:
+    """How often a framework run saves checkpoints for the guard to roll back to (the config's)."""
+    from ...guard import GuardConfig
+
+    return (config or GuardConfig()).checkpoint_every
+
+
 def make_hf_callback(*, workdir: Path, config=None):
     """The HF ``StabilityCallback`` of an HF zoo run."""
     from ...integrations.hf import StabilityCallback

@@ -6,6 +6,13 @@ its own optimizer and ``LambdaLR`` (``optimizers=``), a collator that turns the 
 pocket's positions into garbage (counted in the order the loader yields them), and a callback that
 injects the early gradient fault at ``on_pre_optimizer_step`` -- after the Trainer's clipping, so the
 guard sees the fault -- placed before the guard's callback.
+
+Guarded runs use the HF restart path as a user under ``torchrun --max-restarts`` would: the Trainer
+saves a checkpoint every ``checkpoint_every`` steps; when the callback ends the process with exit
+code 75 (a rollback booked in the run ledger), the run is launched again -- model, optimizer,
+Trainer and callback built afresh -- with ``resume_from_checkpoint=resume_checkpoint(output_dir)``;
+exit code 77 (or ``TrainingHalted``) is a halt. Relaunches happen in this process (everything is
+rebuilt; the ledger and checkpoints on disk are all that carries over), at most ``MAX_RESTARTS``.
 """
 from __future__ import annotations
 
@@ -20,6 +27,9 @@ from . import adapter, scenarios
 from .family import Family, held_out_loss
 from .loop import build_optimizer
 from .spec import Outcome, RunSpec
+
+MAX_RESTARTS = 5
+"""Relaunches after exit code 75 (as ``torchrun --max-restarts 5`` would allow)."""
 
 
 class _Collator:
@@ -46,13 +56,11 @@ def run_hf(spec: RunSpec, family: Family, *, config=None, workdir: Path | None =
     import transformers
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
+    from ...integrations.hf import resume_checkpoint
+
     t0 = time.perf_counter()
     transformers.logging.set_verbosity_error()
     train, held = family.data()
-    torch.manual_seed(spec.seed)
-    model = family.model()
-    opt = build_optimizer(spec, family, model)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, scenarios.lr_lambda(spec))
     out = Outcome(spec=spec)
     fault_at = scenarios.early_fault_step(spec)
 
@@ -66,22 +74,46 @@ def run_hf(spec: RunSpec, family: Family, *, config=None, workdir: Path | None =
         def on_step_end(self, args, state, control, **kwargs):
             out.computed_steps += 1
 
-    guard_cb = adapter.make_hf_callback(workdir=workdir, config=config) if spec.guarded else None
-    args = TrainingArguments(output_dir=str(workdir / "hf"), per_device_train_batch_size=spec.batch_size,
-                             max_steps=spec.steps, seed=spec.seed, report_to=[], disable_tqdm=True,
-                             logging_strategy="no", save_strategy="no", use_cpu=True, dataloader_num_workers=0,
-                             remove_unused_columns=False)
-    callbacks = [Fault(), Count()] + ([guard_cb] if guard_cb is not None else [])
-    trainer = Trainer(model=model, args=args, train_dataset=train, data_collator=_Collator(spec, family),
-                      optimizers=(opt, sched), callbacks=callbacks)
-    trainer.remove_callback(transformers.trainer_callback.PrinterCallback)
-    try:
-        trainer.train()
-    except adapter.HALTED:
-        pass  # a loud halt (the callback raises at the end of training): the outcome records it
+    out_dir = workdir / "hf"
+    every = adapter.checkpoint_every(config)
+    events: list = []
+    for attempt in range(MAX_RESTARTS + 1):
+        # One attempt = one launch of the user's script: everything built afresh, then resumed from
+        # the checkpoint the run ledger names after a rollback (the restart path, exit code 75).
+        resume = resume_checkpoint(out_dir) if spec.guarded else None
+        torch.manual_seed(spec.seed)
+        model = family.model()
+        opt = build_optimizer(spec, family, model)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, scenarios.lr_lambda(spec))
+        collator = _Collator(spec, family)
+        if resume is not None:  # the loader resumes at this step (no gradient accumulation)
+            collator.position = int(Path(resume).name.rsplit("-", 1)[1])
+        guard_cb = adapter.make_hf_callback(workdir=workdir, config=config) if spec.guarded else None
+        save = dict(save_strategy="steps", save_steps=every) if guard_cb is not None and every else \
+            dict(save_strategy="no")
+        args = TrainingArguments(output_dir=str(out_dir), per_device_train_batch_size=spec.batch_size,
+                                 max_steps=spec.steps, seed=spec.seed, report_to=[], disable_tqdm=True,
+                                 logging_strategy="no", use_cpu=True, dataloader_num_workers=0,
+                                 remove_unused_columns=False, **save)
+        callbacks = [Fault(), Count()] + ([guard_cb] if guard_cb is not None else [])
+        trainer = Trainer(model=model, args=args, train_dataset=train, data_collator=collator,
+                          optimizers=(opt, sched), callbacks=callbacks)
+        trainer.remove_callback(transformers.trainer_callback.PrinterCallback)
+        code = 0
+        try:
+            trainer.train(resume_from_checkpoint=resume)
+        except adapter.HALTED:
+            code = adapter.EXIT_HALT  # a loud halt raised (no restart protocol): the outcome records it
+        except SystemExit as e:  # the callback ends the process: 75 = relaunch me, 77 = halted for good
+            code = int(e.code)
+        if guard_cb is not None and guard_cb.guard is not None:
+            events += guard_cb.guard.events
+        if code != adapter.EXIT_ROLLBACK:
+            break
+        out.restarts += 1
     out.steps = trainer.state.global_step
-    if guard_cb is not None:
-        t = adapter.tally(guard_cb.guard.events, guard_cb.guard.halted)
+    if spec.guarded:
+        t = adapter.tally(events, code == adapter.EXIT_HALT)
         out.skips, out.rollbacks, out.lr_cuts, out.halted = t["skips"], t["rollbacks"], t["lr_cuts"], t["halted"]
         out.reasons = t["reasons"]
         if out.fault_steps:

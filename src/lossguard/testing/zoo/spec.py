@@ -121,6 +121,8 @@ class Outcome:
     """Early-fault scenarios: the guard withheld the faulty step (None elsewhere)."""
     reasons: list = field(default_factory=list)
     """``(step, event, reasons)`` of every guard decision other than a metric record, in order."""
+    restarts: int = 0
+    """Relaunches of an HF run through the restart path (exit code 75 -> resume from the ledger's checkpoint)."""
     wall_time: float = 0.0
     """Seconds for the run, evaluation included."""
     series: dict = field(default_factory=dict)
