@@ -32,6 +32,7 @@ import numpy as np
 from .detect.outlier import score
 from .guard.config import GuardConfig
 from .guard.evidence import evidence_series
+from .jsonsafe import strict_json
 from .metrics import GRAD_NORM, LOSS
 from .recovery.action import Action
 from .recovery.checkpoint_choice import choose_checkpoint
@@ -93,8 +94,7 @@ class Simulation:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready document (strict: non-finite numbers as null)."""
-        from .recovery.ledger import _strict
-        return _strict({"format": SIMULATION_FORMAT, "steps": self.steps, "first_step": self.first_step,
+        return strict_json({"format": SIMULATION_FORMAT, "steps": self.steps, "first_step": self.first_step,
                         "last_step": self.last_step, "summary": self.summary(), "decisions": self.decisions,
                         "checkpoints": self.checkpoints, "notes": self.notes, "config": self.config,
                         "conventions": {"batch_index": "== step unless the log has a batch_index series",

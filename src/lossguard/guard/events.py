@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LossguardError
+from ..jsonsafe import strict_json
 
 
 class EventLog:
@@ -50,7 +51,7 @@ class EventLog:
 
     def event(self, rec: dict[str, Any]) -> None:
         """Write one decision record (adds wall time ``"time"``)."""
-        rec = _nulls(dict(rec))
+        rec = strict_json(dict(rec))
         rec.setdefault("time", round(time.time(), 3))
         self.records.append(rec)
         self._write(rec)
@@ -71,14 +72,3 @@ def _number(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
     return v
-
-
-def _nulls(obj: Any) -> Any:
-    """A decision record as strict JSON: non-finite floats -> None, tuples -> lists."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): _nulls(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_nulls(v) for v in obj]
-    return obj

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LossguardError
+from ..jsonsafe import strict_json
 from .skip_range import SkipRange, skip_to
 
 LEDGER_FILE = "ledger.json"
@@ -116,7 +117,7 @@ class RunLedger:
 
     def note(self, record: dict[str, Any]) -> None:
         """Append an action record to the history and persist the ledger."""
-        self.history.append(_strict(dict(record)))
+        self.history.append(strict_json(dict(record)))
         self.save()
 
     # ---------------------------------------------------------------- persistence
@@ -124,7 +125,7 @@ class RunLedger:
         """The file's content (strict-JSON-ready)."""
         d = {k: v for k, v in asdict(self).items() if k != "path"}
         d["skip_ranges"] = [r.to_json() for r in self.skip_ranges]
-        return _strict({"format": LEDGER_FORMAT, "version": LEDGER_VERSION, **d})
+        return strict_json({"format": LEDGER_FORMAT, "version": LEDGER_VERSION, **d})
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], *, path: Path | None = None) -> "RunLedger":
@@ -190,14 +191,3 @@ class RunLedger:
         if path is not None and Path(path).exists():
             return cls.load(path)
         return cls(path=None if path is None else Path(path))
-
-
-def _strict(obj: Any) -> Any:
-    """Non-finite floats -> None, tuples -> lists (strict JSON)."""
-    if isinstance(obj, float):
-        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
-    if isinstance(obj, dict):
-        return {str(k): _strict(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_strict(v) for v in obj]
-    return obj
