@@ -7,28 +7,16 @@ the generator does not depend on the analyser's enum having every member.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 import numpy as np
 
+from ...classify.incident import IncidentKind
 
-class EventKind(str, Enum):
-    """Every kind the generator injects; the value equals the analyser's ``IncidentKind`` value."""
 
-    SPIKE_FAST = "spike_fast_recovery"
-    SPIKE_SLOW = "spike_slow_recovery"
-    SPIKE_NO_RECOVERY = "spike_no_recovery"
-    DIVERGENCE = "divergence"
-    LEVEL_SHIFT = "level_shift"
-    SUDDEN_DROP = "sudden_drop"
-    RESUME_SPIKE = "resume_spike"
-    REPEATED_DATA = "repeated_data"
-    STREAM_SPIKE = "stream_spike"
-    NON_FINITE = "non_finite"
-    LOSS_SCALE_COLLAPSE = "loss_scale_collapse"
-    GRAD_NORM_SPIKE = "grad_norm_spike"
-    REGIME_CHANGE = "regime_change"
+EventKind = IncidentKind
+"""Every kind the generator injects: the analyser's public taxonomy (the generator uses its names only;
+it was written without reading the detectors)."""
 
 
 LOSS_SPIKE_KINDS = frozenset({EventKind.SPIKE_FAST, EventKind.SPIKE_SLOW, EventKind.SPIKE_NO_RECOVERY,
