@@ -96,3 +96,12 @@ def test_half_written_last_line_is_warned_about_on_stderr_json_stays_clean(tmp_p
     assert res.returncode == 0, res.stderr
     assert "lossguard: warning: the last line is incomplete" in res.stderr
     assert json.loads(res.stdout)["run"]["last_step"] == 2
+
+
+def test_a_paste_of_overflow_lines_only_points_to_the_loss_scale(tmp_path):
+    """DeepSpeed overflow lines have a loss scale but no loss: the error says which --metric to pass."""
+    paste = Path(__file__).parent / "data" / "pasted" / "deepspeed_overflow_tqdm.log"
+    assert_usage_error(lossguard("analyze", str(paste), cwd=tmp_path), "no training loss", "--metric loss_scale")
+    judged = lossguard("analyze", str(paste), "--metric", "loss_scale", "--json", cwd=tmp_path)
+    assert judged.returncode == 0, judged.stderr
+    assert "loss_scale_collapse" in judged.stdout

@@ -246,3 +246,64 @@ def test_the_fuller_copy_is_kept(tmp_path):
     log = read_log(tmp_path)
     assert log.format == "csv" and log.live(LOSS)[0].tolist() == list(range(1, 61))
     assert len(log.metadata["duplicate_sources"]) == 1
+
+
+def test_a_directory_of_unrelated_runs_of_one_format_is_an_error(real_logs, capsys):
+    """The 8 real logs are 8 unrelated runs, all CSV: never one run with 13 "rollbacks"."""
+    from lossguard.cli import main
+
+    with pytest.raises(LossguardError, match="separate runs") as err:
+        read_log(real_logs)
+    message = str(err.value)
+    assert all(name in message for name in REAL), "every file is named in its apparent run"
+    assert "run 1:" in message and "run 2:" in message and "--only" in message
+    assert main(["info", str(real_logs)]) == 2
+    out = capsys.readouterr().err
+    assert "separate runs" in out and "Traceback" not in out
+    assert main(["info", str(real_logs), "--only", "mng_soap_124m.csv"]) == 0
+
+
+def test_two_launches_from_scratch_in_one_format_are_separate_runs(tmp_path):
+    write_csv(tmp_path / "seed1" / "metrics.csv", range(0, 60), lambda s: 3.0 - s / 100)
+    write_csv(tmp_path / "seed2" / "metrics.csv", range(0, 40), lambda s: 3.1 - s / 90)
+    with pytest.raises(LossguardError, match="2 separate runs") as err:
+        read_log(tmp_path)
+    assert "run 1: " + str(tmp_path / "seed1" / "metrics.csv") in str(err.value)
+    assert "run 2: " + str(tmp_path / "seed2" / "metrics.csv") in str(err.value)
+    assert "both start at step 0 with different loss values" in str(err.value)
+    assert len(read_log(tmp_path, only="seed2/*").series[LOSS]) == 40
+
+
+def test_two_copies_of_one_file_are_read_once_and_said(tmp_path, real_logs):
+    import shutil
+
+    for name in ("a.csv", "b.csv"):
+        shutil.copy(real_logs / "mng_soap_124m.csv", tmp_path / name)
+    log = read_log(tmp_path)
+    alone = read_log(real_logs / "mng_soap_124m.csv")
+    assert len(log.series[LOSS]) == len(alone.series[LOSS]) == 6000
+    s = log.summary()
+    assert s["dead_points"] == 0 and s["rollbacks"] == 0 and len(log.segments) == 1
+    assert log.metadata["duplicate_sources"] == [str(tmp_path / "b.csv")]
+    assert any(str(tmp_path / "b.csv") in w and "copy" in w for w in log.metadata["warnings"])
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_a_resume_split_over_two_files_of_one_format_is_one_run(tmp_path, fmt):
+    """Launch 1 logs 0..99 and crashes; launch 2 resumes from the checkpoint at 80 with other values
+    (a non-deterministic resume): one run, a rollback, 20 dead points per metric."""
+    def loss(s, launch):
+        return 3.0 - s / 100 + (0.01 if launch == 2 else 0.0)
+
+    for launch, steps in ((1, range(0, 100)), (2, range(80, 200))):
+        path = tmp_path / f"launch{launch}.{fmt}"
+        if fmt == "csv":
+            write_csv(path, steps, lambda s: loss(s, launch))
+        else:
+            path.write_text("".join(json.dumps({"step": s, "loss": loss(s, launch)}) + "\n" for s in steps))
+    log = read_log(tmp_path)
+    assert [g.kind for g in log.segments] == ["start", "rollback"]
+    assert log.summary()["metrics"][LOSS]["dead_points"] == 20
+    steps, values = log.live(LOSS)
+    assert steps.tolist() == list(range(0, 200)) and values[80] == pytest.approx(loss(80, 2))
+    assert "duplicate_sources" not in log.metadata

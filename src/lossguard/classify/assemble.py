@@ -64,9 +64,11 @@ def pick_metric(log: RunLog, metric: str | None) -> str:
     streams = [m for m in log.metrics if M.is_loss(m)]
     if streams:
         return streams[0]
+    only_scale = M.LOSS_SCALE in log.series  # e.g. a paste of DeepSpeed overflow lines
     raise LossguardError(f"no training loss in this log; it has {', '.join(log.metrics)}",
                          path=log.sources[0] if log.sources else None,
-                         fix="pass --metric NAME to analyse another column")
+                         fix=("this log has the fp16 loss scale but no loss: pass --metric loss_scale" if only_scale
+                              else "pass --metric NAME to analyse another column"))
 
 
 def log_interval(steps: np.ndarray) -> int:

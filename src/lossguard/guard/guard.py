@@ -47,7 +47,35 @@ from .judge import DeviceJudge, HostJudge, Judgement
 GUARD_FORMAT = 2
 """Version of :meth:`StabilityGuard.state_dict` (2: timeline only; the ledger lives apart)."""
 
-__all__ = ["GUARD_FORMAT", "StabilityGuard", "TrainingHalted"]
+__all__ = ["GUARD_FORMAT", "StabilityGuard", "TrainingHalted", "restore_lr", "scale_lr"]
+
+
+def scale_lr(optimizer, factor: float) -> list:
+    """Multiply every param group's LR by ``factor`` for one optimizer step (the ledger's LR cut on
+    top of what the scheduler set for this step). The plain loop and the framework callbacks all
+    use this, then :func:`restore_lr` right after the step: the scheduler -- chainable ones like
+    ``ExponentialLR`` compute from the current value -- then steps from the unscaled LR, so a cut
+    never compounds across steps.
+
+    Args:
+        optimizer: a ``torch.optim`` optimizer (or a wrapper exposing ``param_groups``).
+        factor: the multiplier (``policy.lr_factor(step)``); 1.0 leaves the groups untouched.
+
+    Returns:
+        The groups' LRs before scaling, to pass to :func:`restore_lr`.
+    """
+    groups = optimizer.param_groups
+    saved = [g["lr"] for g in groups]
+    if factor != 1.0:
+        for g in groups:
+            g["lr"] = g["lr"] * factor
+    return saved
+
+
+def restore_lr(optimizer, saved: list) -> None:
+    """Put back the LRs :func:`scale_lr` returned (call right after the optimizer step)."""
+    for g, lr in zip(optimizer.param_groups, saved):
+        g["lr"] = lr
 
 
 class StabilityGuard:
@@ -288,20 +316,15 @@ class StabilityGuard:
         cfg, opt = self.config, self.optimizer
         with torch.no_grad():
             j = self._judge(loss, clip=True)
-            factor = self.policy.lr_factor(self.step_count)
+            saved = scale_lr(opt, self.policy.lr_factor(self.step_count))
             groups = opt.param_groups
-            saved = [g["lr"] for g in groups]
-            if factor != 1.0:
-                for g in groups:
-                    g["lr"] = g["lr"] * factor
             lr_used = float(groups[0]["lr"]) if groups else math.nan
             if self.gate == "device":
                 apply = j.apply if torch.is_tensor(j.apply) else torch.tensor(bool(j.apply))
                 (self.scaler.step(opt, gate=apply) if self.scaler is not None else opt.step(gate=apply))
             elif cfg.shadow or bool(j.apply):  # host gate: the one sync of this path
                 (self.scaler.step(opt) if self.scaler is not None else opt.step())
-            for g, lr in zip(groups, saved):
-                g["lr"] = lr
+            restore_lr(opt, saved)
             scale = math.nan
             if self.scaler is not None:
                 self.scaler.update()

@@ -35,6 +35,12 @@ the store's directory as strings).
 The Trainer clips gradients *before* ``on_pre_optimizer_step``, so the guard sees the clipped norm:
 non-finite gradients are still caught, but a gradient-norm spike beyond ``max_grad_norm`` is not;
 the loss test is unaffected. To watch the true norm, set ``TrainingArguments(max_grad_norm=0)``.
+
+LR cuts: the LR cut the run ledger books (after a recurrence or a loss-rising rollback, e.g. x0.1
+for the rest of the run) is applied to every optimizer step from its start step on, on top of the
+Trainer's scheduled LR: the param groups are scaled at ``on_pre_optimizer_step`` and put back at
+``on_optimizer_step``, before the scheduler steps (:mod:`._lr_cut`). A relaunched run reads the
+cut from the ledger, so it does not train at the full LR again.
 """
 from __future__ import annotations
 
@@ -44,6 +50,7 @@ from ..errors import require
 from ..guard.config import GuardConfig
 from ._checkpoints import resume_checkpoint as _resume_checkpoint
 from ._halt import LoaderPositions, build_guard, halt_loudly
+from ._lr_cut import LrCutApplier
 from ._state import exit_for_restart, guard_state, restore_guard, resume_ledger
 
 transformers = require("transformers", "hf", "The Hugging Face integration")
@@ -81,6 +88,7 @@ class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callb
         self._hook = None
         self.positions = LoaderPositions()
         """Loader positions of the judged bad steps (named by a loud halt)."""
+        self._lr_cut = LrCutApplier()
 
     def state(self) -> dict[str, Any]:
         """HF ``ExportableState``: JSON-safe constructor args and the guard's timeline + ledger."""
@@ -122,6 +130,8 @@ class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callb
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         import torch
 
+        # The ledger's LR cut on top of the scheduled LR for this step; undone at on_optimizer_step.
+        self._lr_cut.apply(self.guard, self.guard.step_count)
         if not self._losses:
             return  # no loss seen (a model that returns tuples): nothing to judge
         loss, self._losses = torch.stack(self._losses).mean(), []
@@ -139,7 +149,13 @@ class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callb
         if self.guard.halted:
             control.should_training_stop = True
 
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        # Right after optimizer.step(), before the Trainer steps its scheduler (called even when
+        # an fp16 overflow made the optimizer skip the step), so the cut never compounds.
+        self._lr_cut.restore()
+
     def on_train_end(self, args, state, control, **kwargs):
+        self._lr_cut.restore()
         if self._hook is not None:
             self._hook.remove()
             self._hook = None

@@ -21,6 +21,12 @@ ledger and refuses to train (``RunLedger.clear_halt`` overrides; :mod:`lossguard
 The guard's timeline (detector windows, open episode) and its run ledger
 (budgets, skipped ranges, LR cuts) are saved in Lightning's checkpoints through the callback's
 ``state_dict``, so a resumed run keeps both.
+
+LR cuts: the LR cut the run ledger books (after a recurrence or a loss-rising rollback, e.g. x0.1
+for the rest of the run) is applied to every optimizer step from its start step on, on top of the
+scheduled LR: the param groups are scaled at ``on_before_optimizer_step`` and put back by a torch
+step post-hook right after the update, before Lightning steps its schedulers (:mod:`._lr_cut`). A
+relaunched run reads the cut from the ledger, so it does not train at the full LR again.
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ from ..errors import require
 from ..guard.config import GuardConfig
 from ._checkpoints import resume_checkpoint as _resume_checkpoint
 from ._halt import LoaderPositions, build_guard, halt_loudly
+from ._lr_cut import LrCutApplier
 from ._state import exit_for_restart, guard_state, restore_guard, resume_ledger
 
 pl = require("lightning.pytorch", "lightning", "The Lightning integration")
@@ -57,6 +64,8 @@ class StabilityCallback(pl.Callback):
         self._pending_state: dict[str, Any] | None = None
         self.positions = LoaderPositions()
         """Loader positions of the judged bad steps (named by a loud halt)."""
+        self._lr_cut = LrCutApplier()
+        self._lr_hook = None
 
     def on_fit_start(self, trainer, pl_module) -> None:
         from ..guard.guard import StabilityGuard
@@ -77,6 +86,9 @@ class StabilityCallback(pl.Callback):
             return guard
         self.guard = build_guard(make, exit_code=self._owns_exit)
         self._pending_state = None
+        # Lightning steps its schedulers before any callback hook that follows the optimizer step,
+        # so the LR cut is undone by a torch step post-hook: right after the update, before them.
+        self._lr_hook = trainer.optimizers[0].register_step_post_hook(self._lr_cut.restore)
 
     def on_train_start(self, trainer, pl_module) -> None:
         # The loops' progress (global_step) is restored from ckpt_path after on_fit_start.
@@ -88,14 +100,28 @@ class StabilityCallback(pl.Callback):
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         step = self.guard.step_count
+        # The ledger's LR cut on top of the scheduled LR for this step (undone by the post-hook).
+        self._lr_cut.apply(self.guard, step)
         if not self.guard.before_optimizer_step(self._loss) or self.guard.halted:
+            # The update is dropped: undo the cut now, since an fp16 overflow also makes the
+            # GradScaler skip optimizer.step(), and then the post-hook would never run.
+            self._lr_cut.restore()
             acc = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
             batch = int(getattr(trainer.fit_loop.epoch_loop, "batch_idx", step)) - (acc - 1)
             self.positions.note(step, trainer.current_epoch, max(batch, 0))
         if self.guard.halted:
             trainer.should_stop = True
 
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        # Only still pending if the optimizer skipped its step without the guard dropping it (an
+        # fp16 overflow in shadow mode): put the LRs back before anything saves them.
+        self._lr_cut.restore()
+
     def on_fit_end(self, trainer, pl_module) -> None:
+        self._lr_cut.restore()
+        if self._lr_hook is not None:
+            self._lr_hook.remove()
+            self._lr_hook = None
         if self.guard is not None:
             self.guard.close()
         exit_for_restart(self.guard, self.restart_on_rollback)

@@ -212,6 +212,11 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
         if any(d.format == "hf_trainer_state" for d in duplicates):
             dropped += [src for src in hf_sources if src not in dropped]  # the checkpoints collapse() merged
         log.metadata["duplicate_sources"] = dropped
+        kept_formats = {g.format for g in logs}
+        copies = [src for d in duplicates if d.format in kept_formats for src in d.sources]
+        if copies:  # a file copied twice into a directory: say so, it is not a resume
+            warnings.append(f"{', '.join(copies)}: the same points as another {'file' if len(copies) == 1 else 'set of files'} "
+                            "of this run (a copy): read once")
     if warnings:
         log.metadata["warnings"] = list(log.metadata.get("warnings", [])) + warnings
     return log

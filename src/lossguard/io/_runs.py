@@ -12,18 +12,21 @@ A run directory as the real writers leave it holds more than one log of the same
 The rules (:func:`one_run`):
 
 1. Side files (:func:`is_side_file`) are never sniffed; they are listed as skipped.
-2. Logs of different formats are compared on a metric they share (loss first). When every point of
-   one, at the steps both logged, equals a point of the other (to float32, as TensorBoard stores
-   it), and one has no step the other lacks, that one is a copy: its points are not read, it is
-   listed in ``metadata["duplicate_sources"]`` (its events, e.g. the guard's decisions, are kept).
-   When each is a copy of the other, :data:`SOURCE_PREFERENCE` picks. Points are never counted
-   twice; a resume that another tool logged on from an exact checkpoint (same points where they
-   overlap, new steps after) is not a copy.
-3. When they differ and the later one starts no later than the earlier one's second logged step,
-   they are separate runs (two launches from scratch): an error names both sets of files and how to
-   read one (a narrower path, or ``--only``).
-4. Otherwise (no shared step, or a later start: a resume or a rollback written by another tool) the
-   parts are segments of one run.
+2. Every two logs, of one format or of two, are compared on a metric they share (loss first).
+   When every point of one, at the steps both logged, equals a point of the other (to float32, as
+   TensorBoard stores it), and one has no step the other lacks, that one is a copy: its points are
+   not read, it is listed in ``metadata["duplicate_sources"]`` (its events, e.g. the guard's
+   decisions, are kept). Between formats :data:`SOURCE_PREFERENCE` picks which is kept; between
+   two files of one format (a file copied twice) the first, and :func:`~lossguard.io.read_log`
+   warns. Points are never counted twice; a resume logged on from an exact checkpoint (same points
+   where they overlap, new steps after) is not a copy.
+3. Two logs contradict each other when they differ at the steps both logged and the later one
+   starts no later than the earlier one's second logged step: a resume or a rollback starts from a
+   checkpoint taken after the run logged something, so these are two launches from scratch. The
+   logs are grouped into the runs they look like (:func:`_apparent_runs`); more than one is an
+   error that names the files of each run and how to read one (a narrower path, or ``--only``).
+4. Otherwise (no shared step, or a later start: a resume or a rollback, in any format) the parts are
+   segments of one run.
 5. Logs that name their run (W&B run ids) are separate runs when the ids differ.
 """
 from __future__ import annotations
@@ -108,17 +111,18 @@ def explain_unreadable(skipped: list[str]) -> LossguardError | None:
     return None
 
 
-def _points(logs: list[RunLog], metric: str) -> tuple[np.ndarray, np.ndarray]:
-    parts = [log.series[metric] for log in logs if metric in log.series]
-    steps = np.concatenate([p.steps for p in parts])
-    values = np.concatenate([p.values for p in parts]).astype(np.float32)
-    return steps, values
+def _points(log: RunLog, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    s = log.series[metric]
+    return s.steps, s.values.astype(np.float32)
 
 
-def _at(points: tuple[np.ndarray, np.ndarray], steps: np.ndarray) -> set[tuple[int, int]]:
-    """The (step, float32 bit pattern) pairs of ``points`` at ``steps``: NaN equals NaN, as logged."""
+def _at(points: tuple[np.ndarray, np.ndarray], steps: np.ndarray) -> np.ndarray:
+    """The distinct (step, float32 bit pattern) pairs of ``points`` at ``steps``, each packed in one
+    int64 (NaN equals NaN, as logged): compared with numpy, a million-point copy costs no Python set."""
     keep = np.isin(points[0], steps)
-    return set(zip(points[0][keep].tolist(), points[1][keep].view(np.int32).tolist()))
+    step = points[0][keep].astype(np.int64)
+    bits = points[1][keep].view(np.uint32).astype(np.int64)
+    return np.unique((step << 32) | bits)
 
 
 def _same_points(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> bool | None:
@@ -127,14 +131,67 @@ def _same_points(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarr
     common = np.intersect1d(a[0], b[0])
     if not len(common):
         return None
+    if common.min() < 0 or common.max() >= 2 ** 31:  # does not pack into 32 bits: compare as sets
+        pairs = [set(zip(p[0][np.isin(p[0], common)].tolist(),
+                         p[1][np.isin(p[0], common)].view(np.int32).tolist())) for p in (a, b)]
+        small, big = sorted(pairs, key=len)
+        return small <= big
     small, big = sorted((_at(a, common), _at(b, common)), key=len)
-    return small <= big
+    return bool(np.isin(small, big, assume_unique=True).all())
 
 
 def _files(logs: list[RunLog]) -> str:
     sources = [s for log in logs for s in log.sources]
     shown = ", ".join(sources[:3])
     return shown + (f" and {len(sources) - 3} more" if len(sources) > 3 else "")
+
+
+def _rank(fmt: str) -> int:
+    return SOURCE_PREFERENCE.index(fmt) if fmt in SOURCE_PREFERENCE else len(SOURCE_PREFERENCE)
+
+
+class _Pair:
+    """Two logs compared on the first metric of :data:`_COMPARED` both have (None when none)."""
+
+    def __init__(self, a: RunLog, b: RunLog) -> None:
+        self.metric = next((m for m in _COMPARED if m in a.series and m in b.series
+                            and len(a.series[m]) and len(b.series[m])), None)
+        if self.metric is not None:
+            self.a, self.b = _points(a, self.metric), _points(b, self.metric)
+            self.same = _same_points(self.a, self.b)
+
+    def copy(self) -> str | None:
+        """"a" or "b" when that side's points are all points of the other ("a" on a tie), else None.
+
+        A copy holds the same points at the steps both logged, and no step the other lacks: an HF
+        ``trainer_state.json`` beside the events, a file copied twice into a directory; not a
+        resume logged on from a deterministic checkpoint (same points where they overlap, new
+        steps after).
+        """
+        if self.metric is None or not self.same:
+            return None
+        if np.isin(self.a[0], self.b[0]).all():
+            return "a"
+        if np.isin(self.b[0], self.a[0]).all():
+            return "b"
+        return None
+
+    def contradiction(self) -> str | None:
+        """Why the two cannot be parts of one run, or None.
+
+        A resume or a rollback starts from a checkpoint taken after the run logged something, so it
+        starts later than the run's second logged step; two logs that start no later than that
+        with different values at the steps both logged are two launches from scratch.
+        """
+        if self.metric is None or self.same is not False:
+            return None  # nothing to compare, no shared step, or the same points: no contradiction
+        first, later = sorted((self.a, self.b), key=lambda p: int(p[0].min()))
+        starts = np.unique(first[0])[:2]
+        if int(later[0].min()) > int(starts[-1]):
+            return None
+        where = (f"both start at step {int(first[0].min())}" if int(later[0].min()) == int(first[0].min())
+                 else f"they start at steps {int(first[0].min())} and {int(later[0].min())}")
+        return f"{where} with different {self.metric} values, and a resume starts later, at a checkpoint"
 
 
 def one_run(logs: list[RunLog]) -> tuple[list[RunLog], list[RunLog]]:
@@ -144,76 +201,64 @@ def one_run(logs: list[RunLog]) -> tuple[list[RunLog], list[RunLog]]:
         logs: unstitched RunLogs, one per file or run directory, in reading order.
 
     Returns:
-        The logs to merge, and the logs dropped as duplicates of a preferred one (their events,
-        such as the guard's decisions in its JSONL log, are still worth keeping).
+        The logs to merge, and the logs dropped as copies of a kept one (their events, such as the
+        guard's decisions in its JSONL log, are still worth keeping); both in reading order.
 
     Raises:
-        LossguardError: the logs are separate runs; the message names the files of each.
+        LossguardError: the logs look like separate runs; the message names the files of each.
     """
     ids = {log.metadata.get("run_id") for log in logs if log.metadata.get("run_id")}
     if len(ids) > 1:
         groups = {i: [log for log in logs if log.metadata.get("run_id") == i] for i in sorted(ids)}
         raise _separate("W&B runs " + ", ".join(repr(i) for i in groups), list(groups.values()))
-    by_format: dict[str, list[RunLog]] = {}
-    for log in logs:
-        by_format.setdefault(log.format, []).append(log)
-    if len(by_format) < 2:
+    if len(logs) < 2:
         return logs, []
-    formats = sorted(by_format, key=lambda f: SOURCE_PREFERENCE.index(f) if f in SOURCE_PREFERENCE else len(SOURCE_PREFERENCE))
-    kept: list[str] = []
-    dropped: list[str] = []
-    for fmt in formats:
-        for other in list(kept):
-            copy = _copy_of(fmt, other, by_format)
-            if copy == fmt:
-                dropped.append(fmt)
+    kept: list[int] = []
+    dropped: list[int] = []
+    for i in sorted(range(len(logs)), key=lambda i: (_rank(logs[i].format), i)):  # preferred first
+        for j in list(kept):
+            copy = _Pair(logs[i], logs[j]).copy()
+            if copy == "a":
+                dropped.append(i)
                 break
-            if copy == other:
-                kept.remove(other)
-                dropped.append(other)
+            if copy == "b":
+                kept.remove(j)
+                dropped.append(j)
         else:
-            kept.append(fmt)
-    return [log for log in logs if log.format in kept], [log for log in logs if log.format in dropped]
+            kept.append(i)
+    runs, why = _apparent_runs([logs[i] for i in sorted(kept)])
+    if len(runs) > 1:
+        formats = sorted({log.format for log in logs})
+        raise _separate(f"{' and '.join(formats)} logs", runs, detail=why)
+    return [logs[i] for i in sorted(kept)], [logs[i] for i in sorted(dropped)]
 
 
-def _copy_of(fmt: str, other: str, by_format: dict[str, list[RunLog]]) -> str | None:
-    """Which of two formats' logs is a copy of the other's points (``fmt`` on a tie), or None.
+def _apparent_runs(logs: list[RunLog]) -> tuple[list[list[RunLog]], str]:
+    """Group ``logs`` into the runs they look like, and the first contradiction that split them.
 
-    A copy holds the same points at the steps both logged, and no step the other lacks: an HF
-    ``trainer_state.json`` beside the events, not a resume that a second tool logged on from a
-    deterministic checkpoint (same points where they overlap, new steps after).
-
-    Raises:
-        LossguardError: the two are separate runs: they start at the same step with different values.
+    In order of their first step, each log joins the first group none of whose logs it
+    contradicts (:meth:`_Pair.contradiction`); a log that continues any run (a later start, no
+    shared step) joins the first.
     """
-    group, theirs_logs = by_format[fmt], by_format[other]
-    metric = next((m for m in _COMPARED if any(m in g.series for g in group)
-                   and any(m in g.series for g in theirs_logs)), None)
-    if metric is None:
-        return None  # nothing in common to compare: complementary logs of one run
-    mine, theirs = _points(group, metric), _points(theirs_logs, metric)
-    same = _same_points(mine, theirs)
-    if same:
-        if np.isin(mine[0], theirs[0]).all():
-            return fmt
-        if np.isin(theirs[0], mine[0]).all():
-            return other
-        return None
-    if same is False:
-        first, later = sorted((mine, theirs), key=lambda p: int(p[0].min()))
-        # A resume or rollback starts from a checkpoint taken after the first run logged
-        # something; a second launch from scratch starts where the first one did.
-        starts = np.unique(first[0])[:2]
-        if int(later[0].min()) <= int(starts[-1]):
-            raise _separate(f"{fmt} and {other} logs", [group, theirs_logs],
-                            detail=f"both start at step {int(first[0].min())} with different {metric} values")
-    return None
+    groups: list[list[RunLog]] = []
+    why = ""
+    for log in sorted(logs, key=lambda g: min((int(s.steps.min()) for s in g.series.values() if len(s)), default=0)):
+        for group in groups:
+            reasons = [r for other in group if (r := _Pair(log, other).contradiction())]
+            if not reasons:
+                group.append(log)
+                break
+            why = why or reasons[0]
+        else:
+            groups.append([log])
+    return groups, why
 
 
 def _separate(what: str, groups: list[list[RunLog]], detail: str = "") -> LossguardError:
     listing = "; ".join(f"run {i + 1}: {_files(g)}" for i, g in enumerate(groups))
+    example = Path(groups[0][0].sources[0]).name if groups[0] and groups[0][0].sources else "runs/*"
     return LossguardError(
-        f"these files look like {len(groups)} separate runs ({what}{', ' + detail if detail else ''}), "
+        f"these files look like {len(groups)} separate runs ({what}{': ' + detail if detail else ''}), "
         f"not one run: {listing}",
-        fix="read one run at a time: name a narrower path, or pick files with --only GLOB "
-            "(for example --only 'runs/*' or --only '*.csv')")
+        fix="read one run at a time: name a narrower path, or pick its files with --only GLOB "
+            f"(for example --only '{example}'; the glob matches file names or paths inside the directory)")
