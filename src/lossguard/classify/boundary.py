@@ -35,7 +35,7 @@ def _dead_gap(ctx: Context, seg: int, kind: str) -> dict | None:
 
 def repeated_data_pass(ctx: Context) -> None:
     """Repeated data after a resume (a dip below the extrapolated trend), and repeated sample ids."""
-    ev, st = ctx.ev, ctx.st
+    ev = ctx.ev
     for seg, b, kind in ctx.boundaries:
         f = repeated_after(ev.values, b, seg, ctx.cfg.resume)
         dl = _dead_gap(ctx, seg, kind)

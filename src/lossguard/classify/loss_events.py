@@ -119,7 +119,7 @@ against the three times longer slow stretch the test compares it with."""
 def _wide_drops(ctx: Context, first: int) -> None:
     """Falls wider than the trailing window (:func:`lossguard.detect.drop.find_wide_drops`) that no
     other event explains."""
-    ev, st, dcfg, claims = ctx.ev, ctx.st, ctx.dcfg, ctx.claims
+    ev, dcfg, claims = ctx.ev, ctx.dcfg, ctx.claims
     w, k = dcfg.outlier.window, ctx.interval
     if not np.isfinite(ev.noise).any():
         return
