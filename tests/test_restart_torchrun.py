@@ -5,6 +5,7 @@ checkpoint left on disk verifies."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -76,7 +77,8 @@ def test_restart_count_and_exit_codes(monkeypatch):
 @pytest.mark.slow  # ~10 restarts of a 2-rank torchrun job: about a minute
 def test_sigkill_one_rank_at_random_moments_ends_bitwise_equal(reference):
     tmp = reference
-    rng = random.Random(20261122)
+    # LOSSGUARD_KILL_SEED draws other kill moments: benchmarks/RESULTS.md runs this test as 10 trials.
+    rng = random.Random(int(os.environ.get("LOSSGUARD_KILL_SEED", "20261122")))
     kills, save_kills, plan = 0, 0, 11
     proc = subprocess.Popen(_cmd(tmp, "killed", "--progress", max_restarts=plan + 2), stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
