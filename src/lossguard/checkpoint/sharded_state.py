@@ -17,12 +17,12 @@ from typing import Any
 from ..errors import CheckpointError
 from .rng import capture_rng, restore_rng
 from .sharded import SHARDED_FORMAT
-from .state import _stateful
+from .state import StateParts
 
 __all__ = ["ShardedTrainState"]
 
 
-class ShardedTrainState:
+class ShardedTrainState(StateParts):
     """The complete resumable state of a sharded training loop, one part per rank.
 
     Args:
@@ -33,16 +33,6 @@ class ShardedTrainState:
         extras: other stateful objects by name, saved per rank.
         step: optimizer steps taken so far.
     """
-
-    def __init__(self, model, optimizer, *, scheduler=None, scaler=None, data=None,
-                 extras: dict[str, Any] | None = None, step: int = 0) -> None:
-        for name, obj in (("scheduler", scheduler), ("scaler", scaler), ("data", data)):
-            _stateful(name, obj)
-        self.extras = dict(extras or {})
-        for key, obj in self.extras.items():
-            _stateful(f"extras[{key!r}]", obj)
-        self.model, self.optimizer, self.scheduler, self.scaler, self.data = model, optimizer, scheduler, scaler, data
-        self.step = int(step)
 
     # ------------------------------------------------------------------ the two parts
     def sharded_state_dict(self) -> dict[str, Any]:

@@ -31,7 +31,25 @@ def _stateful(name: str, obj: Any) -> None:
                               fix=f"pass an object with both methods as {name}, or None")
 
 
-class TrainState:
+class StateParts:
+    """The stateful objects of a training loop, each checked once for ``state_dict()`` /
+    ``load_state_dict()``; the base of :class:`TrainState` and its sharded twin
+    (:class:`lossguard.checkpoint.sharded_state.ShardedTrainState`), which differ only in how they
+    save them."""
+
+    def __init__(self, model, optimizer, *, scheduler=None, scaler=None, data=None,
+                 extras: dict[str, Any] | None = None, step: int = 0) -> None:
+        for name, obj in (("model", model), ("optimizer", optimizer), ("scheduler", scheduler),
+                          ("scaler", scaler), ("data", data)):
+            _stateful(name, obj)
+        self.extras = dict(extras or {})
+        for key, obj in self.extras.items():
+            _stateful(f"extras[{key!r}]", obj)
+        self.model, self.optimizer, self.scheduler, self.scaler, self.data = model, optimizer, scheduler, scaler, data
+        self.step = int(step)
+
+
+class TrainState(StateParts):
     """The complete resumable state of a training loop.
 
     Args:
@@ -45,17 +63,6 @@ class TrainState:
         extras: other stateful objects by name (e.g. ``{"guard": guard}``).
         step: optimizer steps taken so far; the loop increments :attr:`step` after each step.
     """
-
-    def __init__(self, model, optimizer, *, scheduler=None, scaler=None, data=None,
-                 extras: dict[str, Any] | None = None, step: int = 0) -> None:
-        for name, obj in (("model", model), ("optimizer", optimizer), ("scheduler", scheduler),
-                          ("scaler", scaler), ("data", data)):
-            _stateful(name, obj)
-        self.extras = dict(extras or {})
-        for key, obj in self.extras.items():
-            _stateful(f"extras[{key!r}]", obj)
-        self.model, self.optimizer, self.scheduler, self.scaler, self.data = model, optimizer, scheduler, scaler, data
-        self.step = int(step)
 
     def _parts(self) -> dict[str, Any]:
         return {"model": self.model, "optimizer": self.optimizer, "scheduler": self.scheduler,
