@@ -118,7 +118,7 @@ def test_registry_order():
     assert {"hf_trainer_state", "wandb", "lightning"} <= set(available_formats())
 
 
-# Known point counts from ../shared/real-logs/README.md ("Points: ...").
+# Known point counts from tests/data/real-logs/README.md ("Points: ...").
 REAL = {
     "bigscience_tr11_176b_excerpts.csv": (34, 11),
     "dschat_rlhf_opt1p3b_ppo.csv": (477, 1),

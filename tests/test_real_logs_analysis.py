@@ -1,4 +1,4 @@
-"""Known answers on real published logs (see ../shared/real-logs/README.md)."""
+"""Known answers on real published logs (see tests/data/real-logs/README.md)."""
 from __future__ import annotations
 
 import pytest
