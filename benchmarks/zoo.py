@@ -34,9 +34,10 @@ WITHIN = 0.02
 """A rescued run ends within this relative distance of its clean reference (the issue's 2%)."""
 
 
-def grid(families=None, scenarios=None):
-    """Every RunSpec of the benchmark, in a stable order."""
-    from lossguard.testing.zoo import FAMILIES, Optim, RunSpec, Scenario, Schedule
+def grid(families=None, scenarios=None, scenario_seeds=(0,)):
+    """Every RunSpec of the benchmark, in a stable order: healthy runs on seeds 0 and 1, the fault
+    scenarios on ``scenario_seeds`` (each with its unguarded healthy reference)."""
+    from lossguard.testing.zoo import FAMILIES, Optim, RunSpec, Scenario, Schedule, Trainer
 
     names = families or list(FAMILIES)
     wanted = set(scenarios or [s.value for s in Scenario])
@@ -45,31 +46,38 @@ def grid(families=None, scenarios=None):
         fam = FAMILIES[name]
         for i, bs in enumerate(fam.batch_sizes):
             for opt in Optim:
-                for seed in (0, 1):
+                for seed in sorted({0, 1} | set(scenario_seeds)):
                     sched = Schedule.WARMUP_COSINE if (seed + i) % 2 == 0 else Schedule.WARMUP_CONSTANT
                     base = RunSpec(family=name, seed=seed, batch_size=bs, optimizer=opt, schedule=sched,
                                    steps=fam.steps)
-                    if "healthy" in wanted or seed == 0:
-                        specs += [base, base.with_(guarded=True)] if "healthy" in wanted else [base]
-                    if seed != 0:
+                    if "healthy" in wanted and seed in (0, 1):
+                        specs += [base, base.with_(guarded=True)]
+                    elif seed in scenario_seeds:
+                        specs.append(base)  # the clean reference of this seed's fault runs
+                    if seed not in scenario_seeds:
                         continue
                     for sc in (Scenario.BAD_POCKET, Scenario.LR_JUMP, Scenario.EARLY_HUGE):
                         if sc.value in wanted:
                             specs += [base.with_(scenario=sc), base.with_(scenario=sc, guarded=True)]
+                    if Scenario.BAD_POCKET.value in wanted and fam.trainer is Trainer.PLAIN:
+                        specs.append(base.with_(scenario=Scenario.BAD_POCKET, oracle=True))
                     if Scenario.EARLY_NAN.value in wanted:
                         specs.append(base.with_(scenario=Scenario.EARLY_NAN, guarded=True))
     return specs
 
 
-def one(spec_dict: dict) -> dict:
-    """Run one spec (in a worker process); returns its outcome as a dict."""
+def one(spec_dict: dict, config_path: str | None = None) -> dict:
+    """Run one spec (in a worker process) with the guard's defaults, or the guard configuration in
+    ``config_path`` (TOML, as ``lossguard simulate --config`` reads it); returns its outcome as a dict."""
     import torch
 
     torch.set_num_threads(1)
+    from lossguard.guard.config_file import load_config
     from lossguard.testing.zoo import Outcome, run
 
     spec = Outcome.from_dict({"spec": spec_dict}).spec
-    return run(spec).to_dict()
+    config = load_config(config_path) if config_path and spec.guarded else None
+    return run(spec, config=config).to_dict()
 
 
 def _spec_dict(spec) -> dict:
@@ -118,10 +126,18 @@ def summarise(rows: list[dict]) -> str:
                              f"gap {_pct_gap(gap(r))}")
         for sc in ("bad_pocket", "lr_jump"):
             g = [r for r in sel if r["spec"]["scenario"] == sc and r["spec"]["guarded"]]
-            u = [r for r in sel if r["spec"]["scenario"] == sc and not r["spec"]["guarded"]]
+            u = [r for r in sel if r["spec"]["scenario"] == sc and not r["spec"]["guarded"]
+                 and not r["spec"].get("oracle")]
+            o = [r for r in sel if r["spec"]["scenario"] == sc and r["spec"].get("oracle")]
             if not g:
                 continue
             gg, ug = [gap(r) for r in g], [gap(r) for r in u]
+            if o:
+                og = [gap(r) for r in o]
+                lines.append(f"{sc} oracle control (unguarded, the pocket dropped exactly): within 2% of clean "
+                             f"{_pct(sum(x is not None and x <= WITHIN for x in og), len(o))}; median gap "
+                             f"{_median(og) * 100:+.1f}%; misses: " + (", ".join(
+                                 f"{_key(r)} {_pct_gap(gap(r))}" for r in o if (gap(r) or 0) > WITHIN) or "none"))
             lines.append(f"{sc}: guarded within 2% of clean {_pct(sum(x is not None and x <= WITHIN for x in gg), len(g))}, "
                          f"unguarded within 2% {_pct(sum(x is not None and x <= WITHIN for x in ug), len(u))}; "
                          f"guarded halts {sum(bool(r['halted']) for r in g)}; median gap guarded "
@@ -174,6 +190,9 @@ def main(argv=None) -> int:
     ap.add_argument("--scenarios", help="comma-separated subset of scenarios (healthy is always needed as reference)")
     ap.add_argument("--summary", nargs="+", help="print the summary of saved --out file(s) and exit (later "
                     "files' runs replace earlier ones of the same spec)")
+    ap.add_argument("--scenario-seeds", default="0",
+                    help="comma-separated seeds of the fault scenarios (default 0; each adds its clean references)")
+    ap.add_argument("--config", help="guard configuration (TOML) for the guarded runs; default: GuardConfig()")
     ap.add_argument("--guarded-only", action="store_true",
                     help="run only the guarded runs (the unguarded references come from an earlier --out)")
     a = ap.parse_args(argv)
@@ -184,18 +203,20 @@ def main(argv=None) -> int:
                 for line in fh:
                     if line.strip():
                         r = json.loads(line)
+                        r["spec"].setdefault("oracle", False)  # files written before the oracle control
                         rows[json.dumps(r["spec"], sort_keys=True)] = r
         print(summarise(list(rows.values())))
         return 0
     specs = grid(a.families.split(",") if a.families else None,
-                 a.scenarios.split(",") if a.scenarios else None)
+                 a.scenarios.split(",") if a.scenarios else None,
+                 tuple(int(x) for x in a.scenario_seeds.split(",")))
     if a.guarded_only:
         specs = [s for s in specs if s.guarded]
     print(f"{len(specs)} runs, {a.jobs} at once", flush=True)
     t0, rows = time.time(), []
     out = open(a.out, "w", encoding="utf-8") if a.out else None
     with ProcessPoolExecutor(a.jobs) as ex:
-        futs = [ex.submit(one, _spec_dict(s)) for s in specs]
+        futs = [ex.submit(one, _spec_dict(s), a.config) for s in specs]
         for f in as_completed(futs):
             r = f.result()
             rows.append(r)

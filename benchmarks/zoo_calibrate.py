@@ -9,7 +9,10 @@ norm, and prints, over all runs and steps after the first ``--skip`` steps:
   ``--q`` (the "own recent tail" a healthy excursion is measured against): quantiles and max;
 - the same ratio for the loss, and how large the loss z is on steps whose gradient norm is flagged;
 - during the first 5 steps (before the outlier test has a baseline): the largest grad-norm and loss
-  ratios to the first step's, and the grad norm relative to the parameter norm at step 0.
+  ratios to the first step's, and the grad norm relative to the parameter norm at step 0;
+- the loss-shift test's statistic: the most steps of any ``shift_window`` (16) in a row whose loss z
+  is at least 1.5 / 2.0 / 3.0 (the test fires at half the window), per run: with
+  ``--scenario bad_pocket`` the same for the pocket runs, and the first step it would fire.
 
     python benchmarks/zoo_calibrate.py --jobs 2
 """
@@ -59,9 +62,14 @@ def main(argv=None) -> int:
     from lossguard.testing.zoo import FAMILIES
 
     tuned = [n for n, f in FAMILIES.items() if f.tuned]
-    specs = [s for s in grid(tuned, [a.scenario]) if not s.guarded and s.scenario.value == a.scenario]
+    specs = [s for s in grid(tuned, [a.scenario]) if not s.guarded and not s.oracle and s.scenario.value == a.scenario]
     with ProcessPoolExecutor(a.jobs) as ex:
         results = list(ex.map(one, [_spec_dict(s) for s in specs]))
+    from lossguard.guard.evidence import EvidenceConfig
+
+    window = EvidenceConfig().shift_window
+    shift_max: dict[float, list] = {1.5: [], 2.0: [], 3.0: []}
+    shift_first: list = []
     ratios, lratios, lz_at_gn, nflag_l, nflag_g, n = [], [], [], 0, 0, 0
     cold_g, cold_l, g0_over_p = [], [], []
     per_family, rises = {}, {}
@@ -80,6 +88,14 @@ def main(argv=None) -> int:
         base = ls.baseline[a.window:]
         best = np.fmin.accumulate(base)
         rises.setdefault(fam, []).append(float(np.nanmax(base / best - 1.0)) if len(base) else 0.0)
+        for thr, out in shift_max.items():
+            with np.errstate(invalid="ignore"):
+                up = (ls.z >= thr).astype(int)
+            count = np.convolve(up, np.ones(window, dtype=int))[:len(up)]
+            out.append(int(count.max()))
+            if thr == EvidenceConfig().shift_z:
+                fire = np.flatnonzero(2 * count >= window)
+                shift_first.append(int(fire[0]) if len(fire) else None)
         cold_g.append(np.max(gn[:5] / gn[0]))
         cold_l.append(np.max(loss[:5] / loss[0]))
         g0_over_p.append(gn[0] / pn)
@@ -98,6 +114,10 @@ def main(argv=None) -> int:
         f"{f} max {max(v):.3f} median {np.median(v):.3f}" for f, v in rises.items()))
     print(f"first 5 steps: max grad_norm/first {max(cold_g):.2f}, max loss/first {max(cold_l):.2f}; "
           f"grad_norm(step 0)/param_norm max {max(g0_over_p):.3g}")
+    print(f"loss-shift statistic (most of {window} steps in a row with loss z >= thr; fires at {window // 2}): " + "; ".join(
+        f"z>={thr:g}: max {max(v)}, runs reaching {window // 2}: {sum(x >= window // 2 for x in v)}/{len(v)}"
+        for thr, v in shift_max.items()))
+    print(f"first step the loss-shift test (defaults) fires, per run: {shift_first}")
     return 0
 
 

@@ -44,6 +44,7 @@ def _every_kind(seed: int):
     loss[3] *= 20.0
     loss[520] += 0.15
     gn[520] = 4.0 * np.median(gn[400:520])
+    loss[560:580] += 0.15   # a pocket: 20 steps ~4 noise units above the lagging baseline, none an outlier
     return loss, gn
 
 
@@ -71,6 +72,10 @@ def test_host_device_and_vectorised_twins_agree(seed):
     fired = {Evidence(int(e)) for e in ev}
     assert fired == set(Evidence), set(Evidence) - fired
     assert Evidence(int(ev[3])) is Evidence.COLD_BOUND and Evidence(int(ev[520])) is Evidence.GRAD_AND_LOSS
+    shifted = [v for v in host if v.evidence is Evidence.LOSS_SHIFT]
+    assert shifted and all(560 <= v.step < 580 + 16 for v in shifted)
+    assert [v.onset_lag for v in host] == [v.onset_lag for v in device]
+    assert {v.onset_lag for v in shifted} == {cfg.evidence.shift_window - 1}
 
 
 def test_what_fires_on_planted_trouble_and_nothing_else():
@@ -109,19 +114,22 @@ def test_evidence_config_names_its_bad_fields():
         EvidenceConfig(grad_tail_quantile=0)
 
 
-def test_judge_state_round_trips_between_twins():
-    loss, gn = _run(1)
+@pytest.mark.parametrize("cut", [200, 570])   # 570: inside the planted pocket, shift flags half full
+def test_judge_state_round_trips_between_twins(cut):
+    loss, gn = _every_kind(1)
     cfg = GuardConfig()
     a = HostJudge(cfg.loss, cfg.grad_norm, evidence=cfg.evidence)
-    for x, y in zip(loss[:200], gn[:200]):
+    for x, y in zip(loss[:cut], gn[:cut]):
         a.judge(float(x), float(y))
     d = DeviceJudge(cfg.loss, cfg.grad_norm, evidence=cfg.evidence, device="cpu")
     d.load_state_dict(a.state_dict())
-    for x, y in zip(loss[200:], gn[200:]):
+    assert d.state_dict()["shift"] == a.state_dict()["shift"]
+    for x, y in zip(loss[cut:], gn[cut:]):
         ha = a.judge(float(x), float(y))
         da = d.judge(torch.tensor(x, dtype=torch.float64), torch.tensor(y, dtype=torch.float64))
         assert bool(ha.bad) == bool(da.bad)
-        assert ha.packed[-1] == float(da.packed[-1])
+        assert ha.packed == da.packed.tolist() or np.allclose(ha.packed, da.packed.tolist(), equal_nan=True)
+    assert d.state_dict()["shift"] == a.state_dict()["shift"]
     assert math.isclose(a.state_dict()["grad_norm_tail"]["tail"], d.state_dict()["grad_norm_tail"]["tail"])
 
 

@@ -108,3 +108,30 @@ def test_the_hf_family_rolls_back_through_the_restart_path(tmp_path):
     (start, stop), = ledger["skip_ranges"]
     assert start <= 240 < stop and ledger["resume_from"] is None   # the pocket: positions 240-259
     assert ledger["last_rollback"]["to_step"] <= start - 100     # rollback_distance (default 100)
+
+
+def test_the_oracle_control_is_an_unguarded_pocket_run_only():
+    """The oracle (the pocket dropped exactly: the floor of "within 2%") is a bad-pocket control."""
+    from lossguard.errors import LossguardError
+
+    with pytest.raises(LossguardError, match="oracle"):
+        RunSpec(family="mlp", scenario=Scenario.BAD_POCKET, guarded=True, oracle=True)
+    with pytest.raises(LossguardError, match="oracle"):
+        RunSpec(family="mlp", oracle=True)
+    spec = RunSpec(family="mlp", batch_size=128, steps=100, scenario=Scenario.BAD_POCKET, oracle=True)
+    dropped, clean = run(spec), run(spec.with_(scenario=Scenario.HEALTHY, oracle=False))
+    assert dropped.steps == clean.steps == 100 and dropped.final_val != clean.final_val  # other data, same steps
+
+
+def test_a_pocket_no_single_step_sees_is_caught_by_the_loss_shift_test():
+    """The encoder's garbage-token pocket lifts the loss ~2-3 noise units for 20 steps: no step is an
+    outlier (the guard before the loss-shift test did nothing, +5.7% vs clean, as unguarded). Half of
+    16 steps elevated now opens an episode back-dated to the window's start; the rollback skips the pocket."""
+    spec = RunSpec(family="encoder", batch_size=16, optimizer=Optim.ADAMW, scenario=Scenario.BAD_POCKET)
+    out = run(spec.with_(guarded=True))
+    assert out.rollbacks >= 1 and not out.halted
+    shift = [r for r in out.reasons if r[1] == "skip" and any("loss shift" in x for x in r[2])]
+    assert shift, out.reasons
+    clean = run(spec.with_(scenario=Scenario.HEALTHY))
+    unguarded = run(spec)
+    assert out.final_val < unguarded.final_val and out.final_val <= 1.02 * clean.final_val

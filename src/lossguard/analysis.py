@@ -109,9 +109,19 @@ def analyze(log: RunLog, *, checkpoints: Sequence[int] | None = None, settings: 
     found = find_incidents(log, settings)
     ck = sorted(int(c) for c in checkpoints) if checkpoints is not None else None
     return Analysis(
-        log=log, incidents=found.incidents, plans=make_plans(found.incidents, checkpoints=ck, cfg=plan),
+        log=log, incidents=found.incidents, plans=make_plans(found.incidents, checkpoints=ck, cfg=plan,
+                                                          run_steps=_run_steps(log, found.metric)),
         guard_actions=[dict(e) for e in log.events], settings={"analyze": settings.to_dict(), "plan": _plan_dict(plan)},
         metric=found.metric, log_interval=found.interval, checkpoints=ck, notes=found.notes)
+
+
+def _run_steps(log: RunLog, metric: str | None) -> int | None:
+    """The log's length in steps (its last step + 1), standing for the run's: it bounds the plans'
+    skip margin as the run's length bounds the guard's."""
+    if metric is None or metric not in log.metrics:
+        return None
+    steps, _ = log.live(metric)
+    return int(steps[-1]) + 1 if len(steps) else None
 
 
 def _plan_dict(plan: PlanConfig) -> dict[str, Any]:

@@ -134,8 +134,9 @@ def _episode(inc: Incident) -> Episode:
 
 
 def plan_for(index: int, inc: Incident, incidents: Sequence[Incident], cfg: PlanConfig,
-             checkpoints: Sequence[int] | None) -> RecoveryPlan:
-    """The suggested recovery for one incident."""
+             checkpoints: Sequence[int] | None, run_steps: int | None = None) -> RecoveryPlan:
+    """The suggested recovery for one incident (``run_steps``, the log's length, bounds the skip
+    margin: :meth:`RecoveryRecipe.margin_for`)."""
     p = RecoveryPlan(incident=index, action=Action.WATCH)
     kind = inc.kind
     loss_spikes = (K.SPIKE_FAST, K.SPIKE_SLOW, K.SPIKE_NO_RECOVERY)
@@ -157,9 +158,12 @@ def plan_for(index: int, inc: Incident, incidents: Sequence[Incident], cfg: Plan
         p.reasons.append(why)
         p.reasons.append(how[0].upper() + how[1:])
         if skip and step is not None:
-            r = p.skip_batches = _episode(inc).skip_range(cfg.recipe.skip_margin)
+            margin = cfg.recipe.margin_for(run_steps)
+            r = p.skip_batches = _episode(inc).skip_range(margin)
+            scaled = "" if margin == cfg.recipe.skip_margin else (
+                f", {cfg.recipe.max_skip_fraction:g} of the run's {run_steps} steps")
             p.reasons.append(f"Skip batches [{r.start}, {r.stop}) ({len(r)} batches): the episode's data plus a "
-                             f"margin of {cfg.recipe.skip_margin} (PaLM skipped 200-500).")
+                             f"margin of {margin}{scaled} (PaLM skipped 200-500).")
 
     if kind == K.SPIKE_FAST and not repeated:
         p.reasons.append("The loss came back by itself within the fast budget; no action needed. "
@@ -235,8 +239,9 @@ def plan_for(index: int, inc: Incident, incidents: Sequence[Incident], cfg: Plan
 
 
 def make_plans(incidents: Sequence[Incident], *, checkpoints: Sequence[int] | None = None,
-               cfg: PlanConfig | None = None) -> list[RecoveryPlan]:
-    """One plan per incident, in the same order."""
+               cfg: PlanConfig | None = None, run_steps: int | None = None) -> list[RecoveryPlan]:
+    """One plan per incident, in the same order; ``run_steps`` (the log's length, when known)
+    bounds the skip margin as it does in the guard."""
     cfg = cfg or PlanConfig()
     ck = sorted(checkpoints) if checkpoints is not None else None
-    return [plan_for(i, inc, incidents, cfg, ck) for i, inc in enumerate(incidents)]
+    return [plan_for(i, inc, incidents, cfg, ck, run_steps) for i, inc in enumerate(incidents)]

@@ -167,7 +167,8 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
                      "checkpoints assumed at step 0 only (checkpoint_every is None)")
     else:
         ck = sorted(int(c) for c in checkpoints)
-    policy = RecoveryPolicy(cfg)
+    # The log's length stands for the run's (it bounds the skip margin, as the live guard's steps= does).
+    policy = RecoveryPolicy(cfg, run_steps=int(steps[-1]) + 1 if len(steps) else None)
     sim = Simulation(steps=len(steps), first_step=int(steps[0]) if len(steps) else None,
                      last_step=int(steps[-1]) if len(steps) else None, checkpoints=ck, config=asdict(cfg), notes=notes)
 
@@ -175,7 +176,8 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
         return Verdict(step=int(steps[i]), batch_index=int(batch[i]), loss=float(loss[i]), grad_norm=float(gn_vals[i]),
                        loss_z=float(ls.z[i]), grad_norm_z=float(gn_z[i]), loss_baseline=float(ls.baseline[i]),
                        loss_outlier=bool(ls.outlier[i]), grad_norm_outlier=bool(gn_out[i]), overflow=False,
-                       bad=bool(bad[i]), grad_norm_ratio=float(gn_ratio[i]), evidence=Evidence(int(evidence[i])))
+                       bad=bool(bad[i]), grad_norm_ratio=float(gn_ratio[i]), evidence=Evidence(int(evidence[i])),
+                       onset_lag=cfg.evidence.shift_window - 1 if evidence[i] == int(Evidence.LOSS_SHIFT) else 0)
 
     # The policy changes state on bad verdicts and, through its loss-rise rule, on good ones where
     # that rule fires. Both are found vectorised; the policy is fed only those steps, in order, and

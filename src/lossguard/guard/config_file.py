@@ -92,7 +92,7 @@ def _nested(table: str, value: Any, source) -> Any:
             raise LossguardError(f"unknown guard setting {table}.{key!r}", path=source, where=f"{table}.{key}",
                                  fix=f"use one of: {', '.join(sorted(known))}")
     try:
-        return cls(**value)
+        return cls(**{k: None if v == "none" else v for k, v in value.items()})  # "none": an optional field off
     except LossguardError as exc:
         raise LossguardError(f"bad guard setting in [{table}]: {exc}", path=source,
                              fix="correct the value(s) named above") from None

@@ -14,6 +14,10 @@ evidence that means trouble:
   loss is at least ``joint_loss_z`` noise units above its baseline on the same step;
 - a **grad-norm excursion far beyond its own recent tail**: more than ``grad_tail_factor`` times the
   ``grad_tail_quantile`` quantile of the grad norm's own trailing window (:mod:`.tail`);
+- a **sustained loss shift**: the loss at least ``shift_z`` noise units above its baseline on half
+  of the latest ``shift_window`` steps, though no single step is an outlier (a pocket of bad
+  data whose batches each look almost normal); the episode it opens starts at the window's start
+  (:mod:`lossguard.recovery` back-dates it by the verdict's ``onset_lag``);
 - **before the statistics are warm** (the loss test has fewer than ``min_points`` values) an
   absolute sanity bound relative to the first steps: a grad norm above ``cold_grad_factor`` times
   the largest accepted one so far (at the very first step: times the parameter norm), or a
@@ -25,12 +29,13 @@ so the log and a halt's diagnosis name the test, never decided from prose.
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
 from ..errors import raise_all
 from ..recovery.verdict import Evidence
 
-__all__ = ["ColdBound", "Evidence", "EvidenceConfig", "grad_evidence"]
+__all__ = ["ColdBound", "Evidence", "EvidenceConfig", "LossShift", "grad_evidence"]
 
 
 @dataclass(kw_only=True)
@@ -60,9 +65,26 @@ class EvidenceConfig:
     """First steps: a positive loss above this multiple of the largest accepted first loss is bad
     (healthy first losses of the tuned families stay within 1.13x of the first; 10x is garbage)."""
 
+    shift_z: float | None = 2.0
+    """The loss-shift test: a step's loss is *elevated* at this many noise units (the loss test's z)
+    above its baseline; None disables the test. See ``shift_window``."""
+    shift_window: int = 16
+    """The loss-shift test fires when at least half of the latest ``shift_window`` steps were
+    elevated. Measured on the tuned zoo families (48 healthy runs, 21,600 steps, unguarded; the
+    script is in ``benchmarks/RESULTS.md``): at most 4 of any 16 consecutive healthy steps reach z >= 2
+    (at z >= 1.5, 6), so 8 of 16 leaves a margin of 2x; a 20-batch pocket of garbage tokens that no
+    single-step test sees (the encoder classifier) has 11-16 of 16 elevated within 11 steps of its
+    start. A short window keeps the back-dated onset close: a pocket's first batches are skipped
+    on the replay, not trained on again."""
+
     def problems(self) -> list[str]:
         """Every invalid field, one sentence each."""
         p = []
+        if self.shift_z is not None and not (isinstance(self.shift_z, (int, float)) and self.shift_z > 0):
+            p.append(f"evidence.shift_z must be > 0 or None, got {self.shift_z!r}")
+        if not (isinstance(self.shift_window, int) and not isinstance(self.shift_window, bool)
+                and self.shift_window >= 2):
+            p.append(f"evidence.shift_window must be an integer >= 2, got {self.shift_window!r}")
         if not (isinstance(self.joint_loss_z, (int, float)) and self.joint_loss_z >= 0):
             p.append(f"evidence.joint_loss_z must be >= 0, got {self.joint_loss_z!r}")
         if not (isinstance(self.grad_tail_quantile, (int, float)) and 0 < self.grad_tail_quantile <= 1):
@@ -85,6 +107,46 @@ def grad_evidence(cfg: EvidenceConfig, *, gn_outlier: bool, loss_z: float, ratio
     if gn_outlier and loss_z >= cfg.joint_loss_z:
         return Evidence.GRAD_AND_LOSS
     return Evidence.NONE
+
+
+class LossShift:
+    """The loss-shift test's window (host twin; the device judge keeps the same flags in a tensor).
+
+    Holds whether each of the latest ``shift_window`` steps had its loss elevated (z >= ``shift_z``;
+    a NaN z -- warm-up, a non-finite loss -- is not elevated).
+    """
+
+    def __init__(self, cfg: EvidenceConfig) -> None:
+        self.cfg = cfg
+        self.elevated: deque = deque(maxlen=cfg.shift_window)
+
+    def update(self, loss_z: float) -> bool:
+        """Take one step's loss z; True when half the window is elevated (the test fires)."""
+        if self.cfg.shift_z is None:
+            return False
+        self.elevated.append(bool(loss_z >= self.cfg.shift_z))
+        return 2 * sum(self.elevated) >= self.cfg.shift_window
+
+    def state_dict(self) -> dict:
+        """The flags, oldest first (timeline state)."""
+        return {"elevated": [bool(e) for e in self.elevated]}
+
+    def load_state_dict(self, sd: dict | None) -> None:
+        """Restore :meth:`state_dict` output (None: a checkpoint from before the test existed)."""
+        self.elevated = deque((bool(e) for e in (sd or {}).get("elevated", [])), maxlen=self.cfg.shift_window)
+
+
+def shift_series(loss_z, cfg: EvidenceConfig):
+    """The vectorised twin of :class:`LossShift` over a whole log: where the test fires."""
+    import numpy as np
+
+    z = np.asarray(loss_z, dtype=np.float64)
+    if cfg.shift_z is None:
+        return np.zeros(len(z), dtype=bool)
+    with np.errstate(invalid="ignore"):
+        up = (z >= cfg.shift_z).astype(np.int64)
+    count = np.convolve(up, np.ones(cfg.shift_window, dtype=np.int64))[:len(z)]  # the trailing window's sum
+    return 2 * count >= cfg.shift_window
 
 
 class ColdBound:
@@ -167,11 +229,13 @@ def evidence_series(loss, loss_scores, grad_norm, present, grad_scores, config) 
         tail_hit = ratio > ev_cfg.grad_tail_factor
         joint_hit = gn_stat & (loss_scores.z >= ev_cfg.joint_loss_z)
     grad_hit = present & gn_finite & (tail_hit | joint_hit) & ~nonfinite & ~loss_hit
+    shift_hit = shift_series(loss_scores.z, ev_cfg) & ~nonfinite & ~loss_hit & ~grad_hit
     ev = np.zeros(n, dtype=np.int64)
     ev[nonfinite] = int(Evidence.NON_FINITE)
     ev[loss_hit] = int(Evidence.LOSS)
     ev[grad_hit & ~tail_hit] = int(Evidence.GRAD_AND_LOSS)
     ev[grad_hit & tail_hit] = int(Evidence.GRAD_TAIL)
+    ev[shift_hit] = int(Evidence.LOSS_SHIFT)
     # The first steps: the loss test is cold until it has seen min_points finite losses.
     cold = ColdBound(ev_cfg)
     seen = 0

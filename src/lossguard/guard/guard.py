@@ -215,6 +215,8 @@ class StabilityGuard:
             TrainingHalted: the guard halted the run (with ``halt_raises``; else the loop just ends).
         """
         cfg = self.config
+        if steps is not None:
+            self.policy.run_steps = steps  # bounds the skip margin (RecoveryRecipe.margin_for)
         if self.store is not None and cfg.checkpoint_every \
                 and self.store.newest_at_or_before(self.step_count) is None:
             self.save()  # a rollback target from the very start

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..detect.outlier import OnlineOutlier, OutlierConfig
 from ..recovery.verdict import PACKED_FIELDS, Verdict
-from .evidence import ColdBound, Evidence, EvidenceConfig, grad_evidence
+from .evidence import ColdBound, Evidence, EvidenceConfig, LossShift, grad_evidence
 from .tail import OnlineTail
 
 
@@ -80,6 +80,7 @@ class HostJudge:
         self.grad_norm_tail = (OnlineTail(grad_norm, self.evidence.grad_tail_quantile)
                                if grad_norm is not None else None)
         self.cold = ColdBound(self.evidence)
+        self.shift = LossShift(self.evidence)
         self.has_scaler, self.shadow = has_scaler, shadow
 
     @property
@@ -93,6 +94,7 @@ class HostJudge:
         ``param_norm`` only matters at the very first step, for the sanity bound)."""
         cold = not self.warm
         lv = self.loss_test.update(loss)
+        shifted = self.shift.update(lv.z)
         gn_finite = math.isfinite(grad_norm)
         ratio, gn_z, gn_stat = math.nan, math.nan, False
         if self.grad_norm_test is not None:
@@ -109,6 +111,8 @@ class HostJudge:
             ev = grad_evidence(self.evidence, gn_outlier=gn_stat, loss_z=lv.z, ratio=ratio)
         else:
             ev = Evidence.NONE
+        if ev is Evidence.NONE and shifted and not overflow:
+            ev = Evidence.LOSS_SHIFT
         if cold and ev is Evidence.NONE and self.cold.check(loss, grad_norm if gn_finite else math.nan, param_norm):
             ev = Evidence.COLD_BOUND
         bad = ev is not Evidence.NONE
@@ -117,7 +121,8 @@ class HostJudge:
                   "loss_baseline": lv.baseline, "loss_outlier": float(lv.outlier), "grad_norm_outlier": float(gn_out),
                   "overflow": float(overflow), "bad": float(bad),
                   "local_loss": loss if local_loss is None else local_loss,
-                  "grad_norm_ratio": ratio, "evidence": float(int(ev))}
+                  "grad_norm_ratio": ratio, "evidence": float(int(ev)),
+                  "onset_lag": float(self.evidence.shift_window - 1 if ev is Evidence.LOSS_SHIFT else 0)}
         return Judgement(bad=bad, apply=self.shadow or not bad, packed=[float(values[k]) for k in PACKED_FIELDS])
 
     def state_dict(self) -> dict[str, Any]:
@@ -125,7 +130,7 @@ class HostJudge:
         return plain({"loss": self.loss_test.state_dict(),
                       "grad_norm": None if self.grad_norm_test is None else self.grad_norm_test.state_dict(),
                       "grad_norm_tail": None if self.grad_norm_tail is None else self.grad_norm_tail.state_dict(),
-                      "cold": self.cold.state_dict()})
+                      "cold": self.cold.state_dict(), "shift": self.shift.state_dict()})
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output (also accepts a :class:`DeviceJudge`'s)."""
@@ -135,6 +140,7 @@ class HostJudge:
         if self.grad_norm_tail is not None:
             self.grad_norm_tail.load_state_dict(sd.get("grad_norm_tail"))
         self.cold.load_state_dict(sd.get("cold"))
+        self.shift.load_state_dict(sd.get("shift"))
 
 
 class DeviceJudge:
@@ -159,6 +165,9 @@ class DeviceJudge:
         f64 = dict(dtype=torch.float64, device=torch.device(device))
         self._cold_loss = torch.full((), math.nan, **f64)   # largest accepted first-steps loss
         self._cold_gn = torch.full((), math.nan, **f64)     # largest accepted first-steps grad norm
+        # The loss-shift test's flags, a ring written at a host-side position (no sync).
+        self._shift_flags = torch.zeros(self.evidence.shift_window, dtype=torch.bool, device=torch.device(device))
+        self._shift_pos = 0
         self.has_scaler, self.shadow = has_scaler, shadow
 
     def judge(self, loss, grad_norm, local_loss=None, param_norm=None) -> Judgement:
@@ -171,6 +180,7 @@ class DeviceJudge:
         cold = self.loss_test._count < self.loss_test.config.min_points
         gn_finite = torch.isfinite(grad_norm)
         lv = self.loss_test.update(loss)
+        shifted = self._shift(lv.z)
         if self.grad_norm_test is not None:
             gv = self.grad_norm_test.update(grad_norm)
             tail = self.grad_norm_tail.update(grad_norm)
@@ -186,14 +196,16 @@ class DeviceJudge:
         nonfinite = ~torch.isfinite(loss) | (~gn_finite & ~overflow)
         loss_hit = lv.outlier & ~nonfinite
         grad_hit = gn_finite & (tail_hit | joint_hit) & ~nonfinite & ~loss_hit
+        shift_hit = shifted & ~nonfinite & ~loss_hit & ~grad_hit & ~overflow
         ref_g = torch.where(torch.isnan(self._cold_gn), nan if param_norm is None else param_norm.to(nan), self._cold_gn)
-        cold_hit = cold & ~nonfinite & ~loss_hit & ~grad_hit & (
+        cold_hit = cold & ~nonfinite & ~loss_hit & ~grad_hit & ~shift_hit & (
             (gn_finite & (grad_norm > ev_cfg.cold_grad_factor * ref_g))
             | ((self._cold_loss > 0) & (loss > ev_cfg.cold_loss_factor * self._cold_loss)))
         ev = (nonfinite.double() * int(Evidence.NON_FINITE) + loss_hit.double() * int(Evidence.LOSS)
               + (grad_hit & ~tail_hit).double() * int(Evidence.GRAD_AND_LOSS)
-              + (grad_hit & tail_hit).double() * int(Evidence.GRAD_TAIL) + cold_hit.double() * int(Evidence.COLD_BOUND))
-        bad = nonfinite | loss_hit | grad_hit | cold_hit
+              + (grad_hit & tail_hit).double() * int(Evidence.GRAD_TAIL) + cold_hit.double() * int(Evidence.COLD_BOUND)
+              + shift_hit.double() * int(Evidence.LOSS_SHIFT))
+        bad = nonfinite | loss_hit | grad_hit | cold_hit | shift_hit
         accept = cold & ~bad
         self._cold_gn = torch.where(accept & gn_finite, torch.fmax(self._cold_gn, grad_norm), self._cold_gn)
         self._cold_loss = torch.where(accept & torch.isfinite(loss), torch.fmax(self._cold_loss, loss), self._cold_loss)
@@ -202,9 +214,21 @@ class DeviceJudge:
         values = {"loss": loss, "grad_norm": grad_norm, "loss_z": lv.z, "grad_norm_z": gn_z,
                   "loss_baseline": lv.baseline, "loss_outlier": lv.outlier.double(),
                   "grad_norm_outlier": gn_out.double(), "overflow": overflow.double(), "bad": bad.double(),
-                  "local_loss": loss if local_loss is None else local_loss, "grad_norm_ratio": ratio, "evidence": ev}
+                  "local_loss": loss if local_loss is None else local_loss, "grad_norm_ratio": ratio, "evidence": ev,
+                  "onset_lag": shift_hit.double() * (ev_cfg.shift_window - 1)}
         packed = torch.stack([values[k].to(torch.float64).reshape(()) for k in PACKED_FIELDS])
         return Judgement(bad=bad, apply=apply, packed=packed)
+
+    def _shift(self, loss_z):
+        """The loss-shift test (:class:`LossShift`'s twin): record this step's flag, fire on half the window."""
+        import torch
+
+        if self.evidence.shift_z is None:
+            return torch.zeros((), dtype=torch.bool, device=self._shift_flags.device)
+        w = self.evidence.shift_window
+        self._shift_flags[self._shift_pos % w] = loss_z >= self.evidence.shift_z  # NaN z: not elevated
+        self._shift_pos += 1
+        return 2 * self._shift_flags.sum() >= w
 
     @property
     def warm(self) -> bool:
@@ -216,7 +240,15 @@ class DeviceJudge:
         return {"loss": self.loss_test.state_dict(),
                 "grad_norm": None if self.grad_norm_test is None else self.grad_norm_test.state_dict(),
                 "grad_norm_tail": None if self.grad_norm_tail is None else self.grad_norm_tail.state_dict(),
-                "cold": {"max_loss": float(self._cold_loss), "max_grad_norm": float(self._cold_gn)}}
+                "cold": {"max_loss": float(self._cold_loss), "max_grad_norm": float(self._cold_gn)},
+                "shift": {"elevated": self._shift_chronological()}}
+
+    def _shift_chronological(self) -> list[bool]:
+        """The shift flags oldest first, as many as were written (the host twin's format)."""
+        w = self.evidence.shift_window
+        n = min(self._shift_pos, w)
+        flags = self._shift_flags.tolist()
+        return [bool(flags[(self._shift_pos - n + k) % w]) for k in range(n)]
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output (also accepts a :class:`HostJudge`'s)."""
@@ -232,3 +264,8 @@ class DeviceJudge:
                                        device=self._cold_loss.device)
         self._cold_gn = torch.tensor(float(cold.get("max_grad_norm", math.nan)), dtype=torch.float64,
                                      device=self._cold_gn.device)
+        flags = [bool(e) for e in (sd.get("shift") or {}).get("elevated", [])][-self.evidence.shift_window:]
+        self._shift_flags.zero_()
+        if flags:
+            self._shift_flags[:len(flags)] = torch.tensor(flags, dtype=torch.bool, device=self._shift_flags.device)
+        self._shift_pos = len(flags)

@@ -124,6 +124,8 @@ class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callb
         self.guard = build_guard(make, exit_code=self._owns_exit)
         self.restored_state = None
         self.guard.step_count = state.global_step
+        if state.max_steps and state.max_steps > 0:
+            self.guard.policy.run_steps = int(state.max_steps)  # bounds the skip margin
         resume_ledger(self.guard, state.global_step)
         self._hook = model.register_forward_hook(self._keep_loss)
 

@@ -94,6 +94,9 @@ class StabilityCallback(pl.Callback):
         # The loops' progress (global_step) is restored from ckpt_path after on_fit_start.
         self.guard.step_count = trainer.global_step
         resume_ledger(self.guard, trainer.global_step)
+        total = trainer.estimated_stepping_batches  # inf for an unbounded run
+        if total == total and total != float("inf") and total > 0:
+            self.guard.policy.run_steps = int(total)  # bounds the skip margin
 
     def on_before_backward(self, trainer, pl_module, loss) -> None:
         self._loss = loss.detach()

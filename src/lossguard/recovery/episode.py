@@ -30,9 +30,11 @@ class Episode:
     """Bad steps in the episode so far (the per-episode budget is counted against this)."""
 
     @classmethod
-    def open(cls, step: int, batch_index: int) -> "Episode":
-        """A new episode whose onset is ``step``."""
-        return cls(onset_step=step, onset_batch=batch_index, last_step=step, last_batch=batch_index)
+    def open(cls, step: int, batch_index: int, *, lag: int = 0) -> "Episode":
+        """A new episode at ``step``, whose onset is ``lag`` steps (and batches) earlier: the evidence
+        of a sustained test began there (a verdict's ``onset_lag``)."""
+        return cls(onset_step=max(0, step - lag), onset_batch=max(0, batch_index - lag), last_step=step,
+                   last_batch=batch_index)
 
     def is_over(self, step: int, episode_gap: int) -> bool:
         """True when ``step`` is more than ``episode_gap`` steps after the last bad step."""

@@ -46,12 +46,18 @@ class RecoveryPolicy:
         config: budgets, rules and recipe (a :class:`GuardConfig` is one).
         ledger: the run's ledger (a new in-memory one if None); the policy books into it.
         has_scaler: a GradScaler is in use (enables the loss-scale checks).
+        run_steps: the run's length in steps, when known: it bounds the skip margin
+            (:meth:`RecoveryRecipe.margin_for`).
     """
 
-    def __init__(self, config: PolicyConfig, *, ledger: RunLedger | None = None, has_scaler: bool = False) -> None:
+    def __init__(self, config: PolicyConfig, *, ledger: RunLedger | None = None, has_scaler: bool = False,
+                 run_steps: int | None = None) -> None:
         self.config = config
         self.ledger = ledger if ledger is not None else RunLedger()
         self.has_scaler = has_scaler
+        self.run_steps = run_steps
+        """The run's length in steps (None = unknown); set by ``guard.batches(steps=...)`` and the
+        framework callbacks."""
         self.episode: Episode | None = None
         """The open episode (timeline state)."""
         self.overflow_streak = 0
@@ -136,7 +142,7 @@ class RecoveryPolicy:
                 nums["transient"] = True
             if counts:
                 if ep is None:
-                    self.episode = ep = Episode.open(verdict.step, verdict.batch_index)
+                    self.episode = ep = Episode.open(verdict.step, verdict.batch_index, lag=verdict.onset_lag)
                     self.episode_tests = {}
                 else:
                     ep.add(verdict.step, verdict.batch_index)
@@ -198,7 +204,7 @@ class RecoveryPolicy:
         nums: dict[str, Any] = {"onset": step if ep is None else ep.onset_step, "rollbacks_done": led.rollbacks}
         reasons = [why]
         if ep is not None:
-            nums["skip_batches"] = ep.skip_range(cfg.recipe.skip_margin).to_json()
+            nums["skip_batches"] = ep.skip_range(cfg.recipe.margin_for(self.run_steps)).to_json()
             prev = self._recurrence_of(ep)
             if prev is not None:
                 n = int(prev.get("recurrence", 0)) + 1
@@ -230,17 +236,23 @@ class RecoveryPolicy:
         return Decision(Action.ROLLBACK, step, reasons, nums)
 
     def _recurrence_of(self, ep: Episode) -> dict[str, Any] | None:
-        """The previous rollback if ``ep`` is its recurrence (same place, its data skipped), else None."""
+        """The previous rollback if ``ep`` is its recurrence (same place, its data skipped), else None.
+
+        "The same place" is either the previous onset's step, or the first batches after the
+        skipped data: where a framework cannot jump its loader (HF, Lightning) the skipped batches
+        are withheld updates, so an instability of the weights comes back once updates resume, the
+        length of the skip later (issue 10: HF runs with an LR fault rolled back 6 times, each a
+        "new" incident 23 steps after the last, and never got the decisive LR cut)."""
         cfg, prev = self.config, self.ledger.last_rollback
         if prev is None or prev.get("skip_batches") is None:
             return None
         window = cfg.episode_gap if cfg.recurrence_window is None else cfg.recurrence_window
-        if abs(ep.onset_step - prev["onset"]) > window:
-            return None
         a, b = prev["skip_batches"]
         if a <= ep.onset_batch < b:
             return None  # the same data again (not skipped after all): no evidence either way
-        return prev
+        same_step = abs(ep.onset_step - prev["onset"]) <= window
+        right_after_skip = 0 <= ep.onset_batch - b <= window
+        return prev if same_step or right_after_skip else None
 
     def rolled_back(self, decision: Decision, to_step: int) -> list[Decision]:
         """Book a rollback that was carried out (ledger); returns the follow-up decisions (LR cut)."""

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 PACKED_FIELDS = ("loss", "grad_norm", "loss_z", "grad_norm_z", "loss_baseline", "loss_outlier",
-                 "grad_norm_outlier", "overflow", "bad", "local_loss", "grad_norm_ratio", "evidence")
+                 "grad_norm_outlier", "overflow", "bad", "local_loss", "grad_norm_ratio", "evidence", "onset_lag")
 """Order of the floats the device-side judge packs into its one host transfer per step."""
 
 
@@ -32,6 +32,9 @@ class Evidence(enum.IntEnum):
     """A grad norm far beyond its own recent tail."""
     COLD_BOUND = 5
     """The sanity bound of the first steps, before the statistics are warm."""
+    LOSS_SHIFT = 6
+    """The loss has sat above its baseline for half of the latest steps (a sustained shift, e.g.
+    a pocket of bad data whose single batches are each within the noise)."""
 
     def describe(self) -> str:
         """The test in words (for reasons and diagnoses)."""
@@ -45,6 +48,7 @@ _WORDS = {
     Evidence.GRAD_AND_LOSS: "grad-norm outlier together with an elevated loss",
     Evidence.GRAD_TAIL: "grad norm far beyond its own recent tail",
     Evidence.COLD_BOUND: "sanity bound of the first steps (statistics not warm yet)",
+    Evidence.LOSS_SHIFT: "loss shift test (the loss above its baseline for half of the latest steps)",
 }
 
 
@@ -70,6 +74,8 @@ class Verdict:
         grad_norm_ratio: the grad norm over its recent tail (:mod:`lossguard.guard.tail`; NaN in warm-up).
         evidence: which test made the step bad (:class:`Evidence`; the judge's rule is
             :mod:`lossguard.guard.evidence`); NONE for a good step.
+        onset_lag: how many steps before this one the evidence began (the loss-shift test: its
+            window less one); an episode this verdict opens starts there.
     """
 
     step: int
@@ -88,6 +94,7 @@ class Verdict:
     local_loss: float = math.nan
     grad_norm_ratio: float = math.nan
     evidence: Evidence = Evidence.NONE
+    onset_lag: int = 0
 
     @classmethod
     def from_packed(cls, values: Sequence[float], *, step: int, batch_index: int,
@@ -97,6 +104,7 @@ class Verdict:
         for k in _BOOLS:
             named[k] = bool(named[k])
         named["evidence"] = Evidence(int(named["evidence"]))
+        named["onset_lag"] = int(named["onset_lag"])
         return cls(step=step, batch_index=batch_index, loss_scale=loss_scale, lr=lr, **named)
 
     def reasons(self) -> list[str]:
@@ -117,6 +125,9 @@ class Verdict:
                            f"(grad-norm + loss test)")
             else:
                 out.append(f"grad-norm outlier z={self.grad_norm_z:.1f}")
+        if self.evidence is Evidence.LOSS_SHIFT:
+            out.append(f"loss z={self.loss_z:.1f}: the loss has sat above its baseline for half of the last "
+                       f"{self.onset_lag + 1} steps (loss shift test)")
         if self.evidence is Evidence.COLD_BOUND:
             out.append(f"loss {self.loss:.4g} / grad norm {self.grad_norm:.4g} beyond the first steps' sanity "
                        f"bound (statistics not warm yet)")

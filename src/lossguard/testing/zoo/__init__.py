@@ -45,10 +45,13 @@ def run(spec: RunSpec, *, config=None, workdir=None, record: bool = False) -> Ou
     torch.set_num_threads(1)
     family = FAMILIES[spec.family]
     if family.trainer is Trainer.HF:
+        if spec.oracle:
+            raise ConfigError(f"the oracle control drops batches from a plain loop; {spec.family} runs under "
+                              "transformers.Trainer", fix="use oracle=True with a plain-loop family")
         from .hf_loop import run_hf
         return run_hf(spec, family, config=config, workdir=workdir)
     from .loop import run_plain
     return run_plain(spec, family, config=config, workdir=workdir, record=record)
 
 
-__all__ = ["FAMILIES", "Family", "Optim", "Outcome", "RunSpec", "Scenario", "Schedule", "run"]
+__all__ = ["FAMILIES", "Family", "Optim", "Outcome", "RunSpec", "Scenario", "Schedule", "Trainer", "run"]

@@ -43,10 +43,11 @@ def _iterate(loader):
 
 
 class _Batches:
-    """``(step, data position, batch)`` of an unguarded run, re-iterating the loader like ``guard.batches``."""
+    """``(step, data position, batch)`` of an unguarded run, re-iterating the loader like ``guard.batches``;
+    the batches at the ``drop`` positions are passed over without a step (the oracle's exact skip)."""
 
-    def __init__(self, loader, sampler: ResumableSampler, steps: int) -> None:
-        self.loader, self.sampler, self.steps = loader, sampler, steps
+    def __init__(self, loader, sampler: ResumableSampler, steps: int, drop: range = range(0)) -> None:
+        self.loader, self.sampler, self.steps, self.drop = loader, sampler, steps, drop
 
     def __iter__(self):
         it = _iterate(self.loader)
@@ -55,6 +56,8 @@ class _Batches:
             batch = next(it, None)
             if batch is None:
                 it = _iterate(self.loader)
+                continue
+            if self.sampler.position - 1 in self.drop:
                 continue
             yield step, self.sampler.position - 1, batch
             step += 1
@@ -92,7 +95,7 @@ def run_plain(spec: RunSpec, family: Family, *, config=None, workdir: Path | Non
         guard = adapter.make_guard(model, opt, scheduler=sched, sampler=sampler, workdir=workdir, config=config)
         stream = ((s, guard.batch_index, b) for s, b in guard.batches(loader, steps=spec.steps))
     else:
-        stream = iter(_Batches(loader, sampler, spec.steps))
+        stream = iter(_Batches(loader, sampler, spec.steps, drop=pocket if spec.oracle else range(0)))
     try:
         for step, position, batch in stream:
             if position in pocket:

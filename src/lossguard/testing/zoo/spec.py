@@ -67,6 +67,10 @@ class RunSpec:
     """What goes wrong."""
     guarded: bool = False
     """Run under the StabilityGuard (the README's loop, default ``GuardConfig``)."""
+    oracle: bool = False
+    """The control of a bad-pocket run: unguarded, and the pocket's batches are dropped exactly (no
+    step trains on them), the best any data skip can do. Its gap to the clean run is the floor of
+    the "within 2% of clean" figure: a different data order alone moves these small runs."""
 
     def __post_init__(self) -> None:
         p = []
@@ -82,13 +86,15 @@ class RunSpec:
             p.append(f"schedule must be a Schedule, got {self.schedule!r}")
         if not isinstance(self.scenario, Scenario):
             p.append(f"scenario must be a Scenario, got {self.scenario!r}")
+        if self.oracle and (self.guarded or self.scenario is not Scenario.BAD_POCKET):
+            p.append("oracle is the unguarded control of a bad-pocket run: it needs scenario=BAD_POCKET, guarded=False")
         raise_all(p, fix="correct the RunSpec field(s) named above")
 
     @property
     def key(self) -> str:
         """Short readable name of the run (family/bs/optimizer/schedule/seed/scenario/guarded)."""
         return (f"{self.family}/b{self.batch_size}/{self.optimizer.value}/{self.schedule.value}/s{self.seed}/"
-                f"{self.scenario.value}/{'guarded' if self.guarded else 'unguarded'}")
+                f"{self.scenario.value}/{'oracle' if self.oracle else 'guarded' if self.guarded else 'unguarded'}")
 
     def with_(self, **changes) -> "RunSpec":
         """A copy with ``changes`` applied."""
