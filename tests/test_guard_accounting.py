@@ -80,7 +80,8 @@ def test_skipped_nan_step_accounting(tmp_path, opt, stats):
 
 
 def test_rollback_accounting(tmp_path):
-    guard, loader = make(tmp_path, recipe=RecoveryRecipe(rollback_distance=10, skip_margin=10))  # onset 50 -> newest checkpoint <= 40
+    # onset 50 -> newest checkpoint <= 40; the margin as given (not capped to 5% of this 60-step run)
+    guard, loader = make(tmp_path, recipe=RecoveryRecipe(rollback_distance=10, skip_margin=10, max_skip_fraction=1.0))
     inj = FaultInjector([Fault(kind="bad_data", batches=(50, 55), factor=5.0)])
     at_ckpt = None
     for step, (x, y) in guard.batches(loader, steps=60):

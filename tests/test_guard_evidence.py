@@ -57,7 +57,8 @@ def _host(loss, gn, cfg):
 @pytest.mark.parametrize("seed", range(4))
 def test_host_device_and_vectorised_twins_agree(seed):
     loss, gn = _every_kind(seed)
-    cfg = GuardConfig(grad_norm=OutlierConfig(window=64, stride=8))
+    # the loss-shift test is opt-in: on here, so every test of the rule is compared
+    cfg = GuardConfig(grad_norm=OutlierConfig(window=64, stride=8), evidence=EvidenceConfig(shift_z=2.0))
     host = _host(loss, gn, cfg)
     dev = DeviceJudge(cfg.loss, cfg.grad_norm, evidence=cfg.evidence, device="cpu")
     device = [Judgement.verdict(dev.judge(torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64)).packed,
@@ -117,7 +118,7 @@ def test_evidence_config_names_its_bad_fields():
 @pytest.mark.parametrize("cut", [200, 570])   # 570: inside the planted pocket, shift flags half full
 def test_judge_state_round_trips_between_twins(cut):
     loss, gn = _every_kind(1)
-    cfg = GuardConfig()
+    cfg = GuardConfig(evidence=EvidenceConfig(shift_z=2.0))
     a = HostJudge(cfg.loss, cfg.grad_norm, evidence=cfg.evidence)
     for x, y in zip(loss[:cut], gn[:cut]):
         a.judge(float(x), float(y))

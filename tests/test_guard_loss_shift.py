@@ -1,4 +1,4 @@
-"""The loss-shift test: a pocket of bad data that no single step shows, caught and skipped whole."""
+"""The loss-shift test (opt-in): a pocket of bad data that no single step shows, caught and skipped whole."""
 from __future__ import annotations
 
 import json
@@ -7,6 +7,7 @@ import numpy as np
 
 from lossguard.guard import GuardConfig
 from lossguard.guard.config_file import load_config
+from lossguard.guard.evidence import EvidenceConfig
 from lossguard.io import read_log
 from lossguard.recovery import PolicyConfig, RecoveryPolicy
 from lossguard.recovery.verdict import Evidence, Verdict
@@ -23,9 +24,12 @@ def _pocket_log(tmp_path, *, lift: float, start: int = 300, length: int = 20, n:
     return read_log(path)
 
 
+ON = GuardConfig(checkpoint_every=50, evidence=EvidenceConfig(shift_z=2.0))
+
+
 def test_a_pocket_within_the_noise_is_rolled_back_and_skipped_from_its_start(tmp_path):
     # 3 noise units: no step is an outlier (z >= 7), but every one of them is elevated (z >= 2)
-    sim = simulate(_pocket_log(tmp_path, lift=0.06), GuardConfig(checkpoint_every=50))
+    sim = simulate(_pocket_log(tmp_path, lift=0.06), ON)
     skips = sim.of("skip")
     assert skips and all("loss shift test" in " ".join(d["reasons"]) for d in skips)
     rollback = sim.of("rollback")[0]
@@ -37,16 +41,17 @@ def test_a_pocket_within_the_noise_is_rolled_back_and_skipped_from_its_start(tmp
 
 
 def test_the_same_log_without_the_pocket_gets_nothing(tmp_path):
-    sim = simulate(_pocket_log(tmp_path, lift=0.0), GuardConfig(checkpoint_every=50))
-    assert sim.decisions == []
+    assert simulate(_pocket_log(tmp_path, lift=0.0), ON).decisions == []
 
 
-def test_the_test_can_be_switched_off_in_toml(tmp_path):
+def test_the_test_is_off_by_default_and_on_from_toml(tmp_path):
+    assert GuardConfig().evidence.shift_z is None
+    assert simulate(_pocket_log(tmp_path, lift=0.06), GuardConfig(checkpoint_every=50)).decisions == []
     toml = tmp_path / "guard.toml"
-    toml.write_text('[evidence]\nshift_z = "none"\n')
-    cfg = load_config(toml)
-    assert cfg.evidence.shift_z is None
-    assert simulate(_pocket_log(tmp_path, lift=0.06), cfg).decisions == []
+    toml.write_text('checkpoint_every = 50\n[evidence]\nshift_z = 2.0\n')
+    assert simulate(_pocket_log(tmp_path, lift=0.06), load_config(toml)).of("rollback")
+    toml.write_text('[evidence]\nshift_z = "none"\n')   # an optional nested field set to None
+    assert load_config(toml).evidence.shift_z is None
 
 
 def test_the_policy_back_dates_the_episode_by_the_verdicts_onset_lag():

@@ -123,12 +123,16 @@ def test_the_oracle_control_is_an_unguarded_pocket_run_only():
     assert dropped.steps == clean.steps == 100 and dropped.final_val != clean.final_val  # other data, same steps
 
 
-def test_a_pocket_no_single_step_sees_is_caught_by_the_loss_shift_test():
+def test_a_pocket_no_single_step_sees_is_caught_by_the_opt_in_loss_shift_test():
     """The encoder's garbage-token pocket lifts the loss ~2-3 noise units for 20 steps: no step is an
-    outlier (the guard before the loss-shift test did nothing, +5.7% vs clean, as unguarded). Half of
-    16 steps elevated now opens an episode back-dated to the window's start; the rollback skips the pocket."""
+    outlier (the default guard does nothing, +5.7% vs clean, as unguarded). With the loss-shift test
+    on, half of 16 steps elevated opens an episode back-dated to the window's start; the rollback
+    skips the pocket."""
+    from lossguard.guard import GuardConfig
+    from lossguard.guard.evidence import EvidenceConfig
+
     spec = RunSpec(family="encoder", batch_size=16, optimizer=Optim.ADAMW, scenario=Scenario.BAD_POCKET)
-    out = run(spec.with_(guarded=True))
+    out = run(spec.with_(guarded=True), config=GuardConfig(evidence=EvidenceConfig(shift_z=2.0)))
     assert out.rollbacks >= 1 and not out.halted
     shift = [r for r in out.reasons if r[1] == "skip" and any("loss shift" in x for x in r[2])]
     assert shift, out.reasons
