@@ -7,10 +7,15 @@ guard's default ``GuardConfig``, the README's loop, one torch thread per run, ``
 Grid, per family (``F.batch_sizes`` x {AdamW, SGD+momentum}):
     healthy      seeds 0,1 (warm-up+cosine or warm-up+constant LambdaLR, alternating): unguarded
                  (the clean reference) and guarded -- 12 healthy guarded runs per family
-    bad_pocket   seed 0: 20 garbage batches at 60% of the run, unguarded and guarded
+    bad_pocket   seed 0: 20 garbage batches at 60% of the run, unguarded and guarded, and (plain-loop
+                 families) the oracle control: unguarded with the pocket's batches dropped exactly,
+                 the best any data skip can do -- the floor of the "within 2% of clean" figure
     lr_jump      seed 0: the LR x10/x20/x30 from mid-run, unguarded and guarded
     early_nan    seed 0: a NaN gradient at one of steps 0-5, guarded
     early_huge   seed 0: a 1e6x gradient at one of steps 0-5, unguarded and guarded
+
+``--scenario-seeds`` runs the fault scenarios on more seeds (each with its clean reference);
+``--config`` gives the guarded runs a guard configuration (TOML, as ``lossguard simulate --config``).
 
 Prints one line per run as it finishes, then the summary against the issue's goals, tuned and
 held-out families side by side; raw outcomes go to ``--out`` (JSON lines; ``--summary FILE`` re-prints
@@ -20,6 +25,10 @@ the summary of a saved file without training).
     python benchmarks/zoo.py --summary /tmp/zoo.jsonl
     python benchmarks/zoo.py --guarded-only --out /tmp/zoo2.jsonl   # after a guard change
     python benchmarks/zoo.py --summary /tmp/zoo.jsonl /tmp/zoo2.jsonl
+    python benchmarks/zoo.py --scenarios bad_pocket,lr_jump --scenario-seeds 0,1,2 --out /tmp/z3.jsonl
+    python benchmarks/zoo.py --scenarios bad_pocket,lr_jump --scenario-seeds 0,1,2 --guarded-only \
+        --config guard.toml --out /tmp/z3b.jsonl          # another guard configuration, same references
+    python benchmarks/zoo.py --summary /tmp/z3.jsonl /tmp/z3b.jsonl
 """
 from __future__ import annotations
 

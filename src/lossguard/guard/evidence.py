@@ -80,11 +80,11 @@ class EvidenceConfig:
     """The loss-shift test (when ``shift_z`` is set) fires when at least half of the latest
     ``shift_window`` steps were elevated. Measured on the tuned zoo families (48 healthy runs,
     21,600 steps, unguarded; ``benchmarks/zoo_calibrate.py``): at most 4 of any 16 consecutive
-    healthy steps reach z >= 2
-    (at z >= 1.5, 6), so 8 of 16 leaves a margin of 2x; a 20-batch pocket of garbage tokens that no
-    single-step test sees (the encoder classifier) has 11-16 of 16 elevated within 11 steps of its
-    start. A short window keeps the back-dated onset close: a pocket's first batches are skipped
-    on the replay, not trained on again."""
+    healthy steps reach z >= 2 (at z >= 1.5, 6), so 8 of 16 leaves a margin of 2x. The two
+    20-batch pockets of garbage tokens that no single-step test sees (encoder classifier, b16 AdamW
+    and b32 SGD) reach 11 and 14 of 16 and fire 11 and 6 steps after the pocket's start. A short
+    window keeps the back-dated onset close: a pocket's first batches are skipped on the replay,
+    not trained on again."""
 
     def problems(self) -> list[str]:
         """Every invalid field, one sentence each."""

@@ -168,6 +168,7 @@ class DeviceJudge:
         # The loss-shift test's flags, a ring written at a host-side position (no sync).
         self._shift_flags = torch.zeros(self.evidence.shift_window, dtype=torch.bool, device=torch.device(device))
         self._shift_pos = 0
+        self._never = torch.zeros((), dtype=torch.bool, device=torch.device(device))  # the test off
         self.has_scaler, self.shadow = has_scaler, shadow
 
     def judge(self, loss, grad_norm, local_loss=None, param_norm=None) -> Judgement:
@@ -221,10 +222,8 @@ class DeviceJudge:
 
     def _shift(self, loss_z):
         """The loss-shift test (:class:`LossShift`'s twin): record this step's flag, fire on half the window."""
-        import torch
-
         if self.evidence.shift_z is None:
-            return torch.zeros((), dtype=torch.bool, device=self._shift_flags.device)
+            return self._never
         w = self.evidence.shift_window
         self._shift_flags[self._shift_pos % w] = loss_z >= self.evidence.shift_z  # NaN z: not elevated
         self._shift_pos += 1

@@ -45,7 +45,10 @@ class PolicyConfig:
     recurrences_to_cut: int = 2
     """Recurrences in a row at the same place before the LR is cut decisively. Two, not one: on the
     demo model an end-of-warm-up blip came back once on other data and then passed, and cutting 10x
-    there cost +18..+30 % held-out loss. 1 = cut at the first recurrence."""
+    there cost +18..+30 % held-out loss. Re-measured in round 3 (``benchmarks/RESULTS.md``): 1 saves
+    more zoo LR jumps (39 vs 34 of 72 tuned runs within 2%) but on the demo model it cuts healthy
+    and bad-pocket runs after a warm-up blip (worst +17.4% and +30.0% over clean, 5 seeds).
+    1 = cut at the first recurrence."""
     recurrence_lr_factor: float = 0.1
     """Multiply the LR by this when a recurrence is found (the cuts compound). One order of
     magnitude: a cut too small costs another rollback; too large only slows training. 1.0 disables
