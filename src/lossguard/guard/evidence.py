@@ -14,10 +14,10 @@ evidence that means trouble:
   loss is at least ``joint_loss_z`` noise units above its baseline on the same step;
 - a **grad-norm excursion far beyond its own recent tail**: more than ``grad_tail_factor`` times the
   ``grad_tail_quantile`` quantile of the grad norm's own trailing window (:mod:`.tail`);
-- a **sustained loss shift** (opt-in, ``shift_z``): the loss at least ``shift_z`` noise units above its baseline on half
-  of the latest ``shift_window`` steps, though no single step is an outlier (a pocket of bad
-  data whose batches each look almost normal); the episode it opens starts at the window's start
-  (:mod:`lossguard.recovery` back-dates it by the verdict's ``onset_lag``);
+- a **sustained loss shift** (opt-in, ``shift_z``): the loss at least ``shift_z`` noise units
+  above its baseline on half of the latest ``shift_window`` steps, though no single step is an
+  outlier (a pocket of bad data whose batches each look almost normal); the episode it opens
+  starts at the window's start (:mod:`lossguard.recovery` back-dates it by ``onset_lag``);
 - **before the statistics are warm** (the loss test has fewer than ``min_points`` values) an
   absolute sanity bound relative to the first steps: a grad norm above ``cold_grad_factor`` times
   the largest accepted one so far (at the very first step: times the parameter norm), or a
@@ -74,12 +74,12 @@ class EvidenceConfig:
     many noise units (the loss test's z) above its baseline. See ``shift_window``.
 
     Off by default because of what it did outside the zoo (``benchmarks/simulate_families.py`` and
-    ``lossguard simulate`` on the real logs, at 2.0): on the generator's TEST curves with AR(1) noise
-    -- autocorrelated, so the loss test's noise estimate from first differences is too small -- it
-    rolled back or halted 10 runs whose events need no action (fast spikes, resume spikes, drops);
-    on the real Megatron Mixtral log it took the slow recovery after each known spike for a shift and
-    added 3 rollbacks and 2 LR cuts where the default guard only skips the spikes. Turn it on for a
-    run whose bad data hides in the noise and whose loss noise is close to independent."""
+    ``lossguard simulate`` on the real logs, at 2.0): on the generator's TEST curves it rolled back or
+    halted 11 runs whose events need no action (fast spikes, resume spikes, drops), 10 of them with
+    AR(1) noise -- autocorrelated, so the loss test's noise estimate from first differences is too
+    small; on the real Megatron Mixtral log it took the slow recovery after each known spike for a
+    shift and added 3 rollbacks and 2 LR cuts where the default guard only skips the spikes. Turn it
+    on for a run whose bad data hides in the noise and whose loss noise is close to independent."""
     shift_window: int = 16
     """The loss-shift test (when ``shift_z`` is set) fires when at least half of the latest
     ``shift_window`` steps were elevated. Measured on the tuned zoo families (48 healthy runs,
