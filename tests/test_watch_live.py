@@ -259,7 +259,9 @@ def test_failing_hooks_are_retried_and_never_stop_the_watcher(tmp_path):
 def test_ctrl_c_prints_the_summary_and_exits_cleanly(tmp_path):
     path = tmp_path / "train.csv"
     write_lines(path, ["step,loss\n"] + [f"{s},{2 + 1 / s:.5f}\n" for s in range(1, 50)])
-    proc = watch(str(path), "--every", EVERY)
+    # SIGINT back to its default in the child: a suite started as a background job (`cmd &` in a
+    # script) passes SIGINT on *ignored*, and Python then installs no KeyboardInterrupt handler.
+    proc = watch(str(path), "--every", EVERY, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     wait_for(lambda: path.stat().st_size and proc.poll() is None)
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
