@@ -16,6 +16,7 @@ import sys
 from ..classify.incident import IncidentKind
 from ..errors import LossguardError, MissingDependencyError
 from ..recovery.severity import SEVERITIES, Severity  # SEVERITIES re-exported for `lossguard watch`
+from .inputs import add_reader_options, read_inputs
 from .outputs import check_outputs
 
 
@@ -37,12 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="checkpoint directory (sub-dirs like checkpoint-1200, iter_0001200, step_1200) or a comma "
                         "list of steps; plans then roll back to a checkpoint that exists")
     p.add_argument("--metric", default=None, metavar="NAME", help="the loss to analyse (default: loss)")
-    p.add_argument("--format", default=None, metavar="NAME", help="force a reader instead of sniffing the format")
-    p.add_argument("--only", action="append", default=None, metavar="GLOB",
-                   help="read only the files of a directory matching GLOB (file name or path inside it); repeatable")
-    p.add_argument("--logging-steps", type=int, default=None, metavar="N",
-                   help="HF Trainer's logging_steps, to number the loss dicts of a pasted Trainer log (they "
-                        "print no step); default: the logging_steps=N the paste shows, else 1, 2, 3, ...")
+    add_reader_options(p)
     p.add_argument("--html", default=None, metavar="FILE", help="also write the interactive HTML report")
     p.add_argument("--png", default=None, metavar="FILE", help="also write a PNG image of the report")
     p.set_defaults(handler=run)
@@ -99,7 +95,6 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``lossguard analyze``."""
     from ..analysis import analyze
     from ..classify.settings import AnalyzeConfig
-    from ..io import read_log
     from ..plan import parse_checkpoints
 
     kinds, severity = parse_fail_on(args.fail_on)
@@ -110,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         writers.append((_writer("html", "write_html", "HTML"), args.html))
     if args.png:
         writers.append((_writer("png", "write_png", "PNG"), args.png))
-    log = read_log(args.paths, format=args.format, only=args.only or (), logging_steps=args.logging_steps)
+    log = read_inputs(args)
     analysis = analyze(log, checkpoints=checkpoints, settings=AnalyzeConfig(metric=args.metric))
     print_read_warnings(log)  # after analyze(): bad input gets one message, the error alone
     if args.json:

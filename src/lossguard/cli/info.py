@@ -15,6 +15,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from .inputs import add_reader_options, read_inputs
+
 SLOW_READ_SECONDS = 1.0
 """After this long without a result, a note on stderr says the read is still going."""
 
@@ -27,24 +29,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH",
                    help="log files or run directories (one run); '-' reads a log or paste from standard input")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of tables")
-    p.add_argument("--format", default=None, metavar="NAME",
-                   help="force a reader instead of detecting the format from the content")
-    p.add_argument("--only", action="append", default=None, metavar="GLOB",
-                   help="read only the files of a directory matching GLOB (file name or path inside it); repeatable")
-    p.add_argument("--logging-steps", type=int, default=None, metavar="N",
-                   help="HF Trainer's logging_steps, to number the loss dicts of a pasted Trainer log (they "
-                        "print no step); default: the logging_steps=N the paste shows, else 1, 2, 3, ...")
+    add_reader_options(p)
     p.set_defaults(handler=run)
 
 
-def _read_with_progress(paths: list[str], fmt: str | None, only: list[str] | None = None,
-                        logging_steps: int | None = None):
-    from ..io import read_log
-
-    shown = threading.Event()
+def _read_with_progress(args: argparse.Namespace):
+    """:func:`read_inputs`, with a note on stderr if it takes longer than ``SLOW_READ_SECONDS``."""
+    paths = args.paths
 
     def note() -> None:
-        shown.set()
         print(f"lossguard: reading {', '.join(paths[:3])}{' ...' if len(paths) > 3 else ''} (large logs take a few seconds)",
               file=sys.stderr, flush=True)
 
@@ -52,7 +45,7 @@ def _read_with_progress(paths: list[str], fmt: str | None, only: list[str] | Non
     timer.daemon = True
     timer.start()
     try:
-        return read_log(paths, format=fmt, only=only or (), logging_steps=logging_steps)
+        return read_inputs(args)
     finally:
         timer.cancel()
 
@@ -82,7 +75,7 @@ def _jsonable(x: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``lossguard info``."""
-    log = _read_with_progress(args.paths, args.format, args.only, args.logging_steps)
+    log = _read_with_progress(args)
     if args.json:
         print(json.dumps(summary_of(log), indent=2, default=str, allow_nan=False))
         return 0

@@ -11,6 +11,7 @@ import time
 
 from ..errors import ConfigError, LossguardError
 from .analyze import print_read_warnings
+from .inputs import add_reader_options, read_inputs
 from .outputs import check_outputs
 
 
@@ -25,13 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--html", metavar="FILE", default=None, help="write the interactive HTML report here")
     p.add_argument("--png", metavar="FILE", default=None, help="write a static PNG picture here")
     p.add_argument("--title", metavar="T", default=None, help="report title (default: the first file's name)")
-    p.add_argument("--format", default=None, metavar="NAME",
-                   help="force a reader instead of detecting the format from the content")
-    p.add_argument("--only", action="append", default=None, metavar="GLOB",
-                   help="read only the files of a directory matching GLOB (file name or path inside it); repeatable")
-    p.add_argument("--logging-steps", type=int, default=None, metavar="N",
-                   help="HF Trainer's logging_steps, to number the loss dicts of a pasted Trainer log (they "
-                        "print no step); default: the logging_steps=N the paste shows, else 1, 2, 3, ...")
+    add_reader_options(p)
     p.set_defaults(handler=run)
 
 
@@ -47,14 +42,13 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``lossguard report``; returns the exit code."""
     _check_outputs(args)
     from .. import analysis as _analysis
-    from ..io import read_log
 
     analyze = getattr(_analysis, "analyze", None)
     if analyze is None:  # only in a partial build; say so instead of a traceback
         raise LossguardError("this lossguard build has no analyser (lossguard.analysis.analyze)",
                              fix="reinstall lossguard: pip install --force-reinstall 'lossguard[report]'")
     t0 = time.perf_counter()
-    log = read_log(args.paths, format=args.format, only=args.only or (), logging_steps=args.logging_steps)
+    log = read_inputs(args)
     analysis = analyze(log)
     print_read_warnings(log)  # after analyze(): bad input gets one message, the error alone
     written = []

@@ -11,6 +11,7 @@ import json
 
 from ..errors import ConfigError
 from .analyze import print_read_warnings
+from .inputs import add_reader_options, read_inputs
 from .outputs import check_outputs
 
 
@@ -29,12 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoints", default=None, metavar="DIR|STEPS",
                    help="checkpoint directory or a comma list of steps (default: every checkpoint_every steps)")
     p.add_argument("--metric", default="loss", metavar="NAME", help="the loss series to judge (default: loss)")
-    p.add_argument("--format", default=None, metavar="NAME", help="force a reader instead of sniffing the format")
-    p.add_argument("--only", action="append", default=None, metavar="GLOB",
-                   help="read only the files of a directory matching GLOB (file name or path inside it); repeatable")
-    p.add_argument("--logging-steps", type=int, default=None, metavar="N",
-                   help="HF Trainer's logging_steps, to number the loss dicts of a pasted Trainer log (they "
-                        "print no step); default: the logging_steps=N the paste shows, else 1, 2, 3, ...")
+    add_reader_options(p)
     p.add_argument("--json", action="store_true", help="print the simulation as JSON")
     p.add_argument("--html", default=None, metavar="FILE",
                    help="also write the HTML report of the run with the simulated actions drawn on it")
@@ -44,7 +40,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Handler of ``lossguard simulate``."""
     from ..guard.config_file import load_config
-    from ..io import read_log
     from ..plan import parse_checkpoints
     from ..simulate import describe, simulate
 
@@ -55,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("not a text file, so not a TOML guard configuration", path=args.config,
                           fix="pass a UTF-8 TOML file of GuardConfig fields (layout: docs/guard.md)") from None
     checkpoints = parse_checkpoints(args.checkpoints) if args.checkpoints else None
-    log = read_log(args.paths, format=args.format, only=args.only or (), logging_steps=args.logging_steps)
+    log = read_inputs(args)
     sim = simulate(log, cfg, checkpoints=checkpoints, metric=args.metric)
     print_read_warnings(log)  # after simulate(): bad input gets one message, the error alone
     if args.json:

@@ -1,0 +1,23 @@
+"""The options every verb that reads logs shares, and the read itself: one definition for
+``analyze``, ``info``, ``report`` and ``simulate`` (``--format``, ``--only``, ``--logging-steps``)."""
+from __future__ import annotations
+
+import argparse
+
+
+def add_reader_options(p: argparse.ArgumentParser) -> None:
+    """Add ``--format``, ``--only`` and ``--logging-steps`` to a verb's parser."""
+    p.add_argument("--format", default=None, metavar="NAME",
+                   help="force a reader instead of detecting the format from the content")
+    p.add_argument("--only", action="append", default=None, metavar="GLOB",
+                   help="read only the files of a directory matching GLOB (file name or path inside it); repeatable")
+    p.add_argument("--logging-steps", type=int, default=None, metavar="N",
+                   help="HF Trainer's logging_steps, to number the loss dicts of a pasted Trainer log (they "
+                        "print no step); default: the logging_steps=N the paste shows, else 1, 2, 3, ...")
+
+
+def read_inputs(args: argparse.Namespace):
+    """``read_log`` of the verb's ``paths`` with the options :func:`add_reader_options` added."""
+    from ..io import read_log
+
+    return read_log(args.paths, format=args.format, only=args.only or (), logging_steps=args.logging_steps)
