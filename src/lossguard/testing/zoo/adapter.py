@@ -71,3 +71,12 @@ def tally(events: list[dict[str, Any]], halted: bool) -> dict[str, Any]:
             out["halted"] = True
         out["reasons"].append([int(e.get("step", -1)), kind, list(e.get("reasons", []))])
     return out
+
+
+def record_decisions(out, events: list[dict[str, Any]], halted: bool) -> None:
+    """Fill an :class:`Outcome`'s guard fields from the guard's events (see :func:`tally`)."""
+    t = tally(events, halted)
+    out.skips, out.rollbacks, out.lr_cuts, out.halted = t["skips"], t["rollbacks"], t["lr_cuts"], t["halted"]
+    out.reasons = t["reasons"]
+    if out.fault_steps:
+        out.fault_skipped = out.fault_steps[0] in t["skipped_steps"]

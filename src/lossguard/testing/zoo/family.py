@@ -7,6 +7,7 @@ the families beyond this record.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -88,3 +89,10 @@ def held_out_loss(family: Family, model: torch.nn.Module, held) -> float:
         losses = [float(family.loss(model, b)) for b in held.batches()]
     model.train(was)
     return sum(losses) / len(losses)
+
+
+def final_held_out_loss(family: Family, model: torch.nn.Module, held) -> float:
+    """A run's outcome: :func:`held_out_loss`, or ``inf`` when the weights or that loss are not finite."""
+    finite = all(torch.isfinite(p).all() for p in model.parameters())
+    loss = held_out_loss(family, model, held) if finite else math.inf
+    return loss if math.isfinite(loss) else math.inf

@@ -16,7 +16,6 @@ rebuilt; the ledger and checkpoints on disk are all that carries over), at most 
 """
 from __future__ import annotations
 
-import math
 import tempfile
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 import torch
 
 from . import adapter, scenarios
-from .family import Family, held_out_loss
+from .family import Family, final_held_out_loss
 from .loop import build_optimizer
 from .spec import Outcome, RunSpec
 
@@ -113,14 +112,7 @@ def run_hf(spec: RunSpec, family: Family, *, config=None, workdir: Path | None =
         out.restarts += 1
     out.steps = trainer.state.global_step
     if spec.guarded:
-        t = adapter.tally(events, code == adapter.EXIT_HALT)
-        out.skips, out.rollbacks, out.lr_cuts, out.halted = t["skips"], t["rollbacks"], t["lr_cuts"], t["halted"]
-        out.reasons = t["reasons"]
-        if out.fault_steps:
-            out.fault_skipped = out.fault_steps[0] in t["skipped_steps"]
-    finite = all(torch.isfinite(p).all() for p in model.parameters())
-    out.final_val = held_out_loss(family, model, held) if finite else math.inf
-    if not math.isfinite(out.final_val):
-        out.final_val = math.inf
+        adapter.record_decisions(out, events, code == adapter.EXIT_HALT)
+    out.final_val = final_held_out_loss(family, model, held)
     out.wall_time = time.perf_counter() - t0
     return out

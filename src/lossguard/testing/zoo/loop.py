@@ -16,7 +16,7 @@ import torch
 
 from ...data.sampler import ResumableSampler
 from . import adapter, scenarios
-from .family import Family, held_out_loss
+from .family import Family, final_held_out_loss
 from .spec import Optim, Outcome, RunSpec
 
 
@@ -124,20 +124,9 @@ def run_plain(spec: RunSpec, family: Family, *, config=None, workdir: Path | Non
     if guard is not None:
         guard.close()
         out.steps = guard.step_count
-        t = adapter.tally(guard.events, guard.halted)
-        _fill(out, t)
+        adapter.record_decisions(out, guard.events, guard.halted)
     else:
         out.steps = out.computed_steps
-    finite = all(torch.isfinite(p).all() for p in model.parameters())
-    out.final_val = held_out_loss(family, model, held) if finite else math.inf
-    if not math.isfinite(out.final_val):
-        out.final_val = math.inf
+    out.final_val = final_held_out_loss(family, model, held)
     out.wall_time = time.perf_counter() - t0
     return out
-
-
-def _fill(out: Outcome, t: dict) -> None:
-    out.skips, out.rollbacks, out.lr_cuts, out.halted = t["skips"], t["rollbacks"], t["lr_cuts"], t["halted"]
-    out.reasons = t["reasons"]
-    if out.fault_steps:
-        out.fault_skipped = out.fault_steps[0] in t["skipped_steps"]
