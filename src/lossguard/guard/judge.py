@@ -61,6 +61,22 @@ def plain(obj: Any) -> Any:
     return obj
 
 
+def _detector_state(judge) -> dict[str, Any]:
+    """The windows of a judge's tests (the loss test, the grad-norm test and tail), either twin."""
+    return {"loss": judge.loss_test.state_dict(),
+            "grad_norm": None if judge.grad_norm_test is None else judge.grad_norm_test.state_dict(),
+            "grad_norm_tail": None if judge.grad_norm_tail is None else judge.grad_norm_tail.state_dict()}
+
+
+def _load_detector_state(judge, sd: dict[str, Any]) -> None:
+    """Restore :func:`_detector_state` output (from either twin) into ``judge``."""
+    judge.loss_test.load_state_dict(sd["loss"])
+    if judge.grad_norm_test is not None and sd.get("grad_norm") is not None:
+        judge.grad_norm_test.load_state_dict(sd["grad_norm"])
+    if judge.grad_norm_tail is not None:
+        judge.grad_norm_tail.load_state_dict(sd.get("grad_norm_tail"))
+
+
 class HostJudge:
     """The judge on the host (Python floats; no torch).
 
@@ -127,18 +143,11 @@ class HostJudge:
 
     def state_dict(self) -> dict[str, Any]:
         """The detector windows (timeline state), in plain Python types only (see :func:`plain`)."""
-        return plain({"loss": self.loss_test.state_dict(),
-                      "grad_norm": None if self.grad_norm_test is None else self.grad_norm_test.state_dict(),
-                      "grad_norm_tail": None if self.grad_norm_tail is None else self.grad_norm_tail.state_dict(),
-                      "cold": self.cold.state_dict(), "shift": self.shift.state_dict()})
+        return plain({**_detector_state(self), "cold": self.cold.state_dict(), "shift": self.shift.state_dict()})
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output (also accepts a :class:`DeviceJudge`'s)."""
-        self.loss_test.load_state_dict(sd["loss"])
-        if self.grad_norm_test is not None and sd.get("grad_norm") is not None:
-            self.grad_norm_test.load_state_dict(sd["grad_norm"])
-        if self.grad_norm_tail is not None:
-            self.grad_norm_tail.load_state_dict(sd.get("grad_norm_tail"))
+        _load_detector_state(self, sd)
         self.cold.load_state_dict(sd.get("cold"))
         self.shift.load_state_dict(sd.get("shift"))
 
@@ -236,9 +245,7 @@ class DeviceJudge:
 
     def state_dict(self) -> dict[str, Any]:
         """The detector windows, in the host twin's format."""
-        return {"loss": self.loss_test.state_dict(),
-                "grad_norm": None if self.grad_norm_test is None else self.grad_norm_test.state_dict(),
-                "grad_norm_tail": None if self.grad_norm_tail is None else self.grad_norm_tail.state_dict(),
+        return {**_detector_state(self),
                 "cold": {"max_loss": float(self._cold_loss), "max_grad_norm": float(self._cold_gn)},
                 "shift": {"elevated": self._shift_chronological()}}
 
@@ -253,11 +260,7 @@ class DeviceJudge:
         """Restore :meth:`state_dict` output (also accepts a :class:`HostJudge`'s)."""
         import torch
 
-        self.loss_test.load_state_dict(sd["loss"])
-        if self.grad_norm_test is not None and sd.get("grad_norm") is not None:
-            self.grad_norm_test.load_state_dict(sd["grad_norm"])
-        if self.grad_norm_tail is not None:
-            self.grad_norm_tail.load_state_dict(sd.get("grad_norm_tail"))
+        _load_detector_state(self, sd)
         cold = sd.get("cold") or {}
         self._cold_loss = torch.tensor(float(cold.get("max_loss", math.nan)), dtype=torch.float64,
                                        device=self._cold_loss.device)
