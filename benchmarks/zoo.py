@@ -144,11 +144,11 @@ def summarise(rows: list[dict]) -> str:
             if o:
                 og = [gap(r) for r in o]
                 lines.append(f"{sc} oracle control (unguarded, the pocket dropped exactly): within 2% of clean "
-                             f"{_pct(sum(x is not None and x <= WITHIN for x in og), len(o))}; median gap "
+                             f"{_pct(_n_within(og), len(o))}; median gap "
                              f"{_median(og) * 100:+.1f}%; misses: " + (", ".join(
                                  f"{_key(r)} {_pct_gap(gap(r))}" for r in o if (gap(r) or 0) > WITHIN) or "none"))
-            lines.append(f"{sc}: guarded within 2% of clean {_pct(sum(x is not None and x <= WITHIN for x in gg), len(g))}, "
-                         f"unguarded within 2% {_pct(sum(x is not None and x <= WITHIN for x in ug), len(u))}; "
+            lines.append(f"{sc}: guarded within 2% of clean {_pct(_n_within(gg), len(g))}, "
+                         f"unguarded within 2% {_pct(_n_within(ug), len(u))}; "
                          f"guarded halts {sum(bool(r['halted']) for r in g)}; median gap guarded "
                          f"{_median(gg) * 100:+.1f}% vs unguarded {_median(ug) * 100:+.1f}%")
             for r in g:
@@ -160,14 +160,19 @@ def summarise(rows: list[dict]) -> str:
             if not g:
                 continue
             lines.append(f"{sc}: fault step skipped {_pct(sum(bool(r['fault_skipped']) for r in g), len(g))}; guarded within 2% "
-                         f"{_pct(sum((x := gap(r)) is not None and x <= WITHIN for r in g), len(g))}"
-                         + (f", unguarded within 2% {_pct(sum((x := gap(r)) is not None and x <= WITHIN for r in u), len(u))}"
+                         f"{_pct(_n_within(map(gap, g)), len(g))}"
+                         + (f", unguarded within 2% {_pct(_n_within(map(gap, u)), len(u))}"
                             if u else "") + f"; halts {sum(bool(r['halted']) for r in g)}")
             for r in g:
                 if not r["fault_skipped"] or (gap(r) or 0) > WITHIN:
                     lines.append(f"    {_key(r)}: fault at {r['fault_steps']} skipped={r['fault_skipped']} "
                                  f"gap {_pct_gap(gap(r))}")
     return "\n".join(lines)
+
+
+def _n_within(gaps) -> int:
+    """How many of ``gaps`` (None: no clean reference) end within ``WITHIN`` of clean."""
+    return sum(x is not None and x <= WITHIN for x in gaps)
 
 
 def _pct_gap(g) -> str:
