@@ -11,7 +11,7 @@ torch.set_num_threads(1)
 F = torch.nn.functional
 
 from lossguard.checkpoint.store import CheckpointStore  # noqa: E402
-from lossguard.data.sampler import ResumableSampler  # noqa: E402
+from lossguard.testing.regression import regression_task  # noqa: E402
 from lossguard.detect.outlier import OutlierConfig  # noqa: E402
 from lossguard.guard import GuardConfig, SkipStepAdamW, StabilityGuard  # noqa: E402
 from lossguard.recovery import RecoveryRecipe  # noqa: E402
@@ -21,12 +21,7 @@ N, BS = 2048, 16
 
 
 def make(tmp_path, opt="adamw", **cfg):
-    torch.manual_seed(0)
-    X = torch.randn(N, 8)
-    Y = X @ torch.randn(8, 1) + 0.1 * torch.randn(N, 1)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Dropout(0.1), torch.nn.Tanh(), torch.nn.Linear(32, 1))
-    sampler = ResumableSampler(N, batch_size=BS, seed=0)
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, Y), batch_sampler=sampler)
+    model, sampler, loader = regression_task(N, batch_size=BS, dropout=0.1)
     o = (SkipStepAdamW if opt == "skipadamw" else torch.optim.AdamW)(model.parameters(), lr=1e-2, weight_decay=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(o, lambda s: min(1.0, (s + 1) / 10))
     det = OutlierConfig(min_points=20)

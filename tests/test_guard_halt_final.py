@@ -17,7 +17,7 @@ torch.set_num_threads(1)
 F = torch.nn.functional
 
 from lossguard.checkpoint.store import CheckpointStore  # noqa: E402
-from lossguard.data.sampler import ResumableSampler  # noqa: E402
+from lossguard.testing.regression import regression_task  # noqa: E402
 from lossguard.detect.outlier import OutlierConfig  # noqa: E402
 from lossguard.guard import GuardConfig, StabilityGuard, TrainingHalted  # noqa: E402
 from lossguard.integrations._state import guard_state  # noqa: E402
@@ -28,12 +28,7 @@ N, BS = 1024, 16
 
 
 def make(tmp_path, **cfg):
-    torch.manual_seed(0)
-    X = torch.randn(N, 8)
-    Y = X @ torch.randn(8, 1) + 0.1 * torch.randn(N, 1)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
-    sampler = ResumableSampler(N, batch_size=BS, seed=0)
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(X, Y), batch_sampler=sampler)
+    model, sampler, loader = regression_task(N, batch_size=BS)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     det = OutlierConfig(min_points=20)
     config = GuardConfig(checkpoint_every=10, recipe=RecoveryRecipe(rollback_distance=10, skip_margin=5),
