@@ -1,4 +1,5 @@
-"""Shared fixtures: paths to shipped examples and to the real logs copied into tests/data."""
+"""Shared fixtures: paths to shipped examples and to the real logs copied into tests/data, and the
+real-writer tests' check of a log read back."""
 from __future__ import annotations
 
 import os
@@ -19,3 +20,21 @@ IN_CI = os.environ.get("CI") == "true"
 def real_logs() -> Path:
     """The real published training logs shipped with the tests."""
     return REAL_LOGS
+
+
+def _check_live(log, truth) -> None:
+    """Every metric of ``truth`` (``{metric: {step: value}}``) is the log's live series, exactly
+    (compared in float32: the writers store float32)."""
+    import numpy as np
+
+    for metric, points in truth.items():
+        steps, values = log.live(metric)
+        assert steps.tolist() == sorted(points), metric
+        expected = np.array([points[s] for s in sorted(points)], dtype=np.float32)
+        np.testing.assert_array_equal(values.astype(np.float32), expected, err_msg=metric)
+
+
+@pytest.fixture(scope="session")
+def check_live():
+    """The real-writer tests' check that a log read back holds exactly the points written."""
+    return _check_live

@@ -15,7 +15,6 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from lossguard.errors import LossguardError
@@ -77,15 +76,7 @@ def _truth(out: Path) -> dict[str, dict[int, float]]:
     return truth
 
 
-def _check_live(log, truth) -> None:
-    for metric, points in truth.items():
-        steps, values = log.live(metric)
-        assert steps.tolist() == sorted(points), metric
-        expected = np.array([points[s] for s in sorted(points)], dtype=np.float32)
-        np.testing.assert_array_equal(values.astype(np.float32), expected, err_msg=metric)
-
-
-def test_runs_directory_is_one_resume_not_a_restart_per_epoch_tag(hf_run):
+def test_runs_directory_is_one_resume_not_a_restart_per_epoch_tag(hf_run, check_live):
     log = read_log(hf_run / "runs")
     assert log.format == "tensorboard"
     assert len(list((hf_run / "runs").rglob("events.out.tfevents.*"))) == 2
@@ -96,12 +87,12 @@ def test_runs_directory_is_one_resume_not_a_restart_per_epoch_tag(hf_run):
     loss = log.series[LOSS]
     assert len(loss) == (CRASH_AT - 1) + (MAX_STEPS - RESUME_FROM)  # steps 1-49, then 41-60
     assert int((~loss.alive).sum()) == CRASH_AT - 1 - RESUME_FROM  # 41-49 of the crashed launch
-    _check_live(log, _truth(hf_run))
+    check_live(log, _truth(hf_run))
     assert log.live(VAL_LOSS)[0].tolist() == [20, 40, 60]
     assert log.live(EPOCH)[0].tolist() == list(range(1, MAX_STEPS + 1))
 
 
-def test_output_directory_reads_each_point_once(hf_run):
+def test_output_directory_reads_each_point_once(hf_run, check_live):
     log = read_log(hf_run)
     assert log.format == "tensorboard"  # the events are the source of truth; trainer_state.json repeats them
     assert sorted(Path(s).parent.name for s in log.metadata["duplicate_sources"]) == [
@@ -109,13 +100,13 @@ def test_output_directory_reads_each_point_once(hf_run):
     assert not any(s.endswith("trainer_state.json") for s in log.sources)
     assert [g.kind for g in log.segments] == ["start", "rollback"]
     assert len(log.series[LOSS]) == (CRASH_AT - 1) + (MAX_STEPS - RESUME_FROM)
-    _check_live(log, _truth(hf_run))
+    check_live(log, _truth(hf_run))
 
 
-def test_checkpoints_alone_read_the_live_history(hf_run):
+def test_checkpoints_alone_read_the_live_history(hf_run, check_live):
     log = read_log(hf_run, only="checkpoint-*/*")
     assert log.format == "hf_trainer_state"
-    _check_live(log, _truth(hf_run))
+    check_live(log, _truth(hf_run))
     assert log.summary()["rollbacks"] == 0 and log.summary()["dead_points"] == 0
 
 

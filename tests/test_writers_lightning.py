@@ -16,7 +16,6 @@ import csv
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from lossguard.io import read_log
@@ -109,15 +108,7 @@ def _csv_truth(out: Path) -> dict[str, dict[int, float]]:
     return {m: {**{s: v for s, v in launches[0][m].items() if s < resumed_from}, **launches[1][m]} for m in launches[0]}
 
 
-def _check_live(log, truth) -> None:
-    for metric, points in truth.items():
-        steps, values = log.live(metric)
-        assert steps.tolist() == sorted(points), metric
-        expected = np.array([points[s] for s in sorted(points)], dtype=np.float32)
-        np.testing.assert_array_equal(values.astype(np.float32), expected, err_msg=metric)
-
-
-def test_run_directory_is_one_rollback_and_each_point_once(pl_run):
+def test_run_directory_is_one_rollback_and_each_point_once(pl_run, check_live):
     log = read_log(pl_run / "lightning_logs")
     assert log.format == "tensorboard"
     assert [g.kind for g in log.segments] == ["start", "rollback"]
@@ -130,18 +121,18 @@ def test_run_directory_is_one_rollback_and_each_point_once(pl_run):
     assert not any(m.startswith("lr_") for m in log.series)  # lr-SGD is the LR
     truth = _csv_truth(pl_run)
     assert truth[VAL_LOSS] and truth[LR]
-    _check_live(log, truth)
+    check_live(log, truth)
     assert log.live("train_loss_epoch")[0].size == 3  # one per epoch of 20 steps, all live
     # hp_metric at step 0 in the resumed fit does not make the resume a rollback to step 0
     assert log.segments[1].first_step == 44 and log.live("hp_metric")[0].tolist() == [0]
     assert int((~log.series[LOSS].alive).sum()) == len(log.series[LOSS]) - len(truth[LOSS])
 
 
-def test_csv_logger_alone(pl_run):
+def test_csv_logger_alone(pl_run, check_live):
     log = read_log(pl_run / "lightning_logs", only="*.csv")
     assert log.format == "lightning"
     assert [g.kind for g in log.segments] == ["start", "rollback"]
-    _check_live(log, _csv_truth(pl_run))
+    check_live(log, _csv_truth(pl_run))
 
 
 def test_tensorboard_logger_version_directory_with_hparams(pl_run):
