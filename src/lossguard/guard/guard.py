@@ -35,6 +35,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from ..data.iterate import iter_rng_neutral
 from ..errors import require
 from ..recovery.ledger import LEDGER_FILE, RunLedger
 from ..recovery.policy import RecoveryPolicy
@@ -220,26 +221,26 @@ class StabilityGuard:
         if self.store is not None and cfg.checkpoint_every \
                 and self.store.newest_at_or_before(self.step_count) is None:
             self.save()  # a rollback target from the very start
-        it = _iterate(loader)
+        it = iter_rng_neutral(loader)
         while (steps is None or self.step_count < steps) and not self.halted:
             if self._reiter:
-                it, self._reiter = _iterate(loader), False
+                it, self._reiter = iter_rng_neutral(loader), False
             end = None if cfg.shadow else self.policy.skip_to(self._next_index())
             if end is not None:
                 n = end - self._next_index()
                 if self.sampler is not None:
                     self.sampler.skip_batches(n)
-                    it = _iterate(loader)
+                    it = iter_rng_neutral(loader)
                 else:
                     for _ in range(n):
                         if next(it, StopIteration) is StopIteration:
-                            it = _iterate(loader)
+                            it = iter_rng_neutral(loader)
                     self._data_count += n
             batch = next(it, StopIteration)
             if batch is StopIteration:
                 if steps is None:
                     break
-                it = _iterate(loader)
+                it = iter_rng_neutral(loader)
                 batch = next(it, StopIteration)
                 if batch is StopIteration:
                     break
@@ -505,26 +506,6 @@ class StabilityGuard:
         if hasattr(self.store, "wait"):
             self.store.wait()
         self.log.close()
-
-
-def _iterate(loader):
-    """``iter(loader)`` that leaves no trace in torch's global RNG.
-
-    Creating a ``DataLoader`` iterator draws its base seed from torch's global CPU generator. In a
-    resumed run that draw happens right after the checkpoint's RNG state was restored, at a point
-    where the run that was never interrupted drew nothing, so every later random number (each
-    dropout mask) would shift: the README's loop, ``DataLoader(dataset, batch_sampler=sampler)``,
-    resumed exactly in 0 of 4 SIGKILL trials (issue 10). Restoring the state around the call makes
-    the draw invisible to training in every run alike (worker seeding, with ``num_workers > 0``,
-    is :class:`ResumableLoader`'s business: it seeds workers from the data position).
-    """
-    import torch
-
-    state = torch.get_rng_state()
-    try:
-        return iter(loader)
-    finally:
-        torch.set_rng_state(state)
 
 
 class _PendingCopy:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from ...data.iterate import iter_rng_neutral
 from ...data.sampler import ResumableSampler
 from . import adapter, scenarios
 from .family import Family, final_held_out_loss
@@ -31,31 +32,22 @@ def build_optimizer(spec: RunSpec, family: Family, model: torch.nn.Module) -> to
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, foreach=False)
 
 
-def _iterate(loader):
-    """``iter(loader)`` without a trace in torch's global RNG, as ``guard.batches`` creates its
-    iterators (a DataLoader draws its base seed there): the unguarded twin must draw the same
-    random numbers as the guarded run until the guard first acts."""
-    state = torch.get_rng_state()
-    try:
-        return iter(loader)
-    finally:
-        torch.set_rng_state(state)
-
-
 class _Batches:
-    """``(step, data position, batch)`` of an unguarded run, re-iterating the loader like ``guard.batches``;
+    """``(step, data position, batch)`` of an unguarded run, re-iterating the loader like ``guard.batches``
+    (and creating its iterators the same RNG-neutral way, so the unguarded twin draws the same random
+    numbers as the guarded run until the guard first acts);
     the batches at the ``drop`` positions are passed over without a step (the oracle's exact skip)."""
 
     def __init__(self, loader, sampler: ResumableSampler, steps: int, drop: range = range(0)) -> None:
         self.loader, self.sampler, self.steps, self.drop = loader, sampler, steps, drop
 
     def __iter__(self):
-        it = _iterate(self.loader)
+        it = iter_rng_neutral(self.loader)
         step = 0
         while step < self.steps:
             batch = next(it, None)
             if batch is None:
-                it = _iterate(self.loader)
+                it = iter_rng_neutral(self.loader)
                 continue
             if self.sampler.position - 1 in self.drop:
                 continue
