@@ -31,7 +31,7 @@ import numpy as np
 
 from .detect.outlier import score
 from .guard.config import GuardConfig
-from .guard.evidence import evidence_series
+from .guard.evidence import evidence_series, onset_lag
 from .jsonsafe import strict_json
 from .metrics import GRAD_NORM, LOSS
 from .recovery.action import Action
@@ -173,11 +173,12 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
                      last_step=int(steps[-1]) if len(steps) else None, checkpoints=ck, config=asdict(cfg), notes=notes)
 
     def verdict(i: int) -> Verdict:
+        ev = Evidence(int(evidence[i]))
         return Verdict(step=int(steps[i]), batch_index=int(batch[i]), loss=float(loss[i]), grad_norm=float(gn_vals[i]),
                        loss_z=float(ls.z[i]), grad_norm_z=float(gn_z[i]), loss_baseline=float(ls.baseline[i]),
                        loss_outlier=bool(ls.outlier[i]), grad_norm_outlier=bool(gn_out[i]), overflow=False,
-                       bad=bool(bad[i]), grad_norm_ratio=float(gn_ratio[i]), evidence=Evidence(int(evidence[i])),
-                       onset_lag=cfg.evidence.shift_window - 1 if evidence[i] == int(Evidence.LOSS_SHIFT) else 0)
+                       bad=bool(bad[i]), grad_norm_ratio=float(gn_ratio[i]), evidence=ev,
+                       onset_lag=onset_lag(ev, cfg.evidence))
 
     # The policy changes state on bad verdicts and, through its loss-rise rule, on good ones where
     # that rule fires. Both are found vectorised; the policy is fed only those steps, in order, and

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from ..errors import raise_all
 from ..recovery.verdict import Evidence
 
-__all__ = ["ColdBound", "Evidence", "EvidenceConfig", "LossShift", "grad_evidence"]
+__all__ = ["ColdBound", "Evidence", "EvidenceConfig", "LossShift", "grad_evidence", "onset_lag"]
 
 
 @dataclass(kw_only=True)
@@ -147,6 +147,12 @@ class LossShift:
     def load_state_dict(self, sd: dict | None) -> None:
         """Restore :meth:`state_dict` output (None: a checkpoint from before the test existed)."""
         self.elevated = deque((bool(e) for e in (sd or {}).get("elevated", [])), maxlen=self.cfg.shift_window)
+
+
+def onset_lag(ev: Evidence, cfg: EvidenceConfig) -> int:
+    """Steps before the judged one where the evidence began: the loss-shift test's window less one,
+    0 for every single-step test (the device judge computes the same in tensor form)."""
+    return cfg.shift_window - 1 if ev is Evidence.LOSS_SHIFT else 0
 
 
 def shift_series(loss_z, cfg: EvidenceConfig):

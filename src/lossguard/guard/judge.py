@@ -21,7 +21,7 @@ from typing import Any
 
 from ..detect.outlier import OnlineOutlier, OutlierConfig
 from ..recovery.verdict import PACKED_FIELDS, Verdict
-from .evidence import ColdBound, Evidence, EvidenceConfig, LossShift, grad_evidence
+from .evidence import ColdBound, Evidence, EvidenceConfig, LossShift, grad_evidence, onset_lag
 from .tail import OnlineTail
 
 
@@ -138,7 +138,7 @@ class HostJudge:
                   "overflow": float(overflow), "bad": float(bad),
                   "local_loss": loss if local_loss is None else local_loss,
                   "grad_norm_ratio": ratio, "evidence": float(int(ev)),
-                  "onset_lag": float(self.evidence.shift_window - 1 if ev is Evidence.LOSS_SHIFT else 0)}
+                  "onset_lag": float(onset_lag(ev, self.evidence))}
         return Judgement(bad=bad, apply=self.shadow or not bad, packed=[float(values[k]) for k in PACKED_FIELDS])
 
     def state_dict(self) -> dict[str, Any]:
