@@ -100,6 +100,11 @@ class StabilityGuard:
             N checkpoints the guard saves; a rollback to one of them reads no file. A rollback
             ``rollback_distance`` back needs ``N >= rollback_distance // checkpoint_every + 2``.
             Memory: N copies of this rank's model + optimizer state. 0: off.
+        attribution: a :class:`lossguard.guard.sample_namer.SampleAttribution`: on every withheld
+            step, replay its batch, name the samples carrying the excess and put them on the skip
+            list (``<store>/skiplist.json``, honoured by the sampler). On CUDA it turns the deferred
+            host read off unless ``defer_host_read=True`` (a deferred verdict arrives after the
+            next update, when the batch can no longer be replayed on the weights that saw it).
 
     Raises:
         TrainingHalted: the ledger says this run was halted (a relaunch after a halt); the message
@@ -109,7 +114,7 @@ class StabilityGuard:
 
     def __init__(self, model, optimizer, *, store=None, sampler=None, scheduler=None, scaler=None,
                  config: GuardConfig | None = None, log_path=None, diagnosis_path=None,
-                 ledger: RunLedger | None = None, snapshots: int = 0) -> None:
+                 ledger: RunLedger | None = None, snapshots: int = 0, attribution=None) -> None:
         torch = require("torch", "torch", "StabilityGuard")
         from ..checkpoint.state import TrainState
         from .gate import supports_device_gate
@@ -134,13 +139,20 @@ class StabilityGuard:
         self.judge = (HostJudge(cfg.loss, cfg.grad_norm, **judge_args) if host
                       else DeviceJudge(cfg.loss, cfg.grad_norm, device=device, **judge_args))
         # Deferring the host read only makes sense when the statistics live on the device.
-        self._defer = not host and (cfg.defer_host_read if cfg.defer_host_read is not None else device.type == "cuda")
+        self._defer = not host and (cfg.defer_host_read if cfg.defer_host_read is not None
+                                    else device.type == "cuda" and attribution is None)
         if ledger is None:
             ledger = RunLedger.open(Path(store.directory) / LEDGER_FILE if store is not None else None)
         if ledger.halted:  # a relaunch after a halt: the halt is final until a person clears it
             from .halted import halted_error
             raise halted_error(ledger)
         self.policy = RecoveryPolicy(cfg, ledger=ledger, has_scaler=scaler is not None)
+        self.namer = None
+        """The :class:`SampleNamer` (None without ``attribution``); ``namer.records`` lists the suspects."""
+        if attribution is not None:
+            from .sample_namer import SampleNamer
+            self.namer = SampleNamer.build(attribution, model=model, sampler=sampler, store=store, log=self.log,
+                                           ledger=lambda: self.policy.ledger, world=self._world)
         # FSDP2: parameters are DTensors (each rank holds shards). Statistics then come from the
         # local shards in one packed all-reduce, and checkpoints go through DCP (a sharded store).
         self._sharded = any(hasattr(p, "to_local") for p in self._params)
@@ -166,6 +178,7 @@ class StabilityGuard:
         self._data_count = 0      # batches drawn from the stream (the data position without a sampler)
         self._batch_index = 0     # data-stream index of the batch in flight
         self._rng = None          # torch RNG when the batch in flight was drawn (replay check)
+        self._batch = None        # the batch in flight (a reference, for naming its samples)
         self._pending = None      # deferred (packed host copy, meta) of the previous step
         self._reiter = False      # batches() must re-create its iterator (after a rollback)
         self.last_record: Verdict | None = None
@@ -246,9 +259,10 @@ class StabilityGuard:
                     break
             self._batch_index = int(self.sampler.position) - 1 if self.sampler is not None else self._data_count
             self._data_count += 1
-            if cfg.replay and not self._defer:
+            if (cfg.replay or self.namer is not None) and not self._defer:
                 from .replay import capture_torch_rng
                 self._rng = capture_torch_rng()
+            self._batch = batch
             yield self.step_count, batch
         self.flush()
         if self.halted and cfg.halt_raises:
@@ -338,7 +352,8 @@ class StabilityGuard:
                     self.scheduler.step()
             opt.zero_grad(set_to_none=True)
         meta = {"step": self.step_count, "batch_index": self._batch_index, "lr": lr_used, "loss_scale": scale,
-                "rng": self._rng, "replay": None if self._defer else replay}
+                "rng": self._rng, "replay": None if self._defer else replay,
+                "batch": None if self._defer else self._batch}
         self._advance()
         if self._defer:
             host = self._copy_to_host(j.packed)
@@ -410,6 +425,10 @@ class StabilityGuard:
             from .replay import replay_check
             transient = replay_check(v, meta, world=self._world, log=self.log, rtol=self.config.replay_rtol,
                                      device=self._params[0].device if self._params else "cpu")
+        if v.bad and not transient and self.namer is not None and not self.config.shadow:
+            self.namer.name(step=v.step, batch_index=v.batch_index, batch=meta.get("batch"), rng=meta.get("rng"),
+                            baseline=v.loss_baseline, loss_flagged=v.loss_outlier or not math.isfinite(v.loss)
+                            or v.loss_z >= self.config.evidence.joint_loss_z)
         for d in self.policy.observe(v, transient=transient):
             data_count = self._data_count
             out = self.executor.carry_out(d)

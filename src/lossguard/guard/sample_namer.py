@@ -1,0 +1,240 @@
+"""Naming the samples of a withheld step: the guard's hook around :mod:`.attribution`.
+
+    guard = StabilityGuard(model, opt, store=store, sampler=sampler,
+                           attribution=SampleAttribution(per_sample_loss=per_row_loss))
+
+When the guard withholds a step it calls :meth:`SampleNamer.name` with the batch it handed to the
+loop (it keeps a reference, no copy) and the RNG state of that step's forward. The namer replays the
+batch, names the samples carrying the excess, writes a ``suspects`` record to the guard's log and
+the run ledger, and puts the named samples on the run's :class:`SkipList` (``<store>/skiplist.json``),
+which the :class:`ResumableSampler` honours from the next batch on, after a rollback, a resume, or a
+relaunch with another batch size or world size.
+
+Under DDP every rank replays its own slice of the batch on the unwrapped module (no collective in
+the replay itself); two ``all_gather_object`` calls then give every rank the same findings, so all
+ranks list the same samples.
+
+Where it cannot name (no per-sample loss function; no sample ids because the loader has no
+positions, e.g. an iterable dataset, and ``ids_of`` is not given), the record says why: the rows
+that carry the excess are still given where the batch itself is at hand.
+"""
+from __future__ import annotations
+
+import enum
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..data.sample_ids import DatasetMix, key_of
+from ..data.skiplist import SKIPLIST_FILE, SkipList
+from ..errors import ConfigError, raise_all
+from .attribution import Finding, gradient_findings, isolated, loss_findings, per_sample_losses, select_rows
+
+SUSPECTS_EVENT = "suspects"
+"""The ``event`` of the record a naming writes (the analyser and the report read it)."""
+
+
+class NameMethod(enum.Enum):
+    """How the namer measures the samples."""
+
+    AUTO = "auto"
+    """Per-sample losses when the loss test fired and the named samples explain the excess
+    (:attr:`SampleAttribution.explains`); else gradient bisection."""
+    LOSS = "loss"
+    """Per-sample losses only (one forward)."""
+    GRADIENT = "gradient"
+    """Gradient bisection only."""
+
+
+@dataclass(kw_only=True)
+class SampleAttribution:
+    """What the guard needs to name the samples of a spike, and how it decides."""
+
+    per_sample_loss: Callable[[Any, Any], Any]
+    """``fn(model, batch) -> Tensor[B]``: each row's loss (``reduction='none'``; for sequences the
+    mean token loss of each row), called on the unwrapped module in its training mode."""
+    method: NameMethod = NameMethod.AUTO
+    """Which measurement; see :class:`NameMethod`."""
+    z_threshold: float = 6.0
+    """Robust z-score (median/MAD of the batch) above which a row's loss names it. 6: a clean batch
+    of 32-256 rows of the planted-sample test never had a row above 5 (tests/test_attribution_planted.py)."""
+    min_share: float = 0.1
+    """A sample is named only if it carries at least this share of the step's excess loss over the
+    guard's baseline, or of the batch's squared gradient norm (a hard but ordinary sample in a
+    spiking batch carries little)."""
+    explains: float = 0.5
+    """AUTO: the loss findings are kept when the loss test fired and they carry at least this share
+    of the excess; otherwise the gradient bisection runs."""
+    ratio: float = 3.0
+    """Gradient bisection follows a group whose gradient norm exceeds this times its siblings' median."""
+    groups: int = 8
+    """Fan-out of the gradient bisection: level one costs one forward-backward of the batch, each
+    followed group ``1/groups`` of it."""
+    max_suspects: int = 8
+    """At most this many samples are named per step."""
+    select: Callable[[Any, list], Any] = select_rows
+    """``select(batch, rows)``: the sub-batch of ``rows`` (for the bisection)."""
+    ids_of: Callable[[Any], list] | None = None
+    """``ids_of(batch)``: the batch's flat sample ids when the loader has no positions (a batch
+    that carries its ids); None: from the sampler."""
+    fetch: Callable[[list], Any] | None = None
+    """``fetch(ids)``: rebuild a batch from sample ids, when the guard was not handed the batch (a
+    framework owns the loop); None: the batch must be given."""
+    render: Callable[[Any], str] | None = None
+    """``render(key) -> str``: what a sample is (a text excerpt, an image path), shown in the log
+    and the report; ``key`` is a :class:`SampleKey`."""
+    skip_named: bool = True
+    """Put named samples on the skip list (False: name only)."""
+    skiplist: SkipList | None = None
+    """The skip list to add to (default: ``<store>/skiplist.json``, or in memory without a store)."""
+    mix: DatasetMix | None = None
+    """For a mix of named datasets: how flat ids map to (name, index)."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not callable(self.per_sample_loss):
+            problems.append(f"per_sample_loss must be callable, got {self.per_sample_loss!r}")
+        if not isinstance(self.method, NameMethod):
+            problems.append(f"method must be a NameMethod, got {self.method!r}")
+        if not self.z_threshold > 0:
+            problems.append(f"z_threshold must be > 0, got {self.z_threshold!r}")
+        if not self.ratio > 1:
+            problems.append(f"ratio must be > 1, got {self.ratio!r}")
+        if not (isinstance(self.groups, int) and self.groups >= 2):
+            problems.append(f"groups must be an int >= 2, got {self.groups!r}")
+        if not 0 < self.min_share <= 1 or not 0 < self.explains <= 1:
+            problems.append(f"min_share and explains must be in (0, 1], got {self.min_share!r}, {self.explains!r}")
+        if not (isinstance(self.max_suspects, int) and self.max_suspects >= 1):
+            problems.append(f"max_suspects must be an int >= 1, got {self.max_suspects!r}")
+        raise_all(problems, error=ConfigError, fix="fix the SampleAttribution arguments")
+
+
+@dataclass
+class SampleNamer:
+    """Runs :class:`SampleAttribution` for one guard (built by the guard; see the module docstring)."""
+
+    config: SampleAttribution
+    module: Any
+    """The unwrapped model (``model.module`` under DDP)."""
+    log: Any
+    ledger: Callable[[], Any]
+    """Returns the guard's current run ledger (a framework callback may swap it)."""
+    sampler: Any = None
+    world: int = 1
+    skiplist: SkipList = field(default_factory=SkipList)
+    records: list = field(default_factory=list)
+    """The ``suspects`` records written by this process."""
+
+    @classmethod
+    def build(cls, config: SampleAttribution, *, model, sampler, store, log, ledger, world: int) -> "SampleNamer":
+        """Open the skip list (``<store>/skiplist.json``) and attach it to the sampler if it has none."""
+        from pathlib import Path
+
+        sl = config.skiplist
+        if sl is None:
+            sl = SkipList.open(Path(store.directory) / SKIPLIST_FILE if store is not None else None, mix=config.mix)
+        if sampler is not None and hasattr(sampler, "skiplist") and sampler.skiplist is None:
+            sampler.skiplist = sl
+        return cls(config, getattr(model, "module", model), log, ledger, sampler, world, sl)
+
+    def _ids(self, batch) -> tuple[list | None, str | None]:
+        if self.config.ids_of is not None and batch is not None:
+            return [int(i) for i in self.config.ids_of(batch)], None
+        if self.sampler is not None and hasattr(self.sampler, "last_batch_ids"):
+            return self.sampler.last_batch_ids(), None
+        return None, "no sample ids: the loader has no positions (an iterable dataset?); give ids_of= or a ResumableSampler"
+
+    def _gather(self, obj) -> list:
+        if self.world == 1:
+            return [obj]
+        import torch.distributed as dist
+
+        out = [None] * self.world
+        dist.all_gather_object(out, obj)
+        return out
+
+    def name(self, *, step: int, batch_index: int, batch=None, rng: dict | None = None,
+             baseline: float | None = None, loss_flagged: bool = True) -> dict:
+        """Replay the withheld batch, name its suspects, log them, list them; returns the record.
+
+        Args:
+            step: the withheld step.
+            batch_index: its global batch index.
+            batch: the batch (None: rebuilt with ``fetch`` from its ids).
+            rng: the torch RNG state of the step's forward (its dropout masks).
+            baseline: the loss test's baseline (the typical batch loss) the excess is measured from.
+            loss_flagged: the loss test (or a non-finite loss) flagged the step; else only the
+                gradient norm did, and AUTO goes to the gradient bisection.
+        """
+        cfg, t0 = self.config, time.perf_counter()
+        ids, why = self._ids(batch)
+        if batch is None and cfg.fetch is not None and ids is not None:
+            batch = cfg.fetch(ids)
+        rec: dict[str, Any] = {"step": int(step), "event": SUSPECTS_EVENT, "batch_index": int(batch_index)}
+        if batch is None:
+            why = "the batch cannot be replayed: the guard was not given it and no fetch= rebuilds it from ids"
+            self._gather(None)  # keep the ranks' collectives in step
+            return self._emit({**rec, "named": False, "why": why, "suspects": []})
+        with isolated(self.module):
+            if rng is not None:
+                from .replay import _set
+                _set(rng)  # the step's own dropout masks
+            losses = per_sample_losses(self.module, batch, cfg.per_sample_loss)
+            if ids is not None and len(ids) != len(losses):
+                why, ids = f"sample ids ({len(ids)}) do not match the batch's rows ({len(losses)})", None
+            parts = self._gather((ids, losses))
+            rows = [(r, k) for r, (_, ls) in enumerate(parts) for k in range(len(ls))]
+            found = loss_findings([x for _, ls in parts for x in ls], baseline=baseline, z_threshold=cfg.z_threshold,
+                                  min_share=cfg.min_share, max_suspects=cfg.max_suspects) \
+                if cfg.method is not NameMethod.GRADIENT else []
+            method, fwd, bwd = "loss", 1.0, 0.0
+            picked = [(rows[f.row], f) for f in found]
+            enough = loss_flagged and sum(f.share for f in found) >= cfg.explains
+            if cfg.method is NameMethod.GRADIENT or (cfg.method is NameMethod.AUTO and not enough):
+                fs, cost, energy = gradient_findings(self.module, batch, len(losses), cfg.per_sample_loss,
+                                                     select=cfg.select, groups=cfg.groups, ratio=cfg.ratio,
+                                                     min_share=cfg.min_share, max_suspects=cfg.max_suspects)
+                allf = self._gather((fs, energy))
+                total = sum(e for _, e in allf) or 1.0
+                by_grad = sorted([((r, f.row), Finding(f.row, min(1.0, f.score ** 2 / total) if math.isfinite(f.score)
+                                                       else 1.0, f.score, f.z))
+                                  for r, (fl, _) in enumerate(allf) for f in fl], key=lambda t: -t[1].score)
+                fwd, bwd = 1.0 + cost, cost
+                if by_grad or not picked:  # else the loss findings stand (the gradient found nobody)
+                    picked, method = by_grad[:cfg.max_suspects], "gradient"
+        suspects = []
+        for (r, k), f in picked:
+            sid = parts[r][0][k] if parts[r][0] is not None else None
+            s = {"rank": r, "row": k, "share": round(f.share, 4), "z": _finite(f.z),
+                 ("loss" if method == "loss" else "grad_norm"): _finite(f.score), "loss": _finite(parts[r][1][k])}
+            if sid is not None:
+                key = key_of(sid, cfg.mix)
+                s["id"] = key.to_json()
+                if cfg.render is not None:
+                    s["shows"] = str(cfg.render(key))[:200]
+            suspects.append(s)
+        named = bool(suspects) and all("id" in s for s in suspects)
+        rec.update(named=named, method=method, suspects=suspects, batch_rows=len(rows),
+                   share=round(sum(s["share"] for s in suspects), 4), passes={"forward": fwd, "backward": bwd},
+                   seconds=round(time.perf_counter() - t0, 4))
+        if not suspects:
+            rec["why"] = "no sample stands out: the excess is spread over the batch"
+        elif why is not None:
+            rec["why"] = why
+        if named and cfg.skip_named:
+            self.skiplist.add([s["id"] for s in suspects], step=step,
+                              reason=f"named at step {step} ({method}: {rec['share']:.0%} of the excess)")
+            rec["skiplisted"] = True
+        return self._emit(rec)
+
+    def _emit(self, rec: dict) -> dict:
+        self.log.event(rec)
+        self.records.append(rec)
+        if rec.get("named"):
+            self.ledger().note(rec)
+        return rec
+
+
+def _finite(x: float) -> float | None:
+    return round(float(x), 6) if math.isfinite(x) else None
