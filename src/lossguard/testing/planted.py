@@ -2,10 +2,10 @@
 sample-naming tests and benchmark.
 
 :class:`PlantedBags` is a bag-of-tokens classification task of any size (every sample, with its
-label, is a pure function of ``(seed, index)``; nothing is held in memory): class ``c`` draws half
+label, is a pure function of ``(seed, index)``; nothing is held in memory): class ``c`` draws 40%
 of its tokens from its own 48 tokens of a 255-token vocabulary, the rest at random. A few indices
 are *planted* with one of the :class:`Poison` kinds. :class:`BagClassifier` (sum-pooled embeddings,
-one hidden ReLU layer) learns the task to a loss near 0.05 in ~150 steps of 32 samples.
+one hidden ReLU layer) learns the task to a loss near 0.015 in ~150 steps of 32 samples.
 
 Sum pooling makes the poisons bite the way they do in real models with unnormalised pooling or
 long-sequence accumulations: thousands of tokens give an activation ~100x the usual one.
@@ -85,8 +85,9 @@ def pad_collate(items):
             torch.tensor([y for _, _, y in items], dtype=torch.int64))
 
 
-def bag_classifier(seed: int = 0, dim: int = 32, hidden: int = 64):
-    """Sum-pooled token embeddings -> ReLU layer -> class logits (torch's global RNG seeded first)."""
+def bag_classifier(seed: int = 0, dim: int = 32, hidden: int = 64, dropout: float = 0.0):
+    """Sum-pooled token embeddings -> ReLU layer [-> dropout] -> class logits (torch's global RNG
+    seeded first; dropout makes exact resume depend on the RNG being restored)."""
     import torch
 
     torch.manual_seed(seed)
@@ -97,10 +98,11 @@ def bag_classifier(seed: int = 0, dim: int = 32, hidden: int = 64):
             self.emb = torch.nn.EmbeddingBag(VOCAB, dim, mode="sum", padding_idx=0)
             self.emb.weight.data.mul_(0.1)
             self.hidden = torch.nn.Linear(dim, hidden)
+            self.drop = torch.nn.Dropout(dropout)
             self.out = torch.nn.Linear(hidden, CLASSES)
 
         def forward(self, tokens):
-            return self.out(torch.relu(self.hidden(self.emb(tokens))))
+            return self.out(self.drop(torch.relu(self.hidden(self.emb(tokens)))))
 
     return BagClassifier()
 
@@ -121,3 +123,25 @@ def plant(sampler, placements: list[tuple[int, int, Poison]]) -> dict[int, Poiso
     """``{index: kind}`` for ``(batch position, row, kind)`` placements in ``sampler``'s order (so
     the run meets each planted sample at a chosen step)."""
     return {sampler.global_batch_ids(p)[r]: k for p, r, k in placements}
+
+
+def score_naming(spikes, suspects, planted) -> dict:
+    """Recall and precision of the names against the planted truth.
+
+    Args:
+        spikes: ``(step, batch_index, ids)`` of every withheld step (the ids its batch held).
+        suspects: the guard's ``suspects`` records.
+        planted: the planted sample ids.
+
+    Returns:
+        ``{"recall", "precision", "caught", "missed", "false"}``: recall over the planted samples
+        that sat in a withheld batch (the spikes they could have caused), precision over every
+        named sample (a name in a spike with nothing planted is a false one).
+    """
+    planted = set(planted)
+    due = {i for _, _, ids in spikes for i in ids if i in planted}
+    named = {s["id"] for r in suspects for s in r.get("suspects", []) if "id" in s}
+    caught, false = due & named, named - planted
+    return {"recall": len(caught) / len(due) if due else 1.0,
+            "precision": len(named & planted) / len(named) if named else 1.0,
+            "caught": sorted(caught), "missed": sorted(due - named), "false": sorted(false)}
