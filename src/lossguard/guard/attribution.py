@@ -125,13 +125,19 @@ def per_sample_losses(module, batch, fn: Callable) -> list[float]:
 
 
 def _group_norm(module, batch, rows: Sequence[int], fn: Callable, select: Callable) -> float:
-    """Gradient norm of the summed per-sample loss of ``rows`` (one forward-backward of them)."""
+    """Gradient norm of the summed per-sample loss of ``rows`` (one forward-backward of them); NaN
+    when the model cannot take so few rows (BatchNorm in training mode on one row)."""
     import torch
 
     params = [p for p in module.parameters() if p.requires_grad]
     for p in params:
         p.grad = None
-    loss = fn(module, select(batch, rows)).sum()
+    try:
+        loss = fn(module, select(batch, rows)).sum()
+    except (ValueError, RuntimeError):
+        if len(rows) > 1:
+            raise
+        return math.nan
     grads = torch.autograd.grad(loss, params, allow_unused=True)
     sq = sum(float(g.detach().to(torch.float64).pow(2).sum()) for g in grads if g is not None)
     return math.sqrt(sq) if math.isfinite(sq) else math.inf
@@ -185,6 +191,10 @@ def gradient_findings(module, batch, n_rows: int, fn: Callable, *, select: Calla
                 continue
             parts = split(g, groups)
             cost_rows += len(g)
-            nxt += [(p, _group_norm(module, batch, p, fn, select)) for p in parts]
+            measured = [(p, _group_norm(module, batch, p, fn, select)) for p in parts]
+            if any(math.isnan(y) for _, y in measured):  # rows too few for the model: name the group
+                found += [Finding(r, min(1.0, x * x / energy) / len(g), x, z) for r in g]
+                continue
+            nxt += measured
         frontier = nxt
     return sorted(found, key=lambda f: -f.score)[:max_suspects], cost_rows / max(n_rows, 1), energy
