@@ -37,7 +37,8 @@ def test_planted_samples_are_named_kept_out_after_a_rollback_and_naming_changes_
     run = train(steps=STEPS, ckpt_dir=tmp_path / "named", trace=tmp_path / "named.jsonl")
     score = score_naming(run["spikes"], run["suspects"], planted)
     print(f"planted: {len(planted)}, in withheld batches: {len(score['caught']) + len(score['missed'])}, "
-          f"recall {score['recall']:.2f}, precision {score['precision']:.2f}, false {score['false']}")
+          f"recall {score['recall']:.2f}, precision {score['precision']:.2f} (in spikes with a planted sample "
+          f"{score['precision_planted']:.2f}); clean-data names {score['natural']}")
     assert score["recall"] >= 0.9 and score["precision"] >= 0.8
     assert len(score["caught"]) >= 5  # the test means something: most plants did cause a spike
     assert run["rollbacks"] >= 1
@@ -110,7 +111,8 @@ def test_skiplist_carries_over_to_another_world_size_and_names_agree_on_two_rank
                           timeout=600)
     assert two[0]["skiplist"] == two[1]["skiplist"]
     score = score_naming(two[0]["spikes"], two[0]["suspects"], planted)
-    print(f"2 ranks: recall {score['recall']:.2f}, precision {score['precision']:.2f}")
+    print(f"2 ranks: recall {score['recall']:.2f}, precision {score['precision']:.2f} (in spikes with a planted "
+          f"sample {score['precision_planted']:.2f}); clean-data names {score['natural']}")
     assert score["recall"] >= 0.9 and score["precision"] >= 0.8
     # a 1-rank run's list, relaunched on 2 ranks: no rank ever gets a listed sample, and the spikes
     # those samples caused do not happen

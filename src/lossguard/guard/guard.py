@@ -397,12 +397,18 @@ class StabilityGuard:
         lr = float(self.optimizer.param_groups[0]["lr"]) if self.optimizer.param_groups else math.nan
         meta = {"step": self.step_count, "batch_index": self.step_count, "lr": lr,
                 "loss_scale": float(self.scaler.get_scale()) if self.scaler is not None else math.nan,
-                "rng": None, "replay": None}
+                "rng": None, "replay": None, "batch": self._batch}
+        self._batch = None
         self._advance()
         self._process(j.packed, meta)
         if bad and not self.config.shadow:
             self.optimizer.zero_grad(set_to_none=True)
         return not bad or self.config.shadow
+
+    def hold_batch(self, batch) -> None:
+        """Framework mode: the batch of the step in flight (a reference; a callback passes it at
+        batch start), so a withheld step's samples can be named (``attribution``)."""
+        self._batch = batch
 
     def _advance(self) -> None:
         self.step_count += 1

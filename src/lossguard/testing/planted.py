@@ -134,14 +134,23 @@ def score_naming(spikes, suspects, planted) -> dict:
         planted: the planted sample ids.
 
     Returns:
-        ``{"recall", "precision", "caught", "missed", "false"}``: recall over the planted samples
-        that sat in a withheld batch (the spikes they could have caused), precision over every
-        named sample (a name in a spike with nothing planted is a false one).
+        ``{"recall", "precision", "precision_planted", "caught", "missed", "false", "natural"}``:
+        recall over the planted samples that sat in a withheld batch (the spikes they could have
+        caused); precision over every named sample (a name in a spike with nothing planted counts
+        as false, though clean data has its own single-sample spikes); ``precision_planted`` over
+        the names given in spikes whose batch held a planted sample; ``natural``: ``(step, id,
+        share)`` of the names given in spikes with nothing planted.
     """
     planted = set(planted)
     due = {i for _, _, ids in spikes for i in ids if i in planted}
+    steps_with_plants = {s for s, _, ids in spikes if set(ids) & planted}
     named = {s["id"] for r in suspects for s in r.get("suspects", []) if "id" in s}
-    caught, false = due & named, named - planted
+    in_planted = [s["id"] for r in suspects if r["step"] in steps_with_plants for s in r.get("suspects", []) if "id" in s]
+    natural = [(r["step"], s["id"], s["share"]) for r in suspects if r["step"] not in steps_with_plants
+               for s in r.get("suspects", []) if "id" in s]
+    caught = due & named
     return {"recall": len(caught) / len(due) if due else 1.0,
             "precision": len(named & planted) / len(named) if named else 1.0,
-            "caught": sorted(caught), "missed": sorted(due - named), "false": sorted(false)}
+            "precision_planted": sum(i in planted for i in in_planted) / len(in_planted) if in_planted else 1.0,
+            "caught": sorted(caught), "missed": sorted(due - named), "false": sorted(named - planted),
+            "natural": natural}
