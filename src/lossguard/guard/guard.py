@@ -446,7 +446,17 @@ class StabilityGuard:
                 break
             if out.halted:
                 self.halted, self.restart_requested = True, out.restart
+                if self.namer is not None and self.namer.records and self.executor.diagnosis:
+                    self._add_to_diagnosis(self.namer.summary())
                 break
+
+    def _add_to_diagnosis(self, text: str) -> None:
+        """Append ``text`` (the named samples) to the halt diagnosis and its file."""
+        ex = self.executor
+        ex.diagnosis = f"{ex.diagnosis}\n{text}"
+        f = ex.diagnosis_file
+        if f is not None and self.rank == 0 and f.exists():
+            f.write_text(ex.diagnosis + "\n", encoding="utf-8")
 
     def _copy_to_host(self, packed):
         """Start the one device-to-host copy of this step's verdict (pinned buffer + event on CUDA)."""

@@ -29,10 +29,9 @@ from typing import Any, Callable
 from ..data.sample_ids import DatasetMix, key_of
 from ..data.skiplist import SKIPLIST_FILE, SkipList
 from ..errors import ConfigError, raise_all
+from ..recovery.suspects import SUSPECTS_EVENT, summary_lines
 from .attribution import Finding, gradient_findings, isolated, loss_findings, per_sample_losses, select_rows
 
-SUSPECTS_EVENT = "suspects"
-"""The ``event`` of the record a naming writes (the analyser and the report read it)."""
 
 
 class NameMethod(enum.Enum):
@@ -227,6 +226,13 @@ class SampleNamer:
                               reason=f"named at step {step} ({method}: {rec['share']:.0%} of the excess)")
             rec["skiplisted"] = True
         return self._emit(rec)
+
+    def summary(self) -> str:
+        """The samples named so far, one line per withheld step (empty when none)."""
+        if not self.records:
+            return ""
+        return "\n".join(["Samples named on withheld steps (share of the step's excess):"]
+                         + summary_lines(self.records))
 
     def _emit(self, rec: dict) -> dict:
         self.log.event(rec)

@@ -22,6 +22,7 @@ import numpy as np
 from ..analysis import Analysis
 from ..classify.incident import Incident, IncidentKind as K
 from ..plan import RecoveryPlan
+from ..recovery.suspects import by_incident, describe, suspect_records
 from .words import ONE_STEP_LISTED, ONE_STEP_POINTS, health, magnitude, skip_phrase, word
 
 _SEVERITY_COLOR = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
@@ -122,6 +123,18 @@ def _outlier_line(analysis: Analysis, members: list[int]) -> str:
             "nothing to do (details: --json or the HTML report).")
 
 
+def suspect_section(analysis: Analysis, number: dict[int, int]) -> list[str]:
+    """The samples the guard named on withheld steps, each under its incident's number (the one-step
+    outliers, grouped above, by their step)."""
+    records = suspect_records(analysis.guard_actions)
+    if not records:
+        return []
+    named, _ = by_incident(records, analysis.incidents)
+    where = {id(r): f"[{number[i]}] " if i in number else "" for i, rs in named.items() for r in rs}
+    return ["", f"Samples the guard named ({len(records)} withheld step(s); share of the step's excess):"] + [
+        f"  {where.get(id(r), '')}{describe(r)}" for r in records]
+
+
 def render_text(analysis: Analysis, *, width: int = 80, ascii_only: bool = False) -> str:
     """The whole terminal summary as one string (no colour codes).
 
@@ -166,6 +179,7 @@ def render_text(analysis: Analysis, *, width: int = 80, ascii_only: bool = False
             reasons = plans[i].reasons if i in plans else []
             if reasons:
                 out.append(f"      plan: {reasons[0]}")
+    out.extend(suspect_section(analysis, number))
     for note in analysis.notes:
         out.append(f"note: {note}")
     if analysis.guard_actions:

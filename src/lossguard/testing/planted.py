@@ -73,6 +73,15 @@ class PlantedBags:
         return i, tokens, label
 
 
+def describe(data: PlantedBags, index: int) -> str:
+    """What sample ``index`` is, in a few words (the ``render`` a person reads in the report):
+    its length, label and most frequent token, e.g. ``"4000 tokens, label 1, token 211 x4000"``."""
+    _, tokens, label = data[index]
+    values, counts = np.unique(tokens, return_counts=True)
+    top = int(np.argmax(counts))
+    return f"{len(tokens)} tokens, label {label}, token {int(values[top])} x{int(counts[top])}"
+
+
 def pad_collate(items):
     """``[(i, tokens, label)] -> (ids int64[B], tokens int64[B, Lmax] (0-padded), labels int64[B])``."""
     import torch

@@ -19,7 +19,7 @@ import os
 import signal
 from pathlib import Path
 
-from .planted import Poison, PlantedBags, bag_classifier, batch_loss, pad_collate, per_row_loss, plant
+from .planted import Poison, PlantedBags, bag_classifier, batch_loss, describe, pad_collate, per_row_loss, plant
 
 N_SAMPLES, GLOBAL_BATCH, SEED = 120_000, 32, 1
 PLACEMENTS = [(120, 5, Poison.RANDOM_BYTES), (160, 0, Poison.REPEATED_TOKEN), (200, 17, Poison.FLIPPED_LABEL),
@@ -39,7 +39,7 @@ def planted_ids() -> dict[int, Poison]:
 
 def train(*, steps: int, ckpt_dir: str | os.PathLike, trace: str | os.PathLike | None = None, attribution: bool = True,
           seed_skiplist: str | os.PathLike | None = None, dropout: float = 0.1, kill_at: int | None = None,
-          checkpoint_every: int = 25) -> dict:
+          checkpoint_every: int = 25, log_path: str | os.PathLike | None = None) -> dict:
     """Train (or resume) the planted run; returns ``{"losses": {step: loss}, "spikes": [(step,
     batch_index, global ids)], "suspects": [records], "skiplist": [ids], "rollbacks": n}`` of this
     process (the loss is the global one on every rank; ``spikes`` are the withheld steps)."""
@@ -68,9 +68,10 @@ def train(*, steps: int, ckpt_dir: str | os.PathLike, trace: str | os.PathLike |
     model = bag_classifier(dropout=dropout)
     wrapped = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    names = SampleAttribution(per_sample_loss=per_row_loss, skiplist=skiplist) if attribution else None
+    names = SampleAttribution(per_sample_loss=per_row_loss, skiplist=skiplist, render=lambda key: describe(data, key.index)) \
+        if attribution else None
     guard = StabilityGuard(wrapped, opt, store=store, sampler=sampler, attribution=names,
-                           config=GuardConfig(checkpoint_every=checkpoint_every, loss_rise=None))
+                           config=GuardConfig(checkpoint_every=checkpoint_every, loss_rise=None), log_path=log_path)
     if not fresh:
         guard.restore()
     out = None if trace is None or rank else open(trace, "a", encoding="utf-8")
@@ -111,12 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skiplist", help="seed the run's skip list from this file on a fresh start")
     p.add_argument("--no-attribution", action="store_true")
     p.add_argument("--kill-at", type=int, help="SIGKILL this process right after this step")
+    p.add_argument("--log", help="the guard's JSONL log (decisions, named samples, metrics)")
     a = p.parse_args(argv)
     import torch
 
     torch.set_num_threads(1)
     train(steps=a.steps, ckpt_dir=a.ckpt_dir, trace=a.trace, attribution=not a.no_attribution,
-          seed_skiplist=a.skiplist, kill_at=a.kill_at)
+          seed_skiplist=a.skiplist, kill_at=a.kill_at, log_path=a.log)
     return 0
 
 
