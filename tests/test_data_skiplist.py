@@ -113,3 +113,25 @@ def test_prefetching_loader_drops_a_sample_listed_while_its_batch_was_prefetched
             break
     assert got[1:6] == [ids[1:] for ids in ahead]
     assert s.position == 7 and s.last_batch_ids() == got[-1]
+
+
+def test_cli_shows_adds_and_removes_entries_and_rejects_bad_input(tmp_path, capsys):
+    from lossguard.cli import main
+
+    d = tmp_path / "ck"
+    d.mkdir()
+    assert main(["skiplist", str(d), "add", "81234", "code:77", "--reason", "looked at it"]) == 0
+    assert main(["skiplist", str(d)]) == 0
+    out = capsys.readouterr().out
+    assert "2 sample(s) listed" in out and "code:77" in out and "81234" in out and "looked at it" in out
+    assert main(["skiplist", str(d / "skiplist.json"), "remove", "81234", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "removed 1 sample(s); 1 listed" in out and "(not listed: 5)" in out
+    assert SkipList.load(d / "skiplist.json").keys() == [SampleKey("code", 77)]
+    before = (d / "skiplist.json").read_text()
+    assert main(["skiplist", str(d), "add", "12", "bad:id:x"]) == 2  # nothing written on a bad id
+    assert (d / "skiplist.json").read_text() == before
+    assert main(["skiplist", str(tmp_path / "none.json")]) == 2
+    assert "no skip list here" in capsys.readouterr().err
+    assert main(["skiplist", str(d), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"id": {"dataset": "code", "index": 77}, "reason": "looked at it"}]
