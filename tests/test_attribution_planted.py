@@ -111,7 +111,8 @@ def test_skiplist_carries_over_to_another_world_size_and_names_agree_on_two_rank
                           timeout=600)
     assert two[0]["skiplist"] == two[1]["skiplist"]
     score = score_naming(two[0]["spikes"], two[0]["suspects"], planted)
-    print(f"2 ranks: recall {score['recall']:.2f}, precision {score['precision']:.2f} (in spikes with a planted "
+    print(f"2 ranks: in withheld batches {len(score['caught']) + len(score['missed'])}, recall {score['recall']:.2f}, "
+          f"precision {score['precision']:.2f} (in spikes with a planted "
           f"sample {score['precision_planted']:.2f}); clean-data names {score['natural']}")
     assert score["recall"] >= 0.9 and score["precision"] >= 0.8
     # a 1-rank run's list, relaunched on 2 ranks: no rank ever gets a listed sample, and the spikes
