@@ -82,7 +82,8 @@ def test_the_snapshot_covers_the_names_users_need():
               "TrainingHalted", "read_log", "analyze", "stitch", "simulate", "RunLog", "Incident", "IncidentKind",
               "LossguardError", "Analysis"}
     assert needed <= set(lossguard.__all__)
-    assert set(lossguard.__all__) <= set(dir(lossguard))
+    assert set(lossguard._LAZY) <= set(lossguard.__all__) <= set(dir(lossguard))
+    assert len(set(lossguard.__all__)) == len(lossguard.__all__)
     assert {"analyze", "info", "report", "simulate", "watch"} <= set(current_api()["cli"]["verbs"])
 
 

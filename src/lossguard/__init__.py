@@ -17,7 +17,7 @@ a deliberate act (regenerate the snapshot with ``LOSSGUARD_UPDATE_API=1 pytest t
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # Defined before the imports below: lossguard.analysis reads it while the package is being imported.
 __version__ = "0.1.0"
@@ -31,6 +31,11 @@ from .runlog import RunLog, Segment, Series
 # first import of the submodule cannot rebind the package attribute to the module.
 from .simulate import Simulation, simulate
 from .stitch import stitch
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come from __getattr__
+    from .checkpoint import CheckpointStore, HostSnapshot, ShardedCheckpointStore, ShardedTrainState, TrainState
+    from .data import ResumableLoader, ResumableSampler
+    from .guard import Action, Decision, GuardConfig, SkipStepAdamW, StabilityGuard, TrainingHalted
 
 # name -> the subpackage that defines it; imported on first attribute access (see __getattr__).
 # Each subpackage decides itself which of its names need torch (``lossguard.guard`` raises the
@@ -51,10 +56,13 @@ _LAZY: dict[str, str] = {
     "ResumableSampler": "lossguard.data",
 }
 
-__all__ = sorted([
-    "Analysis", "Incident", "IncidentKind", "LossguardError", "RunLog", "Segment", "Series", "Simulation",
-    "analyze", "read_log", "simulate", "stitch", "__version__", *_LAZY,
-])
+# A literal list (linters and type checkers read it); tests/test_public_api.py checks it holds _LAZY.
+__all__ = [
+    "Action", "Analysis", "CheckpointStore", "Decision", "GuardConfig", "HostSnapshot", "Incident", "IncidentKind",
+    "LossguardError", "ResumableLoader", "ResumableSampler", "RunLog", "Segment", "Series", "ShardedCheckpointStore",
+    "ShardedTrainState", "Simulation", "SkipStepAdamW", "StabilityGuard", "TrainState", "TrainingHalted",
+    "__version__", "analyze", "read_log", "simulate", "stitch",
+]
 
 
 def __getattr__(name: str) -> Any:
