@@ -13,7 +13,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Findings at the time this test was written (ruff 0.17.6, mypy 2.4.1): ruff 93 (49 E501, 38 B905, 5 B023, 1 B007), mypy 190 in 53 files.
+# Findings when this test was written (ruff 0.17.6, mypy 2.4.1): ruff 93 (49 E501, 38 B905, 5 B023,
+# 1 B007); mypy 190 in 53 files.
 # The lead fixes them after the other branches of issue 22 have landed; then the xfail goes.
 pytestmark = [
     pytest.mark.slow,  # mypy over the package: ~60 s on the shared 2 cores
