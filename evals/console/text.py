@@ -57,3 +57,49 @@ def log_ts(t: datetime) -> str:
 def g(v: float, digits: int = 4) -> str:
     """Python's ``round(v, digits)`` as ``str`` would print it inside a dict."""
     return repr(round(v, digits))
+
+
+class TqdmStream:
+    """What a tqdm bar leaves in a captured stream: ``\\r`` redraws, and ``tqdm.write`` clearing the bar
+    (``\\r`` + spaces + ``\\r``), printing its message on its own line, then redrawing the bar."""
+
+    def __init__(self, total: int | None, desc: str = "", unit: str = "it", width: int = 10,
+                 sec_per_it: float = 0.5):
+        self.total, self.desc, self.unit, self.width = total, desc, unit, width
+        self.sec_per_it = sec_per_it
+        self.parts: list[str] = []
+        self.n = 0
+        self.postfix = ""
+        self._last = ""
+        self.draw(0)
+
+    def meter(self) -> str:
+        """The current redraw text."""
+        if self.n == 0:
+            head = f"{self.desc}: " if self.desc else ""
+            post = f", {self.postfix}" if self.postfix else ""
+            if self.total:
+                return f"{head}  0%|{' ' * self.width}| 0/{self.total} [00:00<?, ?{self.unit}/s{post}]"
+            return f"{head}0{self.unit} [00:00, ?{self.unit}/s{post}]"
+        return tqdm_meter(self.n, self.total, self.n * self.sec_per_it, self.desc, self.postfix, self.unit, self.width)
+
+    def draw(self, n: int, postfix: str | None = None) -> None:
+        """Move the bar to ``n`` (and set its postfix) and redraw."""
+        self.n = n
+        if postfix is not None:
+            self.postfix = postfix
+        self._last = self.meter()
+        self.parts.append("\r" + self._last)
+
+    def write(self, msg: str) -> None:
+        """``tqdm.write(msg)`` while the bar is shown."""
+        self.parts.append("\r" + " " * len(self._last) + "\r" + msg + "\n")
+        self.parts.append("\r" + self._last)
+
+    def close(self) -> None:
+        """``bar.close()`` with leave=True: a final newline."""
+        self.parts.append("\n")
+
+    def text(self) -> str:
+        """Everything written so far."""
+        return "".join(self.parts)
