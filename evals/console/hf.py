@@ -146,10 +146,10 @@ def llamafactory_console(run: Run) -> str:
 
 
 FIXTURES = [
-    Spec("hf_trainer__tqdm_healthy.log", "HF Trainer", HF, "global_step", "loss", hf_tqdm, points=300, interval=5,
+    Spec("hf_trainer__tqdm_healthy.log", "HF Trainer", HF, "global_step", "loss", hf_tqdm, points=220, interval=5,
          seed=501, notes="tqdm redraws (\\r) with dict lines written through the bar; the step is only the bar's N/M "
                          "before each dict; eval dicts every 250 steps; final dict has 'train_loss' (an average, no point)"),
-    Spec("hf_trainer__tqdm_nan.log", "HF Trainer", HF, "global_step", "loss", hf_tqdm, points=300, interval=10,
+    Spec("hf_trainer__tqdm_nan.log", "HF Trainer", HF, "global_step", "loss", hf_tqdm, points=220, interval=10,
          seed=502, events=(Event(EventKind.NONFINITE, 0.6),),
          notes="'loss': nan, 'grad_norm': nan from the onset on (HF keeps training and printing nan)"),
     Spec("hf_trainer__printer_logging_steps_spike.log", "HF Trainer", HF, "global_step", "loss", hf_printer,
@@ -160,14 +160,14 @@ FIXTURES = [
          points=400, interval=5, seed=504, events=(Event(EventKind.DIVERGENCE, 0.65),),
          notes="trainer_log.jsonl: current_steps/total_steps, lr, epoch, percentage, elapsed/remaining time strings"),
     Spec("llamafactory__console_healthy.log", "LLaMA-Factory", LF + " + " + HF, "global_step", "loss",
-         llamafactory_console, points=300, interval=10, seed=505,
+         llamafactory_console, points=200, interval=10, seed=505,
          notes="LLaMA-Factory logger lines '[INFO|date] name:line >> msg' + transformers explicit format + HF tqdm/dicts; "
                "'***** train metrics *****' block at the end"),
     Spec("ms_swift__healthy.log", "ms-swift", SWIFT + " + " + HF, "global_step", "loss",
-         lambda r: hf_tqdm(r, swift=True), points=200, interval=5, seed=506,
+         lambda r: hf_tqdm(r, swift=True), points=150, interval=5, seed=506,
          notes="dicts carry 'global_step/max_steps': 'N/M' as a string; tqdm desc 'Train'"),
     Spec("ms_swift__spike_level_shift.log", "ms-swift", SWIFT + " + " + HF, "global_step", "loss",
-         lambda r: hf_tqdm(r, swift=True), points=200, interval=5, seed=507,
+         lambda r: hf_tqdm(r, swift=True), points=150, interval=5, seed=507,
          events=(Event(EventKind.SPIKE, 0.3), Event(EventKind.LEVEL_SHIFT, 0.7)),
          notes="a spike that recovers and a later level shift"),
 ]

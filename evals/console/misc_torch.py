@@ -117,8 +117,8 @@ FIXTURES = [
          events=(Event(EventKind.SPIKE, 0.35),), notes="spike"),
     Spec("mlx_lm__healthy.log", "mlx_lm", MLX, "iter", "Train loss", mlx_lm, points=500, interval=10, seed=1203,
          notes="'Iter N: Train loss X, Learning Rate ..' every 10 iters; 'Iter N: Val loss' every 200 (a different series)"),
-    Spec("deepspeed_pipe__healthy.log", "DeepSpeed", DSPIPE, "steps", "loss", ds_pipe, points=500, interval=10, seed=1204,
+    Spec("deepspeed_pipe__healthy.log", "DeepSpeed", DSPIPE, "steps", "loss", ds_pipe, points=350, interval=10, seed=1204,
          notes="'[Rank 0] step=N, skipped=0, lr=[..]' log_dist lines interleaved with the pipe engine's own 'steps: N loss: X' lines"),
-    Spec("deepspeed_pipe__divergence.log", "DeepSpeed", DSPIPE, "steps", "loss", ds_pipe, points=500, interval=10, seed=1205,
+    Spec("deepspeed_pipe__divergence.log", "DeepSpeed", DSPIPE, "steps", "loss", ds_pipe, points=350, interval=10, seed=1205,
          events=(Event(EventKind.DIVERGENCE, 0.6),), notes="divergence; the loss is only on the 'steps: N loss: X' lines"),
 ]

@@ -72,7 +72,7 @@ def render(run: Run) -> str:
 
 
 FIXTURES = [
-    Spec("torchtitan__healthy.log", "torchtitan", SOURCE, "step", "loss", render, points=450,
+    Spec("torchtitan__healthy.log", "torchtitan", SOURCE, "step", "loss", render, points=350,
          interval=10, seed=101,
          notes="ANSI colour codes between each label and its number; [rank0]: torchrun prefix; log_freq 10"),
     Spec("torchtitan__spike_nan.log", "torchtitan", SOURCE, "step", "loss", render, points=380,
