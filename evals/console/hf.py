@@ -15,6 +15,10 @@ Formats taken from:
 - github.com/modelscope/ms-swift @ 3602360a562313afbf2ef6065fdf61f271a2c5b9: swift/trainers/patcher.py
   ``add_train_message`` adds ``'global_step/max_steps': 'N/M'``, ``'percentage'``, ``'elapsed_time'``,
   ``'remaining_time'``, ``'memory(GiB)'``, ``'train_speed(iter/s)'`` and rounds floats to 8 digits; tqdm desc ``Train``.
+- github.com/huggingface/trl @ f2cd57710ae345ea6428ae95363267fcf38a3dc8: trl/trainer/sft_trainer.py adds ``entropy``,
+  ``num_tokens`` and ``mean_token_accuracy`` to each logged dict of the HF Trainer.
+- github.com/axolotl-ai-cloud/axolotl @ 067b021c8b87a9e5e380b9173c704cf7340e30f5: src/axolotl/logging_config.py console
+  format ``[%(asctime)s] [%(levelname)s] [%(name)s] %(message)s`` around the HF Trainer's bar and dicts.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from evals.console.text import TqdmStream, hms, log_ts
 
 HF = "github.com/huggingface/transformers src/transformers/trainer_callback.py ProgressCallback/PrinterCallback + trainer.py (v4.4x; 01081ce2c31e51fa3876e386c5aef784d38e958a)"
 LF = "github.com/hiyouga/LLaMA-Factory src/llamafactory/train/callbacks.py LogCallback (ff6d4d12eeb035d6ce06805a5733dd7b29f2ac30)"
+TRL = "github.com/huggingface/trl trl/trainer/sft_trainer.py (f2cd57710ae345ea6428ae95363267fcf38a3dc8) + " + HF
+AXOLOTL = "github.com/axolotl-ai-cloud/axolotl src/axolotl/logging_config.py (067b021c8b87a9e5e380b9173c704cf7340e30f5) + " + HF
 SWIFT = "github.com/modelscope/ms-swift swift/trainers/patcher.py add_train_message (3602360a562313afbf2ef6065fdf61f271a2c5b9)"
 
 
@@ -52,13 +58,14 @@ def _epoch(run: Run, step: int, epochs: int = 3) -> float:
     return round(epochs * step / run.total, 2)
 
 
-def hf_tqdm(run: Run, swift: bool = False) -> str:
+def hf_tqdm(run: Run, swift: bool = False, trl: bool = False, head_lines: list[str] | None = None) -> str:
     """transformers Trainer with its tqdm bar: dict lines written through the bar, every logging_steps."""
     clock = Clock(run.rng)
     head = _banner(clock, run)
     if swift:
         head = [f"[INFO:swift] model_parameter_info: Qwen2ForCausalLM: 494.0328M Params (494.0328M Trainable [100.0000%]), "
                 "0.0019M Buffers.", "[INFO:swift] The logging file will be saved in: output/v0-20260302-091405/logging.jsonl"] + head
+    head = (head_lines or []) + head
     bar = TqdmStream(run.total, desc="Train" if swift else "", sec_per_it=0.62)
     iv = run.spec.interval
     k = 0
@@ -71,7 +78,12 @@ def hf_tqdm(run: Run, swift: bool = False) -> str:
         v = run.loss[i]
         loss = run.show(i, _r(v, 8 if swift else 4))
         logs = f"{{'loss': {loss}, 'grad_norm': {_r(run.gnorm(i), 8 if swift else 16)}, " \
-               f"'learning_rate': {run.lr(step, 2e-5):.6g}, 'epoch': {_epoch(run, step)}"
+               f"'learning_rate': {run.lr(step, 2e-5):.6g}"
+        if trl:
+            acc = max(0.05, min(0.95, 1.1 - v / 6)) if math.isfinite(v) else float("nan")
+            logs += (f", 'entropy': {_r(0.8 * v, 16) if math.isfinite(v) else 'nan'}, 'num_tokens': {float(step * 65536)}, "
+                     f"'mean_token_accuracy': {_r(acc, 16)}")
+        logs += f", 'epoch': {_epoch(run, step)}"
         if swift:
             el = step * 0.62
             logs += (f", 'global_step/max_steps': '{step}/{run.total}', 'percentage': '{100 * step / run.total:.2f}%', "
@@ -88,6 +100,18 @@ def hf_tqdm(run: Run, swift: bool = False) -> str:
     tail = (f"{{'train_runtime': {run.total * 0.62:.4f}, 'train_samples_per_second': 103.2, 'train_steps_per_second': "
             f"{1 / 0.62:.3f}, 'train_loss': {sum(x for x in run.loss if math.isfinite(x)) / run.n:.16g}, 'epoch': 3.0}}")
     return "\n".join(head) + "\n" + bar.text() + tail + "\n"
+
+
+def axolotl(run: Run) -> str:
+    """axolotl train: its concise logger lines, then the HF Trainer's bar and dicts."""
+    clock = Clock(run.rng)
+    ax = lambda name, msg: f"[{log_ts(clock.tick(0.3))}] [INFO] [{name}] {msg}"  # noqa: E731
+    head = [ax("axolotl.utils.config", "cuda memory usage baseline: 0.000GB (+0.401GB misc)"),
+            ax("axolotl.loaders.tokenizer", "EOS: 128009 / <|eot_id|>"),
+            ax("axolotl.utils.data.sft", "Loading prepared dataset from disk at last_run_prepared/4ef0..."),
+            ax("axolotl.utils.trainer", f"total_num_steps: {run.total}"),
+            ax("axolotl.train", "Starting trainer...")]
+    return hf_tqdm(run, head_lines=head)
 
 
 def hf_printer(run: Run) -> str:
@@ -163,6 +187,11 @@ FIXTURES = [
          llamafactory_console, points=200, interval=10, seed=505,
          notes="LLaMA-Factory logger lines '[INFO|date] name:line >> msg' + transformers explicit format + HF tqdm/dicts; "
                "'***** train metrics *****' block at the end"),
+    Spec("trl_sft__healthy.log", "trl", TRL, "global_step", "loss", lambda r: hf_tqdm(r, trl=True), points=200,
+         interval=10, seed=508, notes="HF bar + dicts with trl's 'entropy', 'num_tokens', 'mean_token_accuracy' beside 'loss'"),
+    Spec("axolotl__spike.log", "axolotl", AXOLOTL, "global_step", "loss", axolotl, points=200, interval=5, seed=509,
+         events=(Event(EventKind.SPIKE, 0.6),),
+         notes="axolotl '[date] [INFO] [axolotl.x] msg' lines ('total_num_steps: N') then the HF tqdm bar and dicts"),
     Spec("ms_swift__healthy.log", "ms-swift", SWIFT + " + " + HF, "global_step", "loss",
          lambda r: hf_tqdm(r, swift=True), points=150, interval=5, seed=506,
          notes="dicts carry 'global_step/max_steps': 'N/M' as a string; tqdm desc 'Train'"),
