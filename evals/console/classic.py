@@ -110,7 +110,9 @@ FIXTURES = [
          notes="'Step N/M; acc: ..; ppl: ..; xent: 2.3; ...' (xent with ONE decimal, ppl beside it); Validation perplexity lines"),
     Spec("opennmt__level_shift.log", "OpenNMT-py", ONMT, "step", "xent", onmt, points=400, interval=50, seed=1504,
          events=(Event(EventKind.LEVEL_SHIFT, 0.55),), notes="level shift of ~1.2 nats (xent printed to 0.1)"),
-    Spec("open_clip__spike.log", "open_clip", CLIP, "epoch*batch", "Contrastive_loss", open_clip, points=400, interval=10,
+    Spec("open_clip__healthy.log", "open_clip", CLIP, "epoch*batch", "Contrastive_loss", open_clip, points=150, interval=10,
+         seed=1506, notes="healthy; 'Start epoch N' lines between epochs"),
+    Spec("open_clip__spike.log", "open_clip", CLIP, "epoch*batch", "Contrastive_loss", open_clip, points=300, interval=10,
          seed=1505, events=(Event(EventKind.SPIKE, 0.45),),
          notes="'Train Epoch: e [n/N (p%)]' counts samples, not steps; step = e*200 + batch; 'Contrastive_loss: val (ema)' #.5g"),
 ]

@@ -137,7 +137,7 @@ FIXTURES = [
     Spec("fairseq__json_spike.log", "fairseq", FS, "num_updates", "loss", lambda r: fairseq(r, "json"), points=250,
          interval=10, seed=1002, events=(Event(EventKind.SPIKE, 0.55),), notes="spike in the json format"),
     Spec("fairseq__simple_scale_collapse.log", "fairseq", FS, "num_updates", "loss", lambda r: fairseq(r, "simple"),
-         points=400, interval=10, seed=1003, events=(Event(EventKind.DIVERGENCE, 0.7), Event(EventKind.LOSS_SCALE_COLLAPSE, 0.9)),
+         points=300, interval=10, seed=1003, events=(Event(EventKind.DIVERGENCE, 0.7), Event(EventKind.LOSS_SCALE_COLLAPSE, 0.9)),
          notes="simple format 'epoch 001:    100 / 1545 loss=..., num_updates=100, ...' (the per-epoch counter is not the "
                "step: num_updates is); divergence, then overflow NOTE lines halve the loss scale until FloatingPointError"),
     Spec("fairseq2__healthy.log", "fairseq2", FS2, "step", "NLL Loss", fairseq2, points=250, interval=10, seed=1004,

@@ -140,7 +140,7 @@ FIXTURES = [
                "'loss: nan' then TerminateOnNaN's 'Batch N: Invalid loss, terminating training'"),
     Spec("keras2__verbose2_healthy.log", "Keras 2", K2, "epoch", "loss", keras2_verbose2, points=300, interval=1,
          first=1, seed=402, notes="one line per epoch; '100/100' is the batch count, not the step; ModelCheckpoint lines"),
-    Spec("keras3__file_spike.log", "Keras 3", K3, "epoch*batch", "loss", keras3_file, points=700, interval=5,
+    Spec("keras3__file_spike.log", "Keras 3", K3, "epoch*batch", "loss", keras3_file, points=500, interval=5,
          first=5, seed=403, events=(Event(EventKind.SPIKE, 0.5),),
          notes="stdout to a file: one line per update with ANSI bold/colour codes and '━' bars; counter restarts each epoch"),
     Spec("keras3__verbose2_divergence.log", "Keras 3", K3, "epoch", "loss", keras3_verbose2, points=250, interval=1,

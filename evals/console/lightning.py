@@ -161,6 +161,8 @@ FIXTURES = [
     Spec("nemo_bar__divergence.log", "NeMo (MegatronProgressBar)", NEMO_BAR, "step", "reduced_train_loss", nemo_bar,
          points=400, interval=10, seed=605, events=(Event(EventKind.DIVERGENCE, 0.7),),
          notes="tqdm bar over max_steps without rate; postfix reduced_train_loss=..., global_step=99.00 (n-1, padded float)"),
+    Spec("nemo_bar__healthy.log", "NeMo (MegatronProgressBar)", NEMO_BAR, "step", "reduced_train_loss", nemo_bar,
+         points=200, interval=10, seed=608, notes="healthy; checkpoint lines break the \\r line every 500 steps"),
     Spec("nemo2__healthy.log", "NeMo 2", NEMO2, "global_step", "reduced_train_loss", nemo2_printer, points=350,
          interval=10, first=9, seed=606,
          notes="'Training epoch 0, iteration N/M | ... | global_step: N | reduced_train_loss: X' ({:.4} = 4 significant "

@@ -146,6 +146,9 @@ FIXTURES = [
          first=0, seed=1403, events=(Event(EventKind.NONFINITE, 0.8),),
          notes="'N: loss=tensor(X, device='cuda:0', grad_fn=<DivBackward0>)' per batch (N from 0) after 'batch N: seqlen: S' "
                "(seqlen is no loss); NaN shows as tensor(nan, ...)"),
+    Spec("accelerate_example__healthy.log", "HF accelerate example", ACC, "iter", "loss", accelerate_sp, points=200,
+         interval=1, first=0, seed=1406, notes="healthy"),
+    Spec("lingua__healthy.log", "lingua", LINGUA, "step", "loss", lingua, points=200, interval=10, seed=1407, notes="healthy"),
     Spec("picotron__healthy.log", "picotron", PICO, "step", "Loss", picotron, points=500, interval=1, first=1, seed=1404,
          notes="'[rank 0] Step: N     | Loss: X | Global batch size: 1.05M | ...' (left-aligned step, K/M/B suffixes)"),
     Spec("lingua__divergence.log", "lingua", LINGUA, "step", "loss", lingua, points=400, interval=10, seed=1405,

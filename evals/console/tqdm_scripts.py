@@ -76,6 +76,8 @@ FIXTURES = [
          seed=1601, notes="'Epoch [1/2]:  45%|..| 113/250 [..., loss=2.34]' redrawn every step; one \\r line per epoch; step = e*250 + n"),
     Spec("colossalai__divergence.log", "Colossal-AI", COLOSSAL, "epoch*batch", "loss", colossal, points=500, interval=1,
          first=1, seed=1602, events=(Event(EventKind.DIVERGENCE, 0.7),), notes="divergence"),
+    Spec("ultralytics__classify_healthy.log", "ultralytics", ULTRA, "epoch*batch", "loss", ultralytics, points=300,
+         interval=2, seed=1604, notes="healthy; per-epoch header, bar and validation lines"),
     Spec("ultralytics__classify_spike.log", "ultralytics", ULTRA, "epoch*batch", "loss", ultralytics, points=600, interval=2,
          seed=1603, events=(Event(EventKind.SPIKE, 0.55),),
          notes="a '      Epoch    GPU_mem       loss  Instances       Size' header per epoch, then the bar whose description is "

@@ -161,6 +161,8 @@ FIXTURES = [
          events=(Event(EventKind.NONFINITE, 0.7),),
          notes="'Epoch: [e]  [ i/1250]  eta: ..  lr: ..  loss: median (global_avg)' every 10 iters; step = e*1250 + i; "
                "a NaN prints 'Loss is nan, stopping training' (no step: the one after the last line) and exits"),
-    Spec("mmengine__healthy.log", "mmengine", MMENGINE, "epoch*batch", "loss", mmengine, points=400, interval=50, seed=1306,
+    Spec("deit__healthy.log", "DeiT MetricLogger", DEIT, "epoch*batch", "loss", deit, points=200, interval=10, first=0,
+         seed=1307, notes="healthy; epoch summary lines 'Averaged stats:' and '* Acc@1 ..' between epochs"),
+    Spec("mmengine__healthy.log", "mmengine", MMENGINE, "epoch*batch", "loss", mmengine, points=300, interval=50, seed=1306,
          notes="'Epoch(train)  [e][ i/1800]  lr: ..  eta: ..  loss: X  loss_cls: ..' with termcolor INFO; step = (e-1)*1800 + i"),
 ]
