@@ -102,9 +102,9 @@ def open_clip(run: Run) -> str:
 
 
 FIXTURES = [
-    Spec("gpt_neox__bf16_healthy.log", "GPT-NeoX", NEOX, "iteration", "lm_loss", lambda r: neox(r, False), points=300,
+    Spec("gpt_neox__bf16_healthy.log", "GPT-NeoX", NEOX, "iteration", "lm_loss", lambda r: neox(r, False), points=225,
          interval=10, seed=1501, notes="Megatron-like pipes with 'lm_loss' (underscore) first after flops; bf16: no loss scale field"),
-    Spec("gpt_neox__fp16_spike.log", "GPT-NeoX", NEOX, "iteration", "lm_loss", lambda r: neox(r, True), points=300,
+    Spec("gpt_neox__fp16_spike.log", "GPT-NeoX", NEOX, "iteration", "lm_loss", lambda r: neox(r, True), points=225,
          interval=10, seed=1502, events=(Event(EventKind.SPIKE, 0.5),), notes="fp16: constant 'loss scale: 65536.0'; spike"),
     Spec("opennmt__healthy.log", "OpenNMT-py", ONMT, "step", "xent", onmt, points=400, interval=50, seed=1503,
          notes="'Step N/M; acc: ..; ppl: ..; xent: 2.3; ...' (xent with ONE decimal, ppl beside it); Validation perplexity lines"),

@@ -130,18 +130,18 @@ def fairseq2(run: Run) -> str:
 
 
 FIXTURES = [
-    Spec("fairseq__json_healthy.log", "fairseq", FS, "num_updates", "loss", lambda r: fairseq(r, "json"), points=250,
+    Spec("fairseq__json_healthy.log", "fairseq", FS, "num_updates", "loss", lambda r: fairseq(r, "json"), points=187,
          interval=10, seed=1001,
          notes="'| INFO | train_inner | {json}' with every value a string (\"loss\": \"3.412\"); epoch/update floats; "
                "end-of-epoch '| train |' json and checkpoint lines; occasional fp16 overflow NOTE lines are normal"),
-    Spec("fairseq__json_spike.log", "fairseq", FS, "num_updates", "loss", lambda r: fairseq(r, "json"), points=250,
+    Spec("fairseq__json_spike.log", "fairseq", FS, "num_updates", "loss", lambda r: fairseq(r, "json"), points=187,
          interval=10, seed=1002, events=(Event(EventKind.SPIKE, 0.55),), notes="spike in the json format"),
     Spec("fairseq__simple_scale_collapse.log", "fairseq", FS, "num_updates", "loss", lambda r: fairseq(r, "simple"),
          points=300, interval=10, seed=1003, events=(Event(EventKind.DIVERGENCE, 0.7), Event(EventKind.LOSS_SCALE_COLLAPSE, 0.9)),
          notes="simple format 'epoch 001:    100 / 1545 loss=..., num_updates=100, ...' (the per-epoch counter is not the "
                "step: num_updates is); divergence, then overflow NOTE lines halve the loss scale until FloatingPointError"),
-    Spec("fairseq2__healthy.log", "fairseq2", FS2, "step", "NLL Loss", fairseq2, points=250, interval=10, seed=1004,
+    Spec("fairseq2__healthy.log", "fairseq2", FS2, "step", "NLL Loss", fairseq2, points=187, interval=10, seed=1004,
          notes="'Train Metrics (step N) - NLL Loss: X | Gradient Norm: Y | ...' ({:g} values, thousands separators in counts)"),
-    Spec("fairseq2__nan.log", "fairseq2", FS2, "step", "NLL Loss", fairseq2, points=250, interval=10, seed=1005,
+    Spec("fairseq2__nan.log", "fairseq2", FS2, "step", "NLL Loss", fairseq2, points=187, interval=10, seed=1005,
          events=(Event(EventKind.NONFINITE, 0.6),), notes="NLL Loss: nan from the onset"),
 ]

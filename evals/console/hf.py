@@ -170,10 +170,10 @@ def llamafactory_console(run: Run) -> str:
 
 
 FIXTURES = [
-    Spec("hf_trainer__tqdm_healthy.log", "HF Trainer", HF, "global_step", "loss", hf_tqdm, points=220, interval=5,
+    Spec("hf_trainer__tqdm_healthy.log", "HF Trainer", HF, "global_step", "loss", hf_tqdm, points=165, interval=5,
          seed=501, notes="tqdm redraws (\\r) with dict lines written through the bar; the step is only the bar's N/M "
                          "before each dict; eval dicts every 250 steps; final dict has 'train_loss' (an average, no point)"),
-    Spec("hf_trainer__tqdm_nan.log", "HF Trainer", HF, "global_step", "loss", hf_tqdm, points=220, interval=10,
+    Spec("hf_trainer__tqdm_nan.log", "HF Trainer", HF, "global_step", "loss", hf_tqdm, points=165, interval=10,
          seed=502, events=(Event(EventKind.NONFINITE, 0.6),),
          notes="'loss': nan, 'grad_norm': nan from the onset on (HF keeps training and printing nan)"),
     Spec("hf_trainer__printer_logging_steps_spike.log", "HF Trainer", HF, "global_step", "loss", hf_printer,
@@ -187,9 +187,9 @@ FIXTURES = [
          llamafactory_console, points=200, interval=10, seed=505,
          notes="LLaMA-Factory logger lines '[INFO|date] name:line >> msg' + transformers explicit format + HF tqdm/dicts; "
                "'***** train metrics *****' block at the end"),
-    Spec("trl_sft__healthy.log", "trl", TRL, "global_step", "loss", lambda r: hf_tqdm(r, trl=True), points=200,
+    Spec("trl_sft__healthy.log", "trl", TRL, "global_step", "loss", lambda r: hf_tqdm(r, trl=True), points=150,
          interval=10, seed=508, notes="HF bar + dicts with trl's 'entropy', 'num_tokens', 'mean_token_accuracy' beside 'loss'"),
-    Spec("axolotl__spike.log", "axolotl", AXOLOTL, "global_step", "loss", axolotl, points=200, interval=5, seed=509,
+    Spec("axolotl__spike.log", "axolotl", AXOLOTL, "global_step", "loss", axolotl, points=150, interval=5, seed=509,
          events=(Event(EventKind.SPIKE, 0.6),),
          notes="axolotl '[date] [INFO] [axolotl.x] msg' lines ('total_num_steps: N') then the HF tqdm bar and dicts"),
     Spec("axolotl__healthy.log", "axolotl", AXOLOTL, "global_step", "loss", axolotl, points=120, interval=5, seed=510,

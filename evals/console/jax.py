@@ -160,14 +160,14 @@ def easylm(run: Run) -> str:
 
 
 FIXTURES = [
-    Spec("maxtext__healthy.log", "MaxText", MAXTEXT, "step", "loss", maxtext, points=350, interval=1, first=0, seed=1101,
+    Spec("maxtext__healthy.log", "MaxText", MAXTEXT, "step", "loss", maxtext, points=262, interval=1, first=0, seed=1101,
          notes="absl prefix; 'completed step: N, seconds: .., loss: X, lm_loss: X, perplexity: ..' every step from step 0"),
-    Spec("maxtext__spike.log", "MaxText", MAXTEXT, "step", "loss", maxtext, points=350, interval=1, first=0, seed=1102,
+    Spec("maxtext__spike.log", "MaxText", MAXTEXT, "step", "loss", maxtext, points=262, interval=1, first=0, seed=1102,
          events=(Event(EventKind.SPIKE, 0.4),), notes="spike; perplexity jumps with it"),
-    Spec("t5x__healthy.log", "t5x", T5X, "step", "loss", t5x, points=150, interval=100, seed=1103,
+    Spec("t5x__healthy.log", "t5x", T5X, "step", "loss", t5x, points=112, interval=100, seed=1103,
          notes="CLU LoggingWriter '[N] collection=train k=v, ...' sorted keys: accuracy, cross_ent_loss, ..., loss, ..., z_loss "
                "(loss = cross_ent_loss + z_loss)"),
-    Spec("t5x__divergence.log", "t5x", T5X, "step", "loss", t5x, points=150, interval=100, seed=1104,
+    Spec("t5x__divergence.log", "t5x", T5X, "step", "loss", t5x, points=112, interval=100, seed=1104,
          events=(Event(EventKind.DIVERGENCE, 0.6),), notes="divergence"),
     Spec("paxml__level_shift.log", "PaxML", PAX, "step", "loss", paxml, points=120, interval=100, seed=1105,
          events=(Event(EventKind.LEVEL_SHIFT, 0.5),),

@@ -167,7 +167,7 @@ FIXTURES = [
          interval=10, first=9, seed=606,
          notes="'Training epoch 0, iteration N/M | ... | global_step: N | reduced_train_loss: X' ({:.4} = 4 significant "
                "digits); iteration and global_step are 0-based (n-1)"),
-    Spec("nemo2__nan.log", "NeMo 2", NEMO2, "global_step", "reduced_train_loss", nemo2_printer, points=400,
+    Spec("nemo2__nan.log", "NeMo 2", NEMO2, "global_step", "reduced_train_loss", nemo2_printer, points=300,
          interval=10, first=9, seed=607, events=(Event(EventKind.SPIKE, 0.3), Event(EventKind.NONFINITE, 0.8)),
          notes="a spike, then reduced_train_loss: nan"),
 ]

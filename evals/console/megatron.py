@@ -169,22 +169,22 @@ def megatron_ds(run: Run, fp16: bool = False) -> str:
 
 
 FIXTURES = [
-    Spec("megatron_lm__bf16_healthy.log", "Megatron-LM", LM, "iteration", "lm loss", megatron_lm, points=200,
+    Spec("megatron_lm__bf16_healthy.log", "Megatron-LM", LM, "iteration", "lm loss", megatron_lm, points=150,
          interval=10, seed=301,
          notes="bf16: 'loss scale: 1.0' on every line is no collapse; validation lines 'lm loss value:' every 500 iterations"),
-    Spec("megatron_lm__bf16_nan_crash.log", "Megatron-LM", LM, "iteration", "lm loss", megatron_lm, points=300,
+    Spec("megatron_lm__bf16_nan_crash.log", "Megatron-LM", LM, "iteration", "lm loss", megatron_lm, points=225,
          interval=10, seed=302, events=(Event(EventKind.NONFINITE, 0.72),),
          notes="the run dies on a NaN: torchrun traceback ending 'RuntimeError: Rank 0, ..., iteration N: Unexpected result nan "
                "(message='found NaN in local forward loss calculation')' at an iteration between two log lines"),
     Spec("megatron_lm__fp16_scale_collapse.log", "Megatron-LM", LM, "iteration", "lm loss", megatron_lm_fp16_collapse,
-         points=220, interval=10, seed=303, events=(Event(EventKind.LOSS_SCALE_COLLAPSE, 0.8),),
+         points=165, interval=10, seed=303, events=(Event(EventKind.LOSS_SCALE_COLLAPSE, 0.8),),
          notes="fp16 dynamic loss scale: occasional single skipped iterations (normal), then every iteration skipped, the scale "
                "halves down to 1.0 and lines then show 'lm loss: 0.000000E+00' (Megatron averages over non-skipped iterations only: "
                "nothing was added). Those 0.0 values are NOT loss points and are left out of steps/count"),
-    Spec("megatron_deepspeed__bf16_spike.log", "Megatron-DeepSpeed", MDS, "iteration", "lm loss", megatron_ds, points=130,
+    Spec("megatron_deepspeed__bf16_spike.log", "Megatron-DeepSpeed", MDS, "iteration", "lm loss", megatron_ds, points=97,
          interval=1, first=1, seed=304, events=(Event(EventKind.SPIKE, 0.5),),
          notes="DeepSpeed '[Rank 0] step=N, skipped=0, lr=[...]' lines interleave with Megatron's iteration lines (log_interval 1)"),
     Spec("megatron_deepspeed__fp16_healthy.log", "Megatron-DeepSpeed", MDS, "iteration", "lm loss",
-         lambda r: megatron_ds(r, fp16=True), points=130, interval=1, first=1, seed=305,
+         lambda r: megatron_ds(r, fp16=True), points=97, interval=1, first=1, seed=305,
          notes="fp16: occasional 'OVERFLOW! Rank 0 Skipping step' lines and loss-scale halvings are normal, not events"),
 ]

@@ -110,12 +110,12 @@ def ds_pipe(run: Run) -> str:
 
 
 FIXTURES = [
-    Spec("nanotron__healthy.log", "nanotron", NANOTRON, "iteration", "lm_loss", nanotron, points=300, interval=10, seed=1201,
+    Spec("nanotron__healthy.log", "nanotron", NANOTRON, "iteration", "lm_loss", nanotron, points=225, interval=10, seed=1201,
          notes="dim/italic ANSI around the prefix; 'iteration: N / M | ... | lm_loss: 2.35 | ...' with human_format (3 significant "
                "digits, K/M suffixes: consumed_tokens: 21M)"),
-    Spec("nanotron__spike.log", "nanotron", NANOTRON, "iteration", "lm_loss", nanotron, points=300, interval=10, seed=1202,
+    Spec("nanotron__spike.log", "nanotron", NANOTRON, "iteration", "lm_loss", nanotron, points=225, interval=10, seed=1202,
          events=(Event(EventKind.SPIKE, 0.35),), notes="spike"),
-    Spec("mlx_lm__healthy.log", "mlx_lm", MLX, "iter", "Train loss", mlx_lm, points=500, interval=10, seed=1203,
+    Spec("mlx_lm__healthy.log", "mlx_lm", MLX, "iter", "Train loss", mlx_lm, points=375, interval=10, seed=1203,
          notes="'Iter N: Train loss X, Learning Rate ..' every 10 iters; 'Iter N: Val loss' every 200 (a different series)"),
     Spec("deepspeed_pipe__healthy.log", "DeepSpeed", DSPIPE, "steps", "loss", ds_pipe, points=350, interval=10, seed=1204,
          notes="'[Rank 0] step=N, skipped=0, lr=[..]' log_dist lines interleaved with the pipe engine's own 'steps: N loss: X' lines"),

@@ -140,7 +140,7 @@ FIXTURES = [
          first=1, seed=1401, events=(Event(EventKind.SPIKE, 0.5),),
          notes="the loss is inside the tqdm *description* '1|12|Loss: 2.3456:   2%|..| 12/500 [...]', one \\r line per epoch; "
                "step = the middle number (global step)"),
-    Spec("torchtune__disklog_healthy.txt", "torchtune", TTD, "step", "loss", torchtune_disk, points=400, interval=1, first=1,
+    Spec("torchtune__disklog_healthy.txt", "torchtune", TTD, "step", "loss", torchtune_disk, points=300, interval=1, first=1,
          seed=1402, notes="DiskLogger txt: 'Step N | loss:X lr:Y ...' with full-precision str(float) values and a trailing space"),
     Spec("accelerate_example__nan.log", "HF accelerate example", ACC, "iter", "loss", accelerate_sp, points=400, interval=1,
          first=0, seed=1403, events=(Event(EventKind.NONFINITE, 0.8),),
@@ -149,9 +149,9 @@ FIXTURES = [
     Spec("accelerate_example__healthy.log", "HF accelerate example", ACC, "iter", "loss", accelerate_sp, points=200,
          interval=1, first=0, seed=1406, notes="healthy"),
     Spec("lingua__healthy.log", "lingua", LINGUA, "step", "loss", lingua, points=200, interval=10, seed=1407, notes="healthy"),
-    Spec("picotron__healthy.log", "picotron", PICO, "step", "Loss", picotron, points=500, interval=1, first=1, seed=1404,
+    Spec("picotron__healthy.log", "picotron", PICO, "step", "Loss", picotron, points=375, interval=1, first=1, seed=1404,
          notes="'[rank 0] Step: N     | Loss: X | Global batch size: 1.05M | ...' (left-aligned step, K/M/B suffixes)"),
-    Spec("lingua__divergence.log", "lingua", LINGUA, "step", "loss", lingua, points=400, interval=10, seed=1405,
+    Spec("lingua__divergence.log", "lingua", LINGUA, "step", "loss", lingua, points=300, interval=10, seed=1405,
          events=(Event(EventKind.DIVERGENCE, 0.65),),
          notes="prefix '0: INFO    26-03-02 09:14:05.123456 - 0:00:12 - '; 'step: N  acc: 0  loss:  2.3456  grad: ..'"),
 ]

@@ -72,10 +72,10 @@ def render(run: Run) -> str:
 
 
 FIXTURES = [
-    Spec("torchtitan__healthy.log", "torchtitan", SOURCE, "step", "loss", render, points=350,
+    Spec("torchtitan__healthy.log", "torchtitan", SOURCE, "step", "loss", render, points=262,
          interval=10, seed=101,
          notes="ANSI colour codes between each label and its number; [rank0]: torchrun prefix; log_freq 10"),
-    Spec("torchtitan__spike_nan.log", "torchtitan", SOURCE, "step", "loss", render, points=380,
+    Spec("torchtitan__spike_nan.log", "torchtitan", SOURCE, "step", "loss", render, points=285,
          interval=1, first=1, seed=102,
          events=(Event(EventKind.SPIKE, 0.35), Event(EventKind.NONFINITE, 0.8)),
          notes="log_freq 1; a spike that recovers, then loss prints as 'nan' for 6 steps before the log ends"),

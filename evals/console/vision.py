@@ -151,7 +151,7 @@ FIXTURES = [
                "step = E*1250 + idx; Test: lines carry a different Loss"),
     Spec("timm__spike.log", "timm", TIMM, "epoch*batch", "Loss", timm, points=400, interval=50, first=0, seed=1302,
          events=(Event(EventKind.SPIKE, 0.6),), notes="spike"),
-    Spec("detectron2__healthy.log", "detectron2", D2, "iter", "total_loss", detectron2, points=300, interval=20, first=19,
+    Spec("detectron2__healthy.log", "detectron2", D2, "iter", "total_loss", detectron2, points=225, interval=20, first=19,
          seed=1303, notes="green ANSI prefix; ' eta: ..  iter: 19  total_loss: X  loss_cls: ..' (iteration 0-based, every 20; "
                           "values are window medians, {:.4g})"),
     Spec("detectron2__nan_crash.log", "detectron2", D2, "iter", "total_loss", detectron2, points=300, interval=20, first=19,
