@@ -51,8 +51,26 @@ def _found(text_numbers: set[str], value: float) -> bool:
     return False
 
 
+def table() -> str:
+    """The markdown table of trainers, fixtures, events and sources (for evals/README.md)."""
+    entries = json.loads((render.OUT / "MANIFEST.json").read_text())["entries"]
+    by: dict[str, list[dict]] = {}
+    for e in entries:
+        by.setdefault(e["writer"], []).append(e)
+    rows = ["| trainer | fixtures (events at step) | step / loss key | source of the format |", "|---|---|---|---|"]
+    for w, es in by.items():
+        fx = "<br>".join("`%s` (%s)" % (e["file"], ", ".join("%s@%d" % (v["kind"], v["step"]) for v in e["events"]) or "healthy")
+                         for e in es)
+        keys = "; ".join(sorted({"%s / %s" % (e["step_key"], e["loss_key"]) for e in es}))
+        rows.append(f"| {w} | {fx} | {keys} | {es[0]['source']} |")
+    return "\n".join(rows)
+
+
 def main() -> int:
     """Run all checks; print the summary; 0 when everything holds."""
+    if "--table" in sys.argv:
+        print(table())
+        return 0
     folder = render.OUT
     errors: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
