@@ -60,7 +60,7 @@ def torchtune_console(run: Run) -> str:
             if epoch >= 0:
                 parts.append("\n")
                 parts.append(f"INFO:torchtune.utils._logging:Model checkpoint of size 4.98 GB saved to /tmp/Llama-3.2-1B/epoch_{epoch}/model-00001-of-00001.safetensors\n")
-            parts.append(f"\r  0%|          | 0/{per} [00:00<?, ?it/s]")
+            parts.append(f"\r{e}|{g - 1}:   0%|          | 0/{per} [00:00<?, ?it/s]")
             epoch = e
         loss = run.show(i, f"{run.loss[i]:.4f}")
         parts.append("\r" + tqdm_meter(k, per, k * 0.61, desc=f"{e + 1}|{g}|Loss: {loss}"))

@@ -13,6 +13,8 @@ torchrun prefixes each line with ``[rank0]:``. A NaN loss is printed as ``nan`` 
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from evals.console.curve import Event, EventKind
 from evals.console.fixture import Clock, Run, Spec
 from evals.console.text import log_ts
@@ -24,13 +26,19 @@ SOURCE = ("github.com/pytorch/torchtitan torchtitan/components/metrics.py + torc
           "(b5bcd76c66d0acb1a08b176d9639425bc55e0b2a)")
 
 
-def render(run: Run) -> str:
-    """Render a torchtitan training log as captured from ``torchrun`` stdout."""
+def render(run: Run, ranks: int = 1) -> str:
+    """Render a torchtitan training log as captured from ``torchrun`` stdout (``--local-ranks-filter`` = ``ranks``).
+
+    With several ranks every rank prints every line (the loss is the global average, the same on all ranks), each
+    with its own ``[rankN]:`` prefix and a few milliseconds apart.
+    """
     clock = Clock(run.rng)
     out: list[str] = []
 
     def info(msg: str, dt: float = 0.05) -> None:
-        out.append(f"[rank0]:[titan] {log_ts(clock.tick(dt))} - root - INFO - {msg}")
+        t = clock.tick(dt)
+        for r in range(ranks):
+            out.append(f"[rank{r}]:[titan] {log_ts(t + timedelta(milliseconds=3 * r))} - root - INFO - {msg}")
 
     info("Starting job: Llama 3 8B training")
     info("Building 1-D device mesh with ['dp_shard'], [8]")
@@ -75,6 +83,9 @@ FIXTURES = [
     Spec("torchtitan__healthy.log", "torchtitan", SOURCE, "step", "loss", render, points=262,
          interval=10, seed=101,
          notes="ANSI colour codes between each label and its number; [rank0]: torchrun prefix; log_freq 10"),
+    Spec("torchtitan__four_ranks_healthy.log", "torchtitan", SOURCE, "step", "loss", lambda r: render(r, ranks=4),
+         points=150, interval=10, seed=103,
+         notes="LOG_RANK=0,1,2,3: every line printed by 4 ranks ([rank0]: .. [rank3]:), same step and loss on each"),
     Spec("torchtitan__spike_nan.log", "torchtitan", SOURCE, "step", "loss", render, points=285,
          interval=1, first=1, seed=102,
          events=(Event(EventKind.SPIKE, 0.35), Event(EventKind.NONFINITE, 0.8)),

@@ -62,7 +62,7 @@ def ultralytics(run: Run) -> str:
                 parts.append(f"\n               classes   top1_acc   top5_acc: 100%|██████████| 50/50 [00:04<00:00, 11.21it/s]\n"
                              f"                   all      {0.41 + 0.01 * e:.3f}      {0.67 + 0.01 * e:.3f}\n")
             parts.append(("\n" + "%11s" * 5) % ("Epoch", "GPU_mem", "loss", "Instances", "Size") + "\n")
-            parts.append(("%11s" * 2 + "%11.4g" * 3) % (f"{e + 1}/{epochs}", "0G", run.loss[i], 256, 224) + f":   0%|          | 0/{per} [00:00<?, ?it/s]")
+            parts.append(f"  0%|          | 0/{per} [00:00<?, ?it/s]")
             epoch = e
         desc = ("%11s" * 2 + "%11.4g" * 3) % (f"{e + 1}/{epochs}", "3.41G", run.loss[i], 256, 224)
         run.show(i, desc.split()[2])
