@@ -50,6 +50,8 @@ class Spec:
 def parse_printed(text: str) -> float:
     """The float a person reads from a printed loss (``nan``, ``inf``, ``1.2E+00``, ``tensor(2.3)``)."""
     t = text.strip().removeprefix("tensor(").rstrip(")").split(",")[0].strip("'\"")
+    if t.lower().startswith("nan"):  # Lightning pads NaN to "nan.0"
+        return float("nan")
     return float(t)
 
 

@@ -8,6 +8,10 @@ Formats taken from:
   steps, 4)``, the ``***** Running training *****`` banner (``Total optimization steps = N``), ``Saving model
   checkpoint to ...``, and the final ``{'train_runtime': ..., 'train_loss': ...}`` summary. Examples' explicit format
   ``[%(levelname)s|%(filename)s:%(lineno)s] %(asctime)s >> %(message)s`` (utils/logging.py enable_explicit_format).
+- transformers 5.24.0 (the release installed in this project's venv), src/transformers/trainer_callback.py:
+  ``ProgressCallback.on_log`` and ``PrinterCallback.on_log`` now print every float as the string ``f"{v:.4g}"``
+  (``{'loss': '2.346', 'grad_norm': '1.234', 'learning_rate': '4.5e-05', 'epoch': '0.05333'}``), trainer.py no
+  longer rounds the loss or the epoch, and the banner gains ``Num update steps per epoch = N``.
 - github.com/hiyouga/LLaMA-Factory @ ff6d4d12eeb035d6ce06805a5733dd7b29f2ac30: src/llamafactory/train/callbacks.py
   ``LogCallback.on_log`` writes ``trainer_log.jsonl`` lines ``{"current_steps", "total_steps", "loss", "lr", "epoch",
   "percentage", "elapsed_time", "remaining_time"}`` (json.dumps); src/llamafactory/extras/logging.py
@@ -35,6 +39,8 @@ HF = "github.com/huggingface/transformers src/transformers/trainer_callback.py P
 LF = "github.com/hiyouga/LLaMA-Factory src/llamafactory/train/callbacks.py LogCallback (ff6d4d12eeb035d6ce06805a5733dd7b29f2ac30)"
 TRL = "github.com/huggingface/trl trl/trainer/sft_trainer.py (f2cd57710ae345ea6428ae95363267fcf38a3dc8) + " + HF
 AXOLOTL = "github.com/axolotl-ai-cloud/axolotl src/axolotl/logging_config.py (067b021c8b87a9e5e380b9173c704cf7340e30f5) + " + HF
+HF5 = ("transformers 5.24.0 (pip release) src/transformers/trainer_callback.py ProgressCallback.on_log/PrinterCallback.on_log "
+       "+ trainer.py")
 SWIFT = "github.com/modelscope/ms-swift swift/trainers/patcher.py add_train_message (3602360a562313afbf2ef6065fdf61f271a2c5b9)"
 
 
@@ -43,12 +49,13 @@ def _r(v: float, d: int) -> str:
     return "nan" if math.isnan(v) else repr(round(v, d))
 
 
-def _banner(clock: Clock, run: Run, per_device: int = 8, epochs: int = 3) -> list[str]:
+def _banner(clock: Clock, run: Run, per_device: int = 8, epochs: int = 3, v5: bool = False) -> list[str]:
     def info(line: int, msg: str) -> str:
         return f"[INFO|trainer.py:{line}] {log_ts(clock.tick(0.01))} >> {msg}"
     n_ex = run.total * per_device * 8 // epochs
     return [info(2243, "***** Running training *****"), info(2244, f"  Num examples = {n_ex:,}"),
-            info(2245, f"  Num Epochs = {epochs}"), info(2246, f"  Instantaneous batch size per device = {per_device}"),
+            info(2245, f"  Num Epochs = {epochs}")] + ([info(1621, f"  Num update steps per epoch = {run.total // epochs:,}")]
+                                                        if v5 else []) + [info(2246, f"  Instantaneous batch size per device = {per_device}"),
             info(2249, f"  Total train batch size (w. parallel, distributed & accumulation) = {per_device * 8}"),
             info(2250, "  Gradient Accumulation steps = 1"), info(2251, f"  Total optimization steps = {run.total:,}"),
             info(2252, "  Number of trainable parameters = 1,235,814,400")]
@@ -58,10 +65,16 @@ def _epoch(run: Run, step: int, epochs: int = 3) -> float:
     return round(epochs * step / run.total, 2)
 
 
-def hf_tqdm(run: Run, swift: bool = False, trl: bool = False, head_lines: list[str] | None = None) -> str:
+def _v5(d: dict[str, object]) -> str:
+    """transformers 5.x console dict: floats as ``f"{v:.4g}"`` strings."""
+    return str({k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in d.items()})
+
+
+def hf_tqdm(run: Run, swift: bool = False, trl: bool = False, head_lines: list[str] | None = None,
+            v5: bool = False) -> str:
     """transformers Trainer with its tqdm bar: dict lines written through the bar, every logging_steps."""
     clock = Clock(run.rng)
-    head = _banner(clock, run)
+    head = _banner(clock, run, v5=v5)
     if swift:
         head = [f"[INFO:swift] model_parameter_info: Qwen2ForCausalLM: 494.0328M Params (494.0328M Trainable [100.0000%]), "
                 "0.0019M Buffers.", "[INFO:swift] The logging file will be saved in: output/v0-20260302-091405/logging.jsonl"] + head
@@ -76,6 +89,14 @@ def hf_tqdm(run: Run, swift: bool = False, trl: bool = False, head_lines: list[s
             if k % max(1, iv // 2) == 0 or k == step:
                 bar.draw(k)
         v = run.loss[i]
+        if v5:
+            run.show(i, f"{v:.4g}")
+            bar.write(_v5({"loss": v, "grad_norm": run.gnorm(i), "learning_rate": run.lr(step, 2e-5),
+                           "epoch": 3 * step / run.total}))
+            if step % (iv * 50) == 0:
+                bar.write(_v5({"eval_loss": v + 0.05, "eval_runtime": 41.2733, "eval_samples_per_second": 48.457,
+                               "eval_steps_per_second": 0.775, "epoch": 3 * step / run.total}))
+            continue
         loss = run.show(i, _r(v, 8 if swift else 4))
         logs = f"{{'loss': {loss}, 'grad_norm': {_r(run.gnorm(i), 8 if swift else 16)}, " \
                f"'learning_rate': {run.lr(step, 2e-5):.6g}"
@@ -112,6 +133,23 @@ def axolotl(run: Run) -> str:
             ax("axolotl.utils.trainer", f"total_num_steps: {run.total}"),
             ax("axolotl.train", "Starting trainer...")]
     return hf_tqdm(run, head_lines=head)
+
+
+def hf_printer_v5(run: Run) -> str:
+    """transformers 5.x with disable_tqdm=True: PrinterCallback prints dicts of ``.4g`` strings; logging_steps is in the args dump."""
+    clock = Clock(run.rng)
+    iv = run.spec.interval
+    out = [f"[INFO|trainer.py:812] {log_ts(clock.tick(0.01))} >> Using auto half precision backend",
+           f"TrainingArguments(output_dir=out, max_steps={run.total}, logging_steps={iv}, disable_tqdm=True, bf16=True, ...)"]
+    out += _banner(clock, run, v5=True)
+    for i in range(run.n):
+        step = run.steps[i]
+        run.show(i, f"{run.loss[i]:.4g}")
+        out.append(_v5({"loss": run.loss[i], "grad_norm": run.gnorm(i), "learning_rate": run.lr(step, 5e-5),
+                        "epoch": 3 * step / run.total}))
+    out.append(_v5({"train_runtime": 1873.2, "train_samples_per_second": 54.66, "train_steps_per_second": 1.708,
+                    "train_loss": 3.117, "epoch": 3.0}))
+    return "\n".join(out) + "\n"
 
 
 def hf_printer(run: Run) -> str:
@@ -180,6 +218,13 @@ FIXTURES = [
          points=400, interval=25, seed=503, events=(Event(EventKind.SPIKE, 0.4),),
          notes="disable_tqdm: bare dict lines, no step in them; logging_steps=25 and max_steps are visible only in "
                "the multi-line TrainingArguments dump and the 'Total optimization steps' banner"),
+    Spec("hf_trainer_v5__tqdm_spike.log", "HF Trainer", HF5, "global_step", "loss", lambda r: hf_tqdm(r, v5=True),
+         points=160, interval=10, seed=511, events=(Event(EventKind.SPIKE, 0.45),),
+         notes="transformers 5.x: every float in the dict is a quoted .4g string ('loss': '2.346'); step from the bar's N/M"),
+    Spec("hf_trainer_v5__printer_nan.log", "HF Trainer", HF5, "global_step", "loss", hf_printer_v5, points=250,
+         interval=20, seed=512, events=(Event(EventKind.NONFINITE, 0.7),),
+         notes="transformers 5.x PrinterCallback: bare dicts of .4g strings, 'loss': 'nan' from the onset; logging_steps=20 "
+               "only in the one-line TrainingArguments repr; the final dict's 'train_loss' is an average, not a point"),
     Spec("llamafactory__trainer_log.jsonl", "LLaMA-Factory", LF, "current_steps", "loss", llamafactory_jsonl,
          points=400, interval=5, seed=504, events=(Event(EventKind.DIVERGENCE, 0.65),),
          notes="trainer_log.jsonl: current_steps/total_steps, lr, epoch, percentage, elapsed/remaining time strings"),

@@ -44,7 +44,7 @@ def pl_num(n: float | int | str) -> str:
     pad = isinstance(n, (float, str))
     if not isinstance(n, str):
         n = tqdm_num(n)
-    if pad and "e" not in n and "nan" not in n:
+    if pad and "e" not in n:  # no exception for nan: Lightning prints a NaN loss as "nan.0"
         if "." not in n and len(n) < 5:
             n += "."
         n += "0" * (5 - len(n))
@@ -156,6 +156,9 @@ FIXTURES = [
                "train_loss=2.340' padded to 5 chars; validation bars drawn and erased in between"),
     Spec("lightning2__healthy.log", "Lightning 2.x", PL2, "epoch*batch", "train_loss", lambda r: lightning(r, False),
          points=350, interval=20, seed=604, notes="healthy; val_loss appears in the postfix after each epoch"),
+    Spec("lightning2__nan.log", "Lightning 2.x", PL2, "epoch*batch", "train_loss", lambda r: lightning(r, False),
+         points=200, interval=20, seed=609, events=(Event(EventKind.NONFINITE, 0.6),),
+         notes="Lightning pads the postfix number to 5 characters, so a NaN loss prints as 'train_loss=nan.0'"),
     Spec("nemo_bar__divergence.log", "NeMo (MegatronProgressBar)", NEMO_BAR, "step", "reduced_train_loss", nemo_bar,
          points=400, interval=10, seed=605, events=(Event(EventKind.DIVERGENCE, 0.7),),
          notes="tqdm bar over max_steps without rate; postfix reduced_train_loss=..., global_step=99.00 (n-1, padded float)"),
