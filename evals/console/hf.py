@@ -8,6 +8,9 @@ Formats taken from:
   steps, 4)``, the ``***** Running training *****`` banner (``Total optimization steps = N``), ``Saving model
   checkpoint to ...``, and the final ``{'train_runtime': ..., 'train_loss': ...}`` summary. Examples' explicit format
   ``[%(levelname)s|%(filename)s:%(lineno)s] %(asctime)s >> %(message)s`` (utils/logging.py enable_explicit_format).
+- observed with transformers 5.24.0 on a tiny GPT-2 (stderr+stdout captured together): the bar is last drawn a step or
+  more *before* the logging step, ``tqdm.write`` clears it (``\\r`` + spaces + ``\\r``), prints the dict, and the redraw
+  right after the dict shows the logging step.
 - transformers 5.24.0 (the release installed in this project's venv), src/transformers/trainer_callback.py:
   ``ProgressCallback.on_log`` and ``PrinterCallback.on_log`` now print every float as the string ``f"{v:.4g}"``
   (``{'loss': '2.346', 'grad_norm': '1.234', 'learning_rate': '4.5e-05', 'epoch': '0.05333'}``), trainer.py no
@@ -84,10 +87,12 @@ def hf_tqdm(run: Run, swift: bool = False, trl: bool = False, head_lines: list[s
     k = 0
     for i in range(run.n):
         step = run.steps[i]
-        while k < step:
+        while k < step - 1:  # the bar is drawn every few steps (mininterval), not at the logging step itself
             k += 1
-            if k % max(1, iv // 2) == 0 or k == step:
+            if k % max(1, iv // 2) == 0:
                 bar.draw(k)
+        k = step
+        bar.advance(step)
         v = run.loss[i]
         if v5:
             run.show(i, f"{v:.4g}")
