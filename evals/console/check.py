@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from evals.console import render  # noqa: E402
-from evals.console.curve import EventKind  # noqa: E402
+from evals.console import render
+from evals.console.curve import EventKind
 
 KINDS = {k.value for k in EventKind} | {"drop"}
 FIELDS = {"file", "writer", "source", "healthy", "step_key", "loss_key", "steps", "loss_at", "events", "notes"}

@@ -46,17 +46,17 @@ def neox(run: Run, fp16: bool) -> str:
         line += " number of skipped iterations:   0 | number of nan iterations:   0 |"
         out.append(line)
         if it % 1000 == 0:
-            out.append(f"-" * 40)
+            out.append("-" * 40)
             out.append(f" validation results at iteration {it} | lm_loss value: {run.loss[i] + .04:.6E} | lm_loss_ppl value: "
                        f"{math.exp(run.loss[i] + .04):.6E} | ")
-            out.append(f"-" * 40)
+            out.append("-" * 40)
     return "\n".join(out) + "\n"
 
 
 def onmt(run: Run) -> str:
     """onmt_train stdout: ``[date INFO] Step N/M; acc: ..; ppl: ..; xent: X.X; ...``."""
     clock = Clock(run.rng)
-    pre = lambda dt=0.01: f"[{clock.tick(dt):%Y-%m-%d %H:%M:%S},{clock.t.microsecond // 1000:03d} INFO] "  # noqa: E731
+    pre = lambda dt=0.01: f"[{clock.tick(dt):%Y-%m-%d %H:%M:%S},{clock.t.microsecond // 1000:03d} INFO] "
     out = [pre() + "Missing transforms field for corpus_1 data, set to default: [].", pre() + "Parsed 2 corpora from -data.",
            pre() + "encoder: 44517376", pre() + "decoder: 51260416", pre() + "* number of parameters: 95777792",
            pre() + "Starting training on GPU: [0]", pre() + "Start training loop and validate every 5000 steps..."]
@@ -79,7 +79,7 @@ def onmt(run: Run) -> str:
 def open_clip(run: Run) -> str:
     """open_clip training stdout: ``Train Epoch: e [n/N (p%)] ... Contrastive_loss: val (ema)``; step = epoch*steps + batch."""
     clock = Clock(run.rng)
-    pre = lambda dt=0.01: f"{clock.tick(dt):%Y-%m-%d,%H:%M:%S} | INFO | open_clip_train.train | "  # noqa: E731
+    pre = lambda dt=0.01: f"{clock.tick(dt):%Y-%m-%d,%H:%M:%S} | INFO | open_clip_train.train | "
     per, bs = 200, 4096
     out = [f"{clock.t:%Y-%m-%d,%H:%M:%S} | INFO | root | Running with a single process. Device cuda:0.",
            f"{clock.t:%Y-%m-%d,%H:%M:%S} | INFO | root | Model: CLIP(...)", f"{clock.t:%Y-%m-%d,%H:%M:%S} | INFO | root | Start epoch 0"]

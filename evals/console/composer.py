@@ -44,7 +44,7 @@ def composer(run: Run, epochs: bool = False) -> str:
                 ("lr-DecoupledAdamW/group0", f"{run.lr(b, 6e-4):.4f}"), ("l2_norm/grad/global", f"{run.gnorm(i):.4f}")]
         out.append(f"{prog}:" + "".join(f"\n\t Train {k}: {val}" for k, val in data))
         if b % 1000 == 0:
-            out.append(f"[Eval batch=1/25] Eval on eval data")
+            out.append("[Eval batch=1/25] Eval on eval data")
             out.append(f"[Eval batch=25/25] Eval on eval data:\n\t Eval metrics/eval/LanguageCrossEntropy: {v + 0.05:.4f}"
                        f"\n\t Eval metrics/eval/LanguagePerplexity: {math.exp(min(v + 0.05, 700)):.4f}" if math.isfinite(v) else
                        "[Eval batch=25/25] Eval on eval data:\n\t Eval metrics/eval/LanguageCrossEntropy: nan")

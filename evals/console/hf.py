@@ -79,7 +79,7 @@ def hf_tqdm(run: Run, swift: bool = False, trl: bool = False, head_lines: list[s
     clock = Clock(run.rng)
     head = _banner(clock, run, v5=v5)
     if swift:
-        head = [f"[INFO:swift] model_parameter_info: Qwen2ForCausalLM: 494.0328M Params (494.0328M Trainable [100.0000%]), "
+        head = ["[INFO:swift] model_parameter_info: Qwen2ForCausalLM: 494.0328M Params (494.0328M Trainable [100.0000%]), "
                 "0.0019M Buffers.", "[INFO:swift] The logging file will be saved in: output/v0-20260302-091405/logging.jsonl"] + head
     head = (head_lines or []) + head
     bar = TqdmStream(run.total, desc="Train" if swift else "", sec_per_it=0.62)
@@ -131,7 +131,7 @@ def hf_tqdm(run: Run, swift: bool = False, trl: bool = False, head_lines: list[s
 def axolotl(run: Run) -> str:
     """axolotl train: its concise logger lines, then the HF Trainer's bar and dicts."""
     clock = Clock(run.rng)
-    ax = lambda name, msg: f"[{log_ts(clock.tick(0.3))}] [INFO] [{name}] {msg}"  # noqa: E731
+    ax = lambda name, msg: f"[{log_ts(clock.tick(0.3))}] [INFO] [{name}] {msg}"
     head = [ax("axolotl.utils.config", "cuda memory usage baseline: 0.000GB (+0.401GB misc)"),
             ax("axolotl.loaders.tokenizer", "EOS: 128009 / <|eot_id|>"),
             ax("axolotl.utils.data.sft", "Loading prepared dataset from disk at last_run_prepared/4ef0..."),
@@ -198,7 +198,7 @@ def llamafactory_jsonl(run: Run) -> str:
 def llamafactory_console(run: Run) -> str:
     """LLaMA-Factory's console: its own logger lines, transformers' explicit-format lines, the HF bar and dicts."""
     clock = Clock(run.rng)
-    lf = lambda name, ln, msg: f"[INFO|{clock.tick(0.2):%Y-%m-%d %H:%M:%S}] {name}:{ln} >> {msg}"  # noqa: E731
+    lf = lambda name, ln, msg: f"[INFO|{clock.tick(0.2):%Y-%m-%d %H:%M:%S}] {name}:{ln} >> {msg}"
     head = [lf("llamafactory.hparams.parser", 406, "Process rank: 0, world size: 8, device: cuda:0, distributed "
                "training: True, compute dtype: torch.bfloat16"),
             lf("llamafactory.data.loader", 143, "Loading dataset identity.json..."),

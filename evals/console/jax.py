@@ -41,7 +41,7 @@ LEVANTER = "github.com/stanford-crfm/levanter src/levanter/callbacks/_metrics.py
 def maxtext(run: Run) -> str:
     """MaxText train.py stderr (absl): one ``completed step`` line per step."""
     clock = Clock(run.rng)
-    p = lambda where, dt=0.01: absl_prefix(clock.tick(dt), where)  # noqa: E731
+    p = lambda where, dt=0.01: absl_prefix(clock.tick(dt), where)
     out = [p("max_utils.py:773") + "System Information: Jax Version: 0.6.2", p("max_utils.py:774") + "System Information: Jaxlib Version: 0.6.2",
            p("train.py:389") + "Number of model params=8.030 billion", p("checkpointing.py:190") + "Creating checkpoint manager with ocdbt=True and zarr3=True",
            p("train.py:512") + "Loading model from scratch"]
@@ -62,13 +62,13 @@ def maxtext(run: Run) -> str:
 def t5x(run: Run) -> str:
     """t5x train.py output: CLU LoggingWriter lines ``[step] collection=train ...`` on absl."""
     clock = Clock(run.rng)
-    p = lambda where, dt=0.01: absl_prefix(clock.tick(dt), where)  # noqa: E731
+    p = lambda where, dt=0.01: absl_prefix(clock.tick(dt), where)
     out = [p("train.py:607") + f"Starting main loop over steps 0-{run.total}", p("train.py:679") + f"Training for {run.spec.interval} steps."]
     for i in range(run.n):
         s = run.steps[i]
         v = run.loss[i]
         z = 1.2e-4
-        loss = run.show(i, f"{v + z:.6g}")
+        run.show(i, f"{v + z:.6g}")  # the CLU line below prints kv["loss"] with the same {:.6g}
         kv = {"accuracy": 0.62 - 0.01 * v, "cross_ent_loss": v, "cross_ent_loss_per_all_target_tokens": v * 0.0021,
               "learning_rate": run.lr(s, 1e-2), "learning_rate/current": run.lr(s, 1e-2), "loss": v + z,
               "nonpadding_fraction": 0.9712, "timing/seconds": 41.3 * (1 + run.rng.uniform(-.01, .01)), "timing/seqs": 2048 * run.spec.interval,
@@ -86,7 +86,7 @@ def t5x(run: Run) -> str:
 def paxml(run: Run) -> str:
     """PaxML main.py output (absl): ``Metrics values at step N:`` then indented ``loss=`` and weighted metrics."""
     clock = Clock(run.rng)
-    p = lambda where, dt=0.001: absl_prefix(clock.tick(dt), where)  # noqa: E731
+    p = lambda where, dt=0.001: absl_prefix(clock.tick(dt), where)
     out = [p("executors.py:341") + "Model initial global_step=0", p("programs.py:412") + "[PAX STATUS]: Starting training loop."]
     for i in range(run.n):
         s = run.steps[i]

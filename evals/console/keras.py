@@ -115,7 +115,7 @@ def keras3_file(run: Run) -> str:
         if c < PER_EPOCH:
             info = f" \x1b[1m{_eta(0.021 * (PER_EPOCH - c))}\x1b[0m 21ms/step"
         else:
-            info = f" \x1b[1m2s\x1b[0m 21ms/step"
+            info = " \x1b[1m2s\x1b[0m 21ms/step"
         info += f" - loss: {run.show(i, _f(run.loss[i]))}"
         text += "\n" + bar + info
         if c >= PER_EPOCH:

@@ -19,8 +19,6 @@ From github.com/NVIDIA/NeMo @ 8cfedd7203462cb251a914e700e5605444277561:
 
 from __future__ import annotations
 
-import math
-
 from evals.console.curve import Event, EventKind
 from evals.console.fixture import Run, Spec
 from evals.console.text import bar, hms
@@ -32,14 +30,14 @@ NEMO2 = "github.com/NVIDIA/NeMo nemo/lightning/pytorch/callbacks/progress_printe
 PER_EPOCH = 1000
 
 
-def tqdm_num(n: float | int) -> str:
+def tqdm_num(n: float) -> str:
     """tqdm's ``format_num``: the shorter of ``{:.3g}`` (exponent without leading zero) and ``str``."""
     f = f"{n:.3g}".replace("+0", "+").replace("-0", "-")
     s = str(n)
     return f if len(f) < len(s) else s
 
 
-def pl_num(n: float | int | str) -> str:
+def pl_num(n: float | str) -> str:
     """Lightning's ``Tqdm.format_num``: tqdm's, then floats/strings padded with zeros to 5 characters."""
     pad = isinstance(n, (float, str))
     if not isinstance(n, str):
@@ -91,13 +89,13 @@ def lightning(run: Run, v1: bool) -> str:
         if e != epoch:
             # validation on the next line, erased; then the old epoch's bar with val_loss, reset, relabelled
             vtxt = pl_num(float(run.loss[i - 1] + 0.05))
-            val_post = f", val_loss={vtxt}" if not v1 else f", val_loss={vtxt}"
+            val_post = f", val_loss={vtxt}"
             parts.append("\n\rValidation: |          | 0/? [00:00<?, ?it/s]\x1b[A\n\rValidation: |          | 0/? [00:00<?, ?it/s]\x1b[A\n"
                          f"\rValidation DataLoader 0:   0%|          | 0/{val} [00:00<?, ?it/s]\x1b[A\n"
                          f"\rValidation DataLoader 0: 100%|██████████| {val}/{val} [00:04<00:00, 24.10it/s]\x1b[A\n"
                          "\r" + " " * 73 + "\x1b[A")
             full = post + val_post
-            parts.append("\r" + _meter(f"Epoch {epoch}", total, total, total / 8.0, full) * 1)
+            parts.append("\r" + _meter(f"Epoch {epoch}", total, total, total / 8.0, full))
             parts.append("\r" + _meter(f"Epoch {epoch}", total, total, total / 8.0, full))
             reset = f"Epoch {epoch}:   0%|          | 0/{total} [00:00<?, ?it/s, {full}]"
             parts.append("\r" + reset + " " * 10)
@@ -169,8 +167,8 @@ def nemo2_printer(run: Run) -> str:
                    f"global_step: {n - 1} | reduced_train_loss: {loss} | train_step_timing in s: {3.1 + run.rng.uniform(-0.05, 0.05):.4} | "
                    f"consumed_samples: {n * 512}")
         if n % 500 == 0:
-            out.append(f"Validation: iteration 1/32")
-            out.append(f"Validation: iteration 32/32")
+            out.append("Validation: iteration 1/32")
+            out.append("Validation: iteration 32/32")
             out.append(f"Epoch 0, global step {n - 1}: 'val_loss' reached {run.loss[i] + 0.05:.5f} (best {run.loss[i] + 0.05:.5f}), "
                        f"saving model to '/results/checkpoints/model--val_loss={run.loss[i] + 0.05:.2f}-step={n - 1}-consumed_samples={n * 512}.0.ckpt' as top 1")
     return "\n".join(out) + "\n"

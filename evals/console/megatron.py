@@ -74,7 +74,7 @@ def megatron_lm(run: Run, fp16: bool = False, collapse_at: int | None = None) ->
         it = run.steps[i]
         if nan_at is not None and i == nan_at:
             bad = it - iv + 1 + run.rng.randrange(iv)
-            out += [f"[rank0]: Traceback (most recent call last):",
+            out += ["[rank0]: Traceback (most recent call last):",
                     '[rank0]:   File "/workspace/Megatron-LM/pretrain_gpt.py", line 312, in <module>',
                     "[rank0]:     pretrain(",
                     '[rank0]:   File "/workspace/Megatron-LM/megatron/training/training.py", line 1051, in pretrain',
@@ -124,10 +124,9 @@ def megatron_lm(run: Run, fp16: bool = False, collapse_at: int | None = None) ->
 
 
 def megatron_lm_fp16_collapse(run: Run) -> str:
-    """fp16 run whose loss scale collapses: every iteration skipped, ``lm loss`` no longer printed."""
-    kind, at = run.onsets()[0]
-    text = megatron_lm(run, fp16=True, collapse_at=at)
-    return text
+    """fp16 run whose loss scale collapses: every iteration skipped, ``lm loss: 0.000000E+00`` (no real loss)."""
+    _, at = run.onsets()[0]
+    return megatron_lm(run, fp16=True, collapse_at=at)
 
 
 def megatron_ds(run: Run, fp16: bool = False) -> str:
@@ -142,7 +141,7 @@ def megatron_ds(run: Run, fp16: bool = False) -> str:
         t = clock.tick(0.01)
         out.append(f"[{t.strftime('%Y-%m-%d %H:%M:%S')},{t.microsecond // 1000:03d}] [{level}] [{where}] {msg}")
 
-    ds("logging.py:128:log_dist", f"[Rank 0] DeepSpeed info: version=0.16.4, git-hash=unknown, git-branch=unknown")
+    ds("logging.py:128:log_dist", "[Rank 0] DeepSpeed info: version=0.16.4, git-hash=unknown, git-branch=unknown")
     ds("config.py:1003:print", "DeepSpeedEngine configuration:")
     for i in range(run.n):
         it = run.steps[i]

@@ -33,20 +33,20 @@ def human_format(num: float) -> str:
     if math.isnan(num):
         return "nan"
     if abs(num) < 1:
-        return "{:.3g}".format(num)
+        return f"{num:.3g}"
     sizes = ["", "K", "M", "B", "T", "P", "E"]
-    num = float("{:.3g}".format(num))
+    num = float(f"{num:.3g}")
     mag = 0
     while abs(num) >= 1000 and mag < len(sizes) - 1:
         mag += 1
         num /= 1000.0
-    return "{}{}".format("{:f}".format(num).rstrip("0").rstrip("."), sizes[mag])
+    return "{}{}".format(f"{num:f}".rstrip("0").rstrip("."), sizes[mag])
 
 
 def nanotron(run: Run) -> str:
     """nanotron run_train.py stdout (dim/italic ANSI prefix)."""
     clock = Clock(run.rng)
-    pre = lambda dt=0.01: f"\033[2;3m{clock.tick(dt):%m/%d %H:%M:%S} [INFO|DP=0|PP=0|TP=0]\033[0m: "  # noqa: E731
+    pre = lambda dt=0.01: f"\033[2;3m{clock.tick(dt):%m/%d %H:%M:%S} [INFO|DP=0|PP=0|TP=0]\033[0m: "
     out = [pre() + "Config:", pre() + "Model Config:", pre() + "Total number of parameters: 1.71G (3264.10MiB)",
            pre() + "[Start training] datetime: 2026-03-02 09:14:21.112233 | mbs: 4 | grad_accum: 32 | global_batch_size: 1024 | "
                    f"sequence_length: 2048 | train_steps: {run.total} | start_iteration_step: 0 | consumed_train_samples: 0"]

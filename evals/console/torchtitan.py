@@ -68,9 +68,9 @@ def render(run: Run, ranks: int = 1) -> str:
         if step % 500 == 0:
             info(f"{YELLOW}validate step: {step:2}  {GREEN}loss: {v + 0.05:7.4f}  "
                  f"{TURQUOISE}memory: 63.19GiB(66.52%)  {BLUE}tps: 18,204{RESET}", 20)
-            info(f"Saving the checkpoint (or staging if async is enabled).")
-            info(f"[GC] GC collection invoked by checkpointer. 0.02 seconds", 30)
-            info(f"Finished saving the checkpoint (or staging if async is enabled)in 31.27 seconds.")
+            info("Saving the checkpoint (or staging if async is enabled).")
+            info("[GC] GC collection invoked by checkpointer. 0.02 seconds", 30)
+            info("Finished saving the checkpoint (or staging if async is enabled)in 31.27 seconds.")
         if nan_at is not None and i >= nan_at + 5:
             break
     if nan_at is None:

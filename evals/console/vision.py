@@ -64,7 +64,7 @@ def timm(run: Run) -> str:
 def detectron2(run: Run) -> str:
     """detectron2 train_net.py: coloured ``[date d2.utils.events]:`` prefix; crash on a non-finite loss."""
     clock = Clock(run.rng)
-    pre = lambda name, dt=0.01: f"\x1b[32m[{clock.tick(dt):%m/%d %H:%M:%S} {name}]: \x1b[0m"  # noqa: E731
+    pre = lambda name, dt=0.01: f"\x1b[32m[{clock.tick(dt):%m/%d %H:%M:%S} {name}]: \x1b[0m"
     out = [pre("detectron2") + "Rank of current process: 0. World size: 8",
            pre("d2.engine.defaults") + "Model:\nGeneralizedRCNN(\n  (backbone): FPN(...)\n)",
            pre("d2.data.build") + "Using training sampler TrainingSampler",
@@ -125,7 +125,7 @@ def mmengine(run: Run) -> str:
     clock = Clock(run.rng)
     per, max_epochs = 1800, 12
     info = "\x1b[4m\x1b[97mINFO\x1b[0m"
-    pre = lambda dt=0.01: f"{clock.tick(dt):%m/%d %H:%M:%S} - mmengine - {info} - "  # noqa: E731
+    pre = lambda dt=0.01: f"{clock.tick(dt):%m/%d %H:%M:%S} - mmengine - {info} - "
     out = [pre() + "\n------------------------------------------------------------\nSystem environment:\n    sys.platform: linux\n"
            "    CUDA available: True\n------------------------------------------------------------\n",
            pre() + "Checkpoints will be saved to /work_dirs/rtmdet_l_8xb32-300e_coco.",
@@ -140,7 +140,7 @@ def mmengine(run: Run) -> str:
                    f"lr: {run.lr(g, 4e-3):.4e}  eta: {eta}  time: {0.35 + run.rng.uniform(-.01, .01):.4f}  data_time: 0.0125  "
                    f"memory: 21403  grad_norm: {run.gnorm(i):.4f}  loss: {loss}  loss_cls: {0.55 * v:.4f}  loss_bbox: {0.45 * v:.4f}")
         if k == per:
-            out.append(pre() + f"Exp name: rtmdet_l_8xb32-300e_coco_20260302_091405")
+            out.append(pre() + "Exp name: rtmdet_l_8xb32-300e_coco_20260302_091405")
             out.append(pre() + f"Saving checkpoint at {e} epochs")
     return "\n".join(out) + "\n"
 
