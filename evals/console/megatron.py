@@ -7,7 +7,8 @@ Formats taken from:
   global batch size: {:5d} | {key}: {:.6E} | loss scale: {:.1f} | grad norm: {:.3f} | number of skipped iterations:
   {:3d} | number of nan iterations: {:3d} |``; a loss average is printed only ``if avg >= 0.0`` and skipped
   iterations add nothing to it); ``evaluate_and_print_results`` (`` validation loss at iteration N | lm loss value:
-  {:.6E} | lm loss PPL: {:.6E} |`` between rules of ``-``); megatron/training/checkpointing.py save lines;
+  {:.6E} | lm loss PPL: {:.6E} |`` between rules of ``-``); megatron/training/checkpointing.py save lines; megatron/core/timers.py ``(min, max) time across ranks (ms):``
+  with names padded by ``ljust(48, '.')`` (the start-up setup timers);
   megatron/core/rerun_state_machine.py ``validate_result``: ``RuntimeError(f"Rank {rank}, node {node}, device
   {device}, iteration {it}: Unexpected result {result} (message='{message}')")`` with the message
   ``found NaN in local forward loss calculation`` from pretrain_gpt.py (raised when --check-for-nan-in-loss-and-grad).
@@ -59,6 +60,9 @@ def _banner(run: Run, fp16: bool) -> list[str]:
             " > number of parameters on (tensor, pipeline) model parallel rank (0, 0): 3384033280",
             "> building train, validation, and test datasets ...", "> finished creating GPT datasets ...",
             "[after dataloaders are built] datetime: 2026-03-02 09:15:41 ", "done with setup ...",
+            "(min, max) time across ranks (ms):",
+            "    " + "model-and-optimizer-setup ".ljust(48, ".") + ": (8123.41, 8141.07)",
+            "    " + "train/valid/test-data-iterators-setup ".ljust(48, ".") + ": (1502.33, 1544.90)",
             "training ...", "[before the start of training step] datetime: 2026-03-02 09:15:42 "]
     return out
 
