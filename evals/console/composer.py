@@ -31,11 +31,12 @@ def composer(run: Run, epochs: bool = False) -> str:
             e, bi = (b - 1) // per_epoch, (b - 1) % per_epoch + 1
             prog = f"[epoch={e + 1}][batch={bi}/{per_epoch}]"
         else:
+            bi = b
             prog = f"[batch={b}/{run.total}]"
         loss = run.show(i, f"{v:.4f}")
-        data = [("time/batch", str(b)), ("time/sample", str(b * 256)), ("time/batch_in_epoch", str(b)),
-                ("time/sample_in_epoch", str(b * 256)), ("time/token", str(b * 256 * 2048)),
-                ("time/token_in_epoch", str(b * 256 * 2048)), ("memory/current_allocated_mem", "14.3170"),
+        data = [("time/batch", str(b)), ("time/sample", str(b * 256)), ("time/batch_in_epoch", str(bi)),
+                ("time/sample_in_epoch", str(bi * 256)), ("time/token", str(b * 256 * 2048)),
+                ("time/token_in_epoch", str(bi * 256 * 2048)), ("memory/current_allocated_mem", "14.3170"),
                 ("memory/peak_allocated_mem", "51.2212"), ("trainer/device_train_microbatch_size", "8"),
                 ("loss/train/total", loss), ("metrics/train/LanguageCrossEntropy", f"{v:.4f}"),
                 ("metrics/train/LanguagePerplexity", f"{math.exp(min(v, 700)):.4f}" if math.isfinite(v) else "nan"),
