@@ -134,7 +134,8 @@ FIXTURES = [
     Spec("fairseq__json_healthy.log", "fairseq", FS, "num_updates", "loss", lambda r: fairseq(r, "json"), points=187,
          interval=10, seed=1001,
          notes="'| INFO | train_inner | {json}' with every value a string (\"loss\": \"3.412\"); epoch/update floats; "
-               "end-of-epoch '| train |' json and checkpoint lines; occasional fp16 overflow NOTE lines are normal"),
+               "end-of-epoch '| train |' json (epoch-average loss at the same num_updates as the last train_inner line: not a "
+               "point) and checkpoint lines; occasional fp16 overflow NOTE lines are normal"),
     Spec("fairseq__json_spike.log", "fairseq", FS, "num_updates", "loss", lambda r: fairseq(r, "json"), points=187,
          interval=10, seed=1002, events=(Event(EventKind.SPIKE, 0.55),), notes="spike in the json format"),
     Spec("fairseq__simple_scale_collapse.log", "fairseq", FS, "num_updates", "loss", lambda r: fairseq(r, "simple"),
