@@ -20,8 +20,9 @@ Formats taken from:
   "percentage", "elapsed_time", "remaining_time"}`` (json.dumps); src/llamafactory/extras/logging.py
   ``[%(levelname)s|%(asctime)s] %(name)s:%(lineno)s >> %(message)s``.
 - github.com/modelscope/ms-swift @ 3602360a562313afbf2ef6065fdf61f271a2c5b9: swift/trainers/patcher.py
-  ``add_train_message`` adds ``'global_step/max_steps': 'N/M'``, ``'percentage'``, ``'elapsed_time'``,
-  ``'remaining_time'``, ``'memory(GiB)'``, ``'train_speed(iter/s)'`` and rounds floats to 8 digits; tqdm desc ``Train``.
+  ``add_train_message`` adds ``'global_step/max_steps': 'N/M'``, ``'elapsed_time'``, ``'remaining_time'``
+  (swift/utils/utils.py ``format_time``: ``4m 28s``), ``'memory(GiB)'``, ``'train_speed(s/it)'`` and rounds floats to 8
+  digits; tqdm desc ``Train``.
 - github.com/huggingface/trl @ f2cd57710ae345ea6428ae95363267fcf38a3dc8: trl/trainer/sft_trainer.py adds ``entropy``,
   ``num_tokens`` and ``mean_token_accuracy`` to each logged dict of the HF Trainer.
 - github.com/axolotl-ai-cloud/axolotl @ 067b021c8b87a9e5e380b9173c704cf7340e30f5: src/axolotl/logging_config.py console
@@ -64,6 +65,17 @@ def _banner(clock: Clock, run: Run, per_device: int = 8, epochs: int = 3, v5: bo
             info(2252, "  Number of trainable parameters = 1,235,814,400")]
 
 
+def swift_time(seconds: float) -> str:
+    """ms-swift's ``format_time`` (swift/utils/utils.py): ``2s``, ``4m 28s``, ``1h 2m 3s``."""
+    total = round(seconds)
+    d, h, m, s = total // 86400, total % 86400 // 3600, total % 3600 // 60, total % 60
+    if d:
+        return f"{d}d {h}h {m}m {s}s"
+    if h:
+        return f"{h}h {m}m {s}s"
+    return f"{m}m {s}s" if m else f"{s}s"
+
+
 def _epoch(run: Run, step: int, epochs: int = 3) -> float:
     return round(epochs * step / run.total, 2)
 
@@ -104,7 +116,7 @@ def hf_tqdm(run: Run, swift: bool = False, trl: bool = False, head_lines: list[s
             continue
         loss = run.show(i, _r(v, 8 if swift else 4))
         logs = f"{{'loss': {loss}, 'grad_norm': {_r(run.gnorm(i), 8 if swift else 16)}, " \
-               f"'learning_rate': {run.lr(step, 2e-5):.6g}"
+               f"'learning_rate': {repr(round(run.lr(step, 2e-5), 8)) if swift else format(run.lr(step, 2e-5), '.6g')}"
         if trl:
             acc = max(0.05, min(0.95, 1.1 - v / 6)) if math.isfinite(v) else float("nan")
             logs += (f", 'entropy': {_r(0.8 * v, 16) if math.isfinite(v) else 'nan'}, 'num_tokens': {float(step * 65536)}, "
@@ -112,10 +124,9 @@ def hf_tqdm(run: Run, swift: bool = False, trl: bool = False, head_lines: list[s
         logs += f", 'epoch': {_epoch(run, step)}"
         if swift:
             el = step * 0.62
-            logs += (f", 'global_step/max_steps': '{step}/{run.total}', 'percentage': '{100 * step / run.total:.2f}%', "
-                     f"'elapsed_time': '{int(el // 60)}m {int(el % 60)}s', 'remaining_time': "
-                     f"'{int((run.total - step) * 0.62 // 60)}m {int((run.total - step) * 0.62 % 60)}s', "
-                     f"'memory(GiB)': 17.43, 'train_speed(iter/s)': {round(1 / 0.62, 6)}")
+            logs += (f", 'global_step/max_steps': '{step}/{run.total}', 'elapsed_time': '{swift_time(el)}', "
+                     f"'remaining_time': '{swift_time((run.total - step) * 0.62)}', 'memory(GiB)': 17.43, "
+                     f"'train_speed(s/it)': {round(el / step, 6)}")
         bar.write(logs + "}")
         if step % (iv * 50) == 0:
             bar.write(f"{{'eval_loss': {_r(v + 0.05, 16)}, 'eval_runtime': 41.2733, 'eval_samples_per_second': 48.457, "
