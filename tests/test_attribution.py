@@ -79,10 +79,10 @@ def test_naming_leaves_rng_grads_and_buffers_as_they_were():
     rec = _namer(model, method=NameMethod.GRADIENT).name(step=1, batch_index=1, batch=batch)
     assert rec["passes"]["backward"] > 0  # backward passes did run
     assert torch.equal(torch.get_rng_state(), rng)
-    assert all(p.grad is g for p, g in zip(model.parameters(), grads))
-    assert all(torch.equal(g, c) for g, c in zip(grads, copies))
-    assert all(torch.equal(b, c) for b, c in zip(model.buffers(), buffers))
-    assert all(torch.equal(p, c) for p, c in zip(model.parameters(), params))
+    assert all(p.grad is g for p, g in zip(model.parameters(), grads, strict=True))
+    assert all(torch.equal(g, c) for g, c in zip(grads, copies, strict=True))
+    assert all(torch.equal(b, c) for b, c in zip(model.buffers(), buffers, strict=True))
+    assert all(torch.equal(p, c) for p, c in zip(model.parameters(), params, strict=True))
 
 
 def test_a_batch_without_sample_ids_is_reported_and_nothing_is_listed():

@@ -120,8 +120,8 @@ def test_skiplist_carries_over_to_another_world_size_and_names_agree_on_two_rank
     one = train(steps=STEPS, ckpt_dir=tmp_path / "one")
     seed = tmp_path / "one" / "skiplist.json"
     listed = {k.index for k in SkipList.load(seed).keys()}
-    res = run_distributed(_ranked, world_size=2, args=(str(tmp_path / "r"), str(seed), STEPS, str(tmp_path / "r.jsonl")),
-                          timeout=600)
+    res = run_distributed(_ranked, world_size=2,
+                          args=(str(tmp_path / "r"), str(seed), STEPS, str(tmp_path / "r.jsonl")), timeout=600)
     rows = _trace(tmp_path / "r.jsonl")
     assert len(rows) >= STEPS and not any(set(r["ids"]) & listed for r in rows)
     assert not any(set(ids) & listed for _, _, ids in res[0]["spikes"])

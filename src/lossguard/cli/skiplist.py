@@ -40,14 +40,16 @@ def run(args) -> int:
     path = _path(args.path)
     keys = [SampleKey.from_json(int(i) if i.isdigit() else i) for i in args.ids]  # all parsed before any write
     if args.action != "show" and not keys:
-        raise LossguardError(f"'{args.action}' needs at least one sample id", fix="e.g. lossguard skiplist DIR add 81234")
+        raise LossguardError(f"'{args.action}' needs at least one sample id",
+                             fix="e.g. lossguard skiplist DIR add 81234")
     if args.action == "add":
         sl = SkipList.open(path)
         new = sl.add(keys, reason=args.reason)
         print(f"added {len(new)} sample(s); {len(sl)} listed in {path}")
         return 0
     if not path.exists():
-        raise LossguardError("no skip list here", path=path, fix="give a skiplist.json or the checkpoint directory holding one")
+        raise LossguardError("no skip list here", path=path,
+                             fix="give a skiplist.json or the checkpoint directory holding one")
     sl = SkipList.load(path)
     if args.action == "remove":
         gone = sl.remove(keys)

@@ -105,7 +105,7 @@ def isolated(module):
             p.grad = None
         yield
     finally:
-        for p, g in zip(params, grads):
+        for p, g in zip(params, grads, strict=True):
             p.grad = g
         with torch.no_grad():
             for b, saved in buffers:
@@ -173,7 +173,7 @@ def gradient_findings(module, batch, n_rows: int, fn: Callable, *, select: Calla
     energy = sum(x * x for x in norms if math.isfinite(x)) or 1.0
     cost_rows = n_rows
     found: list[Finding] = []
-    frontier = list(zip(top, norms))
+    frontier = list(zip(top, norms, strict=True))
     while frontier:
         chosen = []
         for k, (g, x) in enumerate(frontier):
@@ -181,7 +181,8 @@ def gradient_findings(module, batch, n_rows: int, fn: Callable, *, select: Calla
             others = [y for j, (_, y) in enumerate(frontier) if j != k and math.isfinite(y)]
             med, sigma = robust_z(others or [0.0])
             big = x * x >= min_share * energy
-            if not math.isfinite(x) or (big and ((len(frontier) == 1 and len(g) < n_rows) or x > ratio * max(med, 1e-12))):
+            alone = len(frontier) == 1 and len(g) < n_rows  # the only part left of a followed group
+            if not math.isfinite(x) or (big and (alone or x > ratio * max(med, 1e-12))):
                 chosen.append((g, x, (x - med) / sigma if math.isfinite(x) else math.inf))
         chosen = sorted(chosen, key=lambda t: -t[1])[:max_suspects]
         nxt = []

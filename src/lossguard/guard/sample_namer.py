@@ -145,7 +145,8 @@ class SampleNamer:
             return [int(i) for i in self.config.ids_of(batch)], None
         if self.sampler is not None and hasattr(self.sampler, "last_batch_ids"):
             return self.sampler.last_batch_ids(), None
-        return None, "no sample ids: the loader has no positions (an iterable dataset?); give ids_of= or a ResumableSampler"
+        return None, ("no sample ids: the loader has no positions (an iterable dataset?); "
+                      "give ids_of= or a ResumableSampler")
 
     def _gather(self, obj) -> list:
         if self.world == 1:
@@ -205,10 +206,10 @@ class SampleNamer:
                 fwd, bwd = 1.0 + cost, cost
                 if by_grad or not picked:  # else the loss findings stand (the gradient found nobody)
                     picked, method = by_grad[:cfg.max_suspects], "gradient"
-        suspects = []
+        suspects: list[dict[str, Any]] = []
         for (r, k), f in picked:
             sid = parts[r][0][k] if parts[r][0] is not None else None
-            s = {"rank": r, "row": k, "share": round(f.share, 4), "z": _finite(f.z), "loss": _finite(parts[r][1][k])}
+            s: dict[str, Any] = {"rank": r, "row": k, "share": round(f.share, 4), "z": _finite(f.z), "loss": _finite(parts[r][1][k])}
             if method == "gradient":
                 s["grad_norm"] = _finite(f.score)
             if sid is not None:

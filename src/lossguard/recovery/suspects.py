@@ -29,7 +29,7 @@ def by_incident(records: Sequence[dict[str, Any]], incidents: Sequence[Any]) -> 
     step (the analyser may date an onset a step early or late against the guard's verdict).
     """
     out: dict[int, list] = {}
-    rest = []
+    rest: list[dict[str, Any]] = []
     for r in records:
         s = r["step"]
         hit = next((i for i, inc in enumerate(incidents)

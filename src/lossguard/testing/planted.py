@@ -154,7 +154,8 @@ def score_naming(spikes, suspects, planted) -> dict:
     due = {i for _, _, ids in spikes for i in ids if i in planted}
     steps_with_plants = {s for s, _, ids in spikes if set(ids) & planted}
     named = {s["id"] for r in suspects for s in r.get("suspects", []) if "id" in s}
-    in_planted = [s["id"] for r in suspects if r["step"] in steps_with_plants for s in r.get("suspects", []) if "id" in s]
+    in_planted = [s["id"] for r in suspects if r["step"] in steps_with_plants
+                  for s in r.get("suspects", []) if "id" in s]
     natural = [(r["step"], s["id"], s["share"]) for r in suspects if r["step"] not in steps_with_plants
                for s in r.get("suspects", []) if "id" in s]
     caught = due & named

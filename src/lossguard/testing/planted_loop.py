@@ -68,8 +68,8 @@ def train(*, steps: int, ckpt_dir: str | os.PathLike, trace: str | os.PathLike |
     model = bag_classifier(dropout=dropout)
     wrapped = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    names = SampleAttribution(per_sample_loss=per_row_loss, skiplist=skiplist, render=lambda key: describe(data, key.index)) \
-        if attribution else None
+    names = SampleAttribution(per_sample_loss=per_row_loss, skiplist=skiplist,
+                              render=lambda key: describe(data, key.index)) if attribution else None
     guard = StabilityGuard(wrapped, opt, store=store, sampler=sampler, attribution=names,
                            config=GuardConfig(checkpoint_every=checkpoint_every, loss_rise=None), log_path=log_path)
     if not fresh:
