@@ -125,3 +125,39 @@ def test_bad_settings_are_clear_errors():
         SampleAttribution(per_sample_loss=None, groups=1, z_threshold=0, min_share=2.0)
     msg = str(e.value)
     assert "per_sample_loss" in msg and "groups" in msg and "z_threshold" in msg and "min_share" in msg
+
+
+def test_a_mix_names_dataset_and_index_and_keeps_the_sample_out_of_later_epochs(tmp_path):
+    from lossguard.checkpoint.store import CheckpointStore
+    from lossguard.data import DatasetMix, ResumableSampler
+    from lossguard.guard.config import GuardConfig
+    from lossguard.guard.guard import StabilityGuard
+
+    torch.manual_seed(0)
+    x = torch.randn(512, 6)
+    y = x @ torch.randn(6, 1) + 0.05 * torch.randn(512, 1)
+    web, code = torch.utils.data.TensorDataset(x[:384], y[:384]), torch.utils.data.TensorDataset(x[384:], y[384:])
+    mix = DatasetMix({"web": 384, "code": 128})
+    sampler = ResumableSampler(512, batch_size=16, seed=0)
+    at = next(p for p in range(20, 32) if any(i >= 384 for i in sampler.global_batch_ids(p)))  # after the warm-up
+    bad = next(i for i in sampler.global_batch_ids(at) if i >= 384)  # first met at `at` (epoch 0)
+    with torch.no_grad():
+        y[bad] += 200.0  # a wild label in the "code" part (the TensorDatasets share y's storage)
+    loader = torch.utils.data.DataLoader(torch.utils.data.ConcatDataset([web, code]), batch_sampler=sampler)
+    model = torch.nn.Linear(6, 1)
+    guard = StabilityGuard(model, torch.optim.Adam(model.parameters(), lr=0.05), sampler=sampler,
+                           store=CheckpointStore(tmp_path / "ck"), config=GuardConfig(checkpoint_every=None),
+                           attribution=SampleAttribution(per_sample_loss=lambda m, b: (m(b[0]) - b[1]).pow(2).reshape(-1),
+                                                         mix=mix))
+    delivered = []
+    for _, batch in guard.batches(loader, steps=100):  # three epochs
+        delivered.append(sampler.last_batch_ids())
+        loss = (model(batch[0]) - batch[1]).pow(2).mean()
+        loss.backward()
+        guard.step(loss)
+    recs = [r for r in guard.namer.records if r["batch_index"] == at]
+    assert recs and recs[0]["suspects"][0]["id"] == {"dataset": "code", "index": bad - 384}
+    assert [sum(bad in ids for ids in delivered)] == [1]  # met once, never again in the next epochs
+    from lossguard.data.sample_ids import SampleKey
+    from lossguard.data.skiplist import SkipList
+    assert SampleKey("code", bad - 384) in SkipList.load(tmp_path / "ck" / "skiplist.json").keys()

@@ -83,6 +83,10 @@ def test_skiplist_over_a_mix_keeps_named_samples_out_after_the_mix_is_rebuilt(tm
     back = SkipList.load(tmp_path / "s.json", mix=relaid)
     assert 50 in back and 403 in back and 650 not in back
     assert back.filter(range(45, 55)) == [45, 46, 47, 48, 49, 51, 52, 53, 54]
+    plain = SkipList.load(tmp_path / "s.json")  # read without a mix: named keys map to no loader id
+    assert 50 not in plain and len(plain) == 2
+    plain.mix = relaid
+    assert 50 in plain and 403 in plain
 
 
 def test_bad_skiplist_files_give_clear_errors(tmp_path):

@@ -42,11 +42,22 @@ class SkipList:
 
     def __init__(self, path: str | os.PathLike | None = None, *, mix: DatasetMix | None = None) -> None:
         self.path = None if path is None else Path(path)
-        self.mix = mix
+        self._mix = mix
         self._notes: dict[SampleKey, dict[str, Any]] = {}
         self._flat: set[int] = set()
         self.version = 0
         """Bumped by every change (a loader with prefetched batches restarts when it moves)."""
+
+    @property
+    def mix(self) -> DatasetMix | None:
+        """How flat loader indices map to named datasets (settable: the flat ids are recomputed)."""
+        return self._mix
+
+    @mix.setter
+    def mix(self, mix: DatasetMix | None) -> None:
+        self._mix = mix
+        self._flat = {f for f in (self._flat_of(k) for k in self._notes) if f is not None}
+        self.version += 1
 
     # ---------------------------------------------------------------- queries
     def __len__(self) -> int:

@@ -136,6 +136,8 @@ class SampleNamer:
         sl = config.skiplist
         if sl is None:
             sl = SkipList.open(Path(store.directory) / SKIPLIST_FILE if store is not None else None, mix=config.mix)
+        elif config.mix is not None and sl.mix is None:
+            sl.mix = config.mix  # named keys must map to the loader's flat ids
         if sampler is not None and hasattr(sampler, "skiplist") and sampler.skiplist is None:
             sampler.skiplist = sl
         return cls(config, getattr(model, "module", model), log, ledger, sampler, world, sl)
