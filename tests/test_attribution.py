@@ -147,8 +147,8 @@ def test_a_mix_names_dataset_and_index_and_keeps_the_sample_out_of_later_epochs(
     model = torch.nn.Linear(6, 1)
     guard = StabilityGuard(model, torch.optim.Adam(model.parameters(), lr=0.05), sampler=sampler,
                            store=CheckpointStore(tmp_path / "ck"), config=GuardConfig(checkpoint_every=None),
-                           attribution=SampleAttribution(per_sample_loss=lambda m, b: (m(b[0]) - b[1]).pow(2).reshape(-1),
-                                                         mix=mix))
+                           attribution=SampleAttribution(mix=mix,
+                                                         per_sample_loss=lambda m, b: (m(b[0]) - b[1]).pow(2).reshape(-1)))
     delivered = []
     for _, batch in guard.batches(loader, steps=100):  # three epochs
         delivered.append(sampler.last_batch_ids())

@@ -211,7 +211,8 @@ class SampleNamer:
         suspects: list[dict[str, Any]] = []
         for (r, k), f in picked:
             sid = parts[r][0][k] if parts[r][0] is not None else None
-            s: dict[str, Any] = {"rank": r, "row": k, "share": round(f.share, 4), "z": _finite(f.z), "loss": _finite(parts[r][1][k])}
+            s: dict[str, Any] = {"rank": r, "row": k, "share": round(f.share, 4), "z": _finite(f.z),
+                                 "loss": _finite(parts[r][1][k])}
             if method == "gradient":
                 s["grad_norm"] = _finite(f.score)
             if sid is not None:
