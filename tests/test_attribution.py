@@ -127,6 +127,10 @@ def test_bad_settings_are_clear_errors():
     assert "per_sample_loss" in msg and "groups" in msg and "z_threshold" in msg and "min_share" in msg
 
 
+def _pair_row_loss(model, batch):
+    return (model(batch[0]) - batch[1]).pow(2).reshape(-1)
+
+
 def test_a_mix_names_dataset_and_index_and_keeps_the_sample_out_of_later_epochs(tmp_path):
     from lossguard.checkpoint.store import CheckpointStore
     from lossguard.data import DatasetMix, ResumableSampler
@@ -147,8 +151,7 @@ def test_a_mix_names_dataset_and_index_and_keeps_the_sample_out_of_later_epochs(
     model = torch.nn.Linear(6, 1)
     guard = StabilityGuard(model, torch.optim.Adam(model.parameters(), lr=0.05), sampler=sampler,
                            store=CheckpointStore(tmp_path / "ck"), config=GuardConfig(checkpoint_every=None),
-                           attribution=SampleAttribution(mix=mix,
-                                                         per_sample_loss=lambda m, b: (m(b[0]) - b[1]).pow(2).reshape(-1)))
+                           attribution=SampleAttribution(mix=mix, per_sample_loss=_pair_row_loss))
     delivered = []
     for _, batch in guard.batches(loader, steps=100):  # three epochs
         delivered.append(sampler.last_batch_ids())
