@@ -55,6 +55,15 @@ def test_gradient_bisection_names_an_ordinary_loss_with_an_enormous_gradient():
     assert rec["passes"]["backward"] <= 1.5
 
 
+def test_under_fsdp_only_the_losses_are_used_and_the_record_says_why():
+    model, batch = _regression(64, [37])
+    namer = _namer(model)
+    namer.loss_only = True
+    rec = namer.name(step=5, batch_index=5, batch=batch, loss_flagged=False)
+    assert rec["method"] == "loss" and not rec["suspects"] and rec["passes"]["backward"] == 0
+    assert "gradient bisection is off under FSDP" in rec["why"]
+
+
 @pytest.mark.parametrize("n,loud", [(1024, [3, 700]), (256, [128]), (9, [8])])
 def test_bisection_cost_stays_within_two_passes_for_large_batches(n, loud):
     model, batch = _regression(n, loud, seed=n)

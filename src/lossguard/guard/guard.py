@@ -152,7 +152,8 @@ class StabilityGuard:
         if attribution is not None:
             from .sample_namer import SampleNamer
             self.namer = SampleNamer.build(attribution, model=model, sampler=sampler, store=store, log=self.log,
-                                           ledger=lambda: self.policy.ledger, world=self._world)
+                                           ledger=lambda: self.policy.ledger, world=self._world,
+                                           sharded=any(hasattr(p, "to_local") for p in self._params))
         # FSDP2: parameters are DTensors (each rank holds shards). Statistics then come from the
         # local shards in one packed all-reduce, and checkpoints go through DCP (a sharded store).
         self._sharded = any(hasattr(p, "to_local") for p in self._params)

@@ -41,7 +41,7 @@ class NameMethod(enum.Enum):
     """Per-sample losses when the loss test fired and the named samples explain the excess
     (:attr:`SampleAttribution.explains`); else gradient bisection."""
     LOSS = "loss"
-    """Per-sample losses only (one forward)."""
+    """Per-sample losses only (one forward); names nobody on a step whose loss did not rise."""
     GRADIENT = "gradient"
     """Gradient bisection only."""
 
@@ -127,10 +127,15 @@ class SampleNamer:
     skiplist: SkipList = field(default_factory=SkipList)
     records: list = field(default_factory=list)
     """The ``suspects`` records written by this process."""
+    loss_only: bool = False
+    """No gradient bisection (FSDP: each pass all-gathers the shards, so every rank would have to
+    run the same passes, but each bisects its own rows)."""
 
     @classmethod
-    def build(cls, config: SampleAttribution, *, model, sampler, store, log, ledger, world: int) -> "SampleNamer":
-        """Open the skip list (``<store>/skiplist.json``) and attach it to the sampler if it has none."""
+    def build(cls, config: SampleAttribution, *, model, sampler, store, log, ledger, world: int,
+              sharded: bool = False) -> "SampleNamer":
+        """Open the skip list (``<store>/skiplist.json``) and attach it to the sampler if it has none
+        (``sharded``: the parameters are FSDP shards; per-row losses only)."""
         from pathlib import Path
 
         sl = config.skiplist
@@ -140,7 +145,7 @@ class SampleNamer:
             sl.mix = config.mix  # named keys must map to the loader's flat ids
         if sampler is not None and hasattr(sampler, "skiplist") and sampler.skiplist is None:
             sampler.skiplist = sl
-        return cls(config, getattr(model, "module", model), log, ledger, sampler, world, sl)
+        return cls(config, getattr(model, "module", model), log, ledger, sampler, world, sl, loss_only=sharded)
 
     def _ids(self, batch) -> tuple[list | None, str | None]:
         if self.config.ids_of is not None and batch is not None:
@@ -190,13 +195,18 @@ class SampleNamer:
                 why, ids = f"sample ids ({len(ids)}) do not match the batch's rows ({len(losses)})", None
             parts = self._gather((ids, losses))
             rows = [(r, k) for r, (_, ls) in enumerate(parts) for k in range(len(ls))]
+            # Shares of an excess loss mean something only when the loss did rise: on a step that only
+            # the gradient norm flagged, the heavy tail of ordinary rows would carry the "excess".
             found = loss_findings([x for _, ls in parts for x in ls], baseline=baseline, z_threshold=cfg.z_threshold,
                                   min_share=cfg.min_share, max_suspects=cfg.max_suspects) \
-                if cfg.method is not NameMethod.GRADIENT else []
+                if cfg.method is not NameMethod.GRADIENT and loss_flagged else []
             method, fwd, bwd = "loss", 1.0, 0.0
             picked = [(rows[f.row], f) for f in found]
-            enough = loss_flagged and sum(f.share for f in found) >= cfg.explains
-            if cfg.method is NameMethod.GRADIENT or (cfg.method is NameMethod.AUTO and not enough):
+            enough = sum(f.share for f in found) >= cfg.explains
+            wants_grad = cfg.method is NameMethod.GRADIENT or (cfg.method is NameMethod.AUTO and not enough)
+            if wants_grad and self.loss_only:
+                why = "gradient bisection is off under FSDP (its passes all-gather shards on every rank)"
+            elif wants_grad:
                 fs, cost, energy = gradient_findings(self.module, batch, len(losses), cfg.per_sample_loss,
                                                      select=cfg.select, groups=cfg.groups, ratio=cfg.ratio,
                                                      min_share=cfg.min_share, max_suspects=cfg.max_suspects)
@@ -226,7 +236,7 @@ class SampleNamer:
                    share=round(sum(s["share"] for s in suspects), 4), passes={"forward": fwd, "backward": bwd},
                    seconds=round(time.perf_counter() - t0, 4))
         if not suspects:
-            rec["why"] = "no sample stands out: the excess is spread over the batch"
+            rec["why"] = "no sample stands out: the excess is spread over the batch" + (f"; {why}" if why else "")
         elif why is not None:
             rec["why"] = why
         if named and cfg.skip_named:
