@@ -129,6 +129,20 @@ def test_guard_on_an_iterable_loader_without_positions_says_it_cannot_name(tmp_p
     assert recs[0]["suspects"][0]["row"] == 7
 
 
+def test_a_failing_per_sample_loss_is_recorded_and_training_goes_on():
+    model, batch = _regression(16, [])
+
+    def broken(model, batch):
+        raise KeyError("labels")
+
+    namer = SampleNamer.build(SampleAttribution(per_sample_loss=broken), model=model, sampler=None, store=None,
+                              log=EventLog(None), ledger=lambda: RunLedger(), world=1)
+    rng = torch.get_rng_state()
+    rec = namer.name(step=7, batch_index=7, batch=batch)
+    assert rec["named"] is False and rec["why"].startswith("naming failed: KeyError")
+    assert torch.equal(torch.get_rng_state(), rng) and all(p.grad is None for p in model.parameters())
+
+
 def test_bad_settings_are_clear_errors():
     with pytest.raises(ConfigError) as e:
         SampleAttribution(per_sample_loss=None, groups=1, z_threshold=0, min_share=2.0)

@@ -147,16 +147,15 @@ class StabilityGuard:
             from .halted import halted_error
             raise halted_error(ledger)
         self.policy = RecoveryPolicy(cfg, ledger=ledger, has_scaler=scaler is not None)
+        # FSDP2: parameters are DTensors (each rank holds shards). Statistics then come from the
+        # local shards in one packed all-reduce, and checkpoints go through DCP (a sharded store).
+        self._sharded = any(hasattr(p, "to_local") for p in self._params)
         self.namer = None
         """The :class:`SampleNamer` (None without ``attribution``); ``namer.records`` lists the suspects."""
         if attribution is not None:
             from .sample_namer import SampleNamer
             self.namer = SampleNamer.build(attribution, model=model, sampler=sampler, store=store, log=self.log,
-                                           ledger=lambda: self.policy.ledger, world=self._world,
-                                           sharded=any(hasattr(p, "to_local") for p in self._params))
-        # FSDP2: parameters are DTensors (each rank holds shards). Statistics then come from the
-        # local shards in one packed all-reduce, and checkpoints go through DCP (a sharded store).
-        self._sharded = any(hasattr(p, "to_local") for p in self._params)
+                                           ledger=lambda: self.policy.ledger, world=self._world, sharded=self._sharded)
         if store is not None and getattr(store, "sharded", False):
             from ..checkpoint.sharded_state import ShardedTrainState
             self.state = ShardedTrainState(model, optimizer, scheduler=scheduler, scaler=scaler, data=sampler,

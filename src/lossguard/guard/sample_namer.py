@@ -166,6 +166,19 @@ class SampleNamer:
 
     def name(self, *, step: int, batch_index: int, batch=None, rng: dict | None = None,
              baseline: float | None = None, loss_flagged: bool = True) -> dict:
+        """Name the samples of a withheld step (see :meth:`_name`). A failure of the user's functions
+        (``per_sample_loss``, ``ids_of``, ``render``, ...) does not stop training: the record says
+        what failed, and the step stays withheld as the guard decided."""
+        try:
+            return self._name(step=step, batch_index=batch_index, batch=batch, rng=rng, baseline=baseline,
+                              loss_flagged=loss_flagged)
+        except Exception as exc:  # noqa: BLE001 -- naming is advice; the guard's decision stands
+            return self._emit({"step": int(step), "event": SUSPECTS_EVENT, "batch_index": int(batch_index),
+                               "named": False, "suspects": [],
+                               "why": f"naming failed: {type(exc).__name__}: {exc}"[:300]})
+
+    def _name(self, *, step: int, batch_index: int, batch=None, rng: dict | None = None,
+              baseline: float | None = None, loss_flagged: bool = True) -> dict:
         """Replay the withheld batch, name its suspects, log them, list them; returns the record.
 
         Args:

@@ -69,7 +69,7 @@ class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callb
             False: halt with a diagnosis instead.
         attribution: a :class:`lossguard.guard.sample_namer.SampleAttribution`: name the samples
             of each withheld step from the keyword inputs of the step's last training forward
-            (``per_sample_loss(model, inputs)``; :func:`lossguard.integrations.causal_lm_row_loss`
+            (``per_sample_loss(model, inputs)``; :func:`lossguard.guard.row_losses.causal_lm_row_loss`
             for causal LMs; ``ids_of(inputs)`` for the sample ids). The run's skip list is attached
             to a :class:`ResumableSampler` the train loader uses (a ``Trainer`` whose
             ``_get_train_sampler`` returns one). Not saved in ``trainer_state.json``.
