@@ -55,6 +55,19 @@ def test_gradient_bisection_names_an_ordinary_loss_with_an_enormous_gradient():
     assert rec["passes"]["backward"] <= 1.5
 
 
+def test_micro_batches_of_one_step_are_named_as_one_batch():
+    from lossguard.guard.attribution import select_rows
+    from lossguard.guard.micro_batches import MicroBatches
+
+    model, batch = _regression(48, [29])
+    parts = MicroBatches([select_rows(batch, list(range(k, k + 16))) for k in (0, 16, 32)])
+    rec = _namer(model).name(step=3, batch_index=3, batch=parts, loss_flagged=False)
+    assert rec["micro_batches"] == 3 and rec["batch_rows"] == 48 and rec["method"] == "gradient"
+    assert [(s["id"], s["row"]) for s in rec["suspects"]] == [(1029, 29)]
+    # level one: one gradient norm per micro-batch (a full pass), then only inside the loud one
+    assert rec["passes"]["backward"] <= 1 + 16 / 48 + 2 / 48 + 1e-9
+
+
 def test_under_fsdp_only_the_losses_are_used_and_the_record_says_why():
     model, batch = _regression(64, [37])
     namer = _namer(model)

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-pytestmark = pytest.mark.slow  # transformers import + a 300-step Trainer run
+pytestmark = pytest.mark.slow  # transformers import + two 300-step Trainer runs
 
 from lossguard.data.skiplist import SkipList  # noqa: E402
 from lossguard.guard import GuardConfig, SampleAttribution  # noqa: E402
@@ -28,7 +28,8 @@ def _data():
     return rows
 
 
-def test_hf_trainer_names_the_planted_rows(tmp_path):
+@pytest.mark.parametrize("accumulation", [1, 2])
+def test_hf_trainer_names_the_planted_rows(tmp_path, accumulation):
     torch.set_num_threads(1)
     torch.manual_seed(0)
     rows = _data()
@@ -44,12 +45,13 @@ def test_hf_trainer_names_the_planted_rows(tmp_path):
 
     class Record(transformers.TrainerCallback):
         def on_pre_optimizer_step(self, args, state, control, **kwargs):
-            batch = cb.guard._batch
-            if batch is not None:
-                seen.append((state.global_step, [index[tuple(r.tolist())] for r in batch["input_ids"]]))
+            held = cb.guard._held  # the step's micro-batches, as the guard holds them
+            seen.append((state.global_step, [index[tuple(r.tolist())] for b in held for r in b["input_ids"]]))
 
     args = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=300,
-                                          per_device_train_batch_size=16, learning_rate=1e-2, save_strategy="no",
+                                          per_device_train_batch_size=16 // accumulation,
+                                          gradient_accumulation_steps=accumulation, learning_rate=1e-2,
+                                          save_strategy="no",
                                           logging_strategy="no", report_to=[], use_cpu=True,
                                           dataloader_num_workers=0, disable_tqdm=True, seed=0)
     data = [{"input_ids": r, "labels": r} for r in rows]
@@ -58,7 +60,10 @@ def test_hf_trainer_names_the_planted_rows(tmp_path):
     skips = [e["step"] for e in cb.guard.events if e["event"] == "skip"]
     spikes = [(s, s, by_step[s]) for s in skips]
     score = score_naming(spikes, cb.guard.namer.records, set(PLANTED))
-    print(f"hf: {len(skips)} withheld, planted in them {len(score['caught']) + len(score['missed'])}, "
+    if accumulation > 1:
+        assert all(r.get("micro_batches") == accumulation for r in cb.guard.namer.records)
+    due = len(score["caught"]) + len(score["missed"])
+    print(f"hf (accumulation {accumulation}): {len(skips)} withheld, planted in them {due}, "
           f"recall {score['recall']:.2f}, precision {score['precision']:.2f}, clean-data names {score['natural']}")
     assert score["caught"] and score["recall"] >= 0.9 and score["precision_planted"] >= 0.8
     assert {k.index for k in SkipList.load(tmp_path / "ck" / "skiplist.json").keys()} >= set(score["caught"])

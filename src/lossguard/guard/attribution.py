@@ -156,8 +156,8 @@ def split(rows: Sequence[int], groups: int) -> list[list[int]]:
 
 
 def gradient_findings(module, batch, n_rows: int, fn: Callable, *, select: Callable = select_rows, groups: int = 8,
-                      ratio: float = 3.0, min_share: float = 0.1,
-                      max_suspects: int = 8) -> tuple[list[Finding], float, float]:
+                      ratio: float = 3.0, min_share: float = 0.1, max_suspects: int = 8,
+                      top: list[list[int]] | None = None) -> tuple[list[Finding], float, float]:
     """Bisect the batch by gradient norm; returns the singled-out samples, the cost in
     forward-backward passes of the whole batch (``1 + followed rows / n_rows``) and the batch's
     gradient energy (the sum of the first-level groups' squared norms, the shares' denominator).
@@ -166,9 +166,10 @@ def gradient_findings(module, batch, n_rows: int, fn: Callable, *, select: Calla
     *and* its squared norm is at least ``min_share`` of the batch's gradient energy (non-finite
     norms always are): ordinary samples' norms are heavy-tailed, so the ratio alone would follow
     them; the share keeps the search on what carries the spike. At most ``max_suspects`` groups
-    are followed at each level.
+    are followed at each level. ``top``: the first level's groups (the micro-batches of a step);
+    default: ``groups`` near-equal parts.
     """
-    top = split(range(n_rows), groups)
+    top = top if top is not None else split(range(n_rows), groups)
     norms = [_group_norm(module, batch, g, fn, select) for g in top]
     energy = sum(x * x for x in norms if math.isfinite(x)) or 1.0
     cost_rows = n_rows

@@ -179,6 +179,7 @@ class StabilityGuard:
         self._batch_index = 0     # data-stream index of the batch in flight
         self._rng = None          # torch RNG when the batch in flight was drawn (replay check)
         self._batch = None        # the batch in flight (a reference, for naming its samples)
+        self._held: list = []     # framework mode: the step's micro-batches so far (references)
         self._pending = None      # deferred (packed host copy, meta) of the previous step
         self._reiter = False      # batches() must re-create its iterator (after a rollback)
         self.last_record: Verdict | None = None
@@ -383,6 +384,7 @@ class StabilityGuard:
 
         if self.halted:
             return True
+        held, self._held = self._held, []
         self.executor.in_process_rollback = False
         if not self.config.shadow and self.policy.skip_to(self.step_count) is not None:
             # A batch in a range the ledger skips (booked by a rollback before a restart): the
@@ -397,8 +399,10 @@ class StabilityGuard:
         lr = float(self.optimizer.param_groups[0]["lr"]) if self.optimizer.param_groups else math.nan
         meta = {"step": self.step_count, "batch_index": self.step_count, "lr": lr,
                 "loss_scale": float(self.scaler.get_scale()) if self.scaler is not None else math.nan,
-                "rng": None, "replay": None, "batch": self._batch}
-        self._batch = None
+                "rng": None, "replay": None, "batch": None}
+        if held:
+            from .micro_batches import MicroBatches
+            meta["batch"] = held[0] if len(held) == 1 else MicroBatches(held)
         self._advance()
         self._process(j.packed, meta)
         if bad and not self.config.shadow:
@@ -406,9 +410,9 @@ class StabilityGuard:
         return not bad or self.config.shadow
 
     def hold_batch(self, batch) -> None:
-        """Framework mode: the batch of the step in flight (a reference; a callback passes it at
-        batch start), so a withheld step's samples can be named (``attribution``)."""
-        self._batch = batch
+        """Framework mode: a (micro-)batch of the step in flight (a reference; a callback passes
+        each one at batch start), so a withheld step's samples can be named (``attribution``)."""
+        self._held.append(batch)
 
     def _advance(self) -> None:
         self.step_count += 1

@@ -31,6 +31,7 @@ from ..data.skiplist import SKIPLIST_FILE, SkipList
 from ..errors import ConfigError, raise_all
 from ..recovery.suspects import SUSPECTS_EVENT, summary_lines
 from .attribution import Finding, gradient_findings, isolated, loss_findings, per_sample_losses, select_rows
+from .micro_batches import MicroBatches
 
 
 
@@ -148,6 +149,8 @@ class SampleNamer:
         return cls(config, getattr(model, "module", model), log, ledger, sampler, world, sl, loss_only=sharded)
 
     def _ids(self, batch) -> tuple[list | None, str | None]:
+        if self.config.ids_of is not None and isinstance(batch, MicroBatches):
+            return batch.ids(self.config.ids_of), None
         if self.config.ids_of is not None and batch is not None:
             return [int(i) for i in self.config.ids_of(batch)], None
         if self.sampler is not None and hasattr(self.sampler, "last_batch_ids"):
@@ -203,7 +206,9 @@ class SampleNamer:
             if rng is not None:
                 from .replay import _set
                 _set(rng)  # the step's own dropout masks
-            losses = per_sample_losses(self.module, batch, cfg.per_sample_loss)
+            micro = isinstance(batch, MicroBatches)
+            losses = batch.measure(self.module, cfg.per_sample_loss) if micro \
+                else per_sample_losses(self.module, batch, cfg.per_sample_loss)
             if ids is not None and len(ids) != len(losses):
                 why, ids = f"sample ids ({len(ids)}) do not match the batch's rows ({len(losses)})", None
             parts = self._gather((ids, losses))
@@ -221,8 +226,9 @@ class SampleNamer:
                 why = "gradient bisection is off under FSDP (its passes all-gather shards on every rank)"
             elif wants_grad:
                 fs, cost, energy = gradient_findings(self.module, batch, len(losses), cfg.per_sample_loss,
-                                                     select=cfg.select, groups=cfg.groups, ratio=cfg.ratio,
-                                                     min_share=cfg.min_share, max_suspects=cfg.max_suspects)
+                                                     select=batch.selector(cfg.select) if micro else cfg.select,
+                                                     groups=cfg.groups, ratio=cfg.ratio, min_share=cfg.min_share,
+                                                     max_suspects=cfg.max_suspects, top=batch.ranges() if micro else None)
                 allf = self._gather((fs, energy))
                 total = sum(e for _, e in allf) or 1.0
                 by_grad = sorted([((r, f.row), Finding(f.row, min(1.0, f.score ** 2 / total) if math.isfinite(f.score)
@@ -245,6 +251,8 @@ class SampleNamer:
                     s["shows"] = str(cfg.render(key))[:200]
             suspects.append(s)
         named = bool(suspects) and all("id" in s for s in suspects)
+        if micro:
+            rec["micro_batches"] = len(batch.parts)
         rec.update(named=named, method=method, suspects=suspects, batch_rows=len(rows),
                    share=round(sum(s["share"] for s in suspects), 4), passes={"forward": fwd, "backward": bwd},
                    seconds=round(time.perf_counter() - t0, 4))

@@ -68,7 +68,8 @@ class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callb
         restart_on_rollback: carry out a rollback through a process restart (exit code 75);
             False: halt with a diagnosis instead.
         attribution: a :class:`lossguard.guard.sample_namer.SampleAttribution`: name the samples
-            of each withheld step from the keyword inputs of the step's last training forward
+            of each withheld step from the keyword inputs of the step's training forwards (every
+            micro-batch under gradient accumulation)
             (``per_sample_loss(model, inputs)``; :func:`lossguard.guard.row_losses.causal_lm_row_loss`
             for causal LMs; ``ids_of(inputs)`` for the sample ids). The run's skip list is attached
             to a :class:`ResumableSampler` the train loader uses (a ``Trainer`` whose

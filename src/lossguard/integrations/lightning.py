@@ -56,7 +56,8 @@ class StabilityCallback(pl.Callback):
             that carries its ids: Lightning prefetches, so the sampler's position is one batch
             ahead). The run's skip list is attached to a :class:`ResumableSampler` found as the
             train loader's ``batch_sampler`` (unless it has its own). With gradient accumulation
-            the last micro-batch of the step is replayed.
+            every micro-batch of the step is replayed (the bisection starts from one gradient norm
+            per micro-batch).
     """
 
     def __init__(self, config: GuardConfig | None = None, *, log_path=None, store=None,
