@@ -56,10 +56,10 @@ _PREFIXES = ("train/", "train_", "training/", "trainer/", "metrics/", "optim/", 
 _FOLD = re.compile(r"[\s\-]+")
 
 STEP_ALIASES = ("step", "steps", "iteration", "iter", "global_step", "trainer/global_step",
-                "train/global_step", "_step", "it", "s", "iterations", "consumed_steps")
+                "train/global_step", "_step", "it", "s", "iterations", "consumed_steps", "current_steps")
 """Column or key names that hold the optimizer step (first match wins, in this order).
 
-``train/global_step`` (HF's ``WandbCallback``) comes before W&B's ``_step``: ``_step`` counts
+``current_steps`` is LLaMA-Factory's ``trainer_log.jsonl``. ``train/global_step`` (HF's ``WandbCallback``) comes before W&B's ``_step``: ``_step`` counts
 ``wandb.log`` calls, and the Trainer logs eval results and its summary as calls of their own."""
 
 _GLOBAL_STEPS = frozenset({"step", "global_step", "trainer/global_step", "train/global_step", "_step"})

@@ -25,8 +25,8 @@ from ...errors import LogFormatError
 from ...runlog import RunLog, RunLogBuilder
 from .._text_lines import text_lines
 from .build import build
-from .choose import Choice, choose, loss_candidates
-from .names import loss_rank
+from .choose import Choice, only_value, choose, loss_candidates
+from .names import is_ppl, loss_rank
 from .records import Scan, iter_decoded, scan_lines
 
 NAME = "text"
@@ -43,10 +43,11 @@ SAMPLES = 8
 def _claims(scan: Scan) -> bool:
     """A loss-like label on a template that repeats, on lines that carry a counter or repeat often."""
     for t in scan.tables:
-        if t.rows >= 2 and any(k is None and loss_rank(lab) is not None for lab, k in zip(t.labels, t.kinds)):
+        if t.rows >= 2 and any(k is None and (loss_rank(lab) is not None or is_ppl(lab))
+                               for lab, k in zip(t.labels, t.kinds)):
             if any(k is not None for k in t.kinds) or t.rows >= 5:
                 return True
-    return False
+    return only_value(scan.tables) is not None
 
 
 def sniff(path: Path, head: bytes) -> bool:

@@ -49,6 +49,8 @@ def _steps(table: Table, choice: Choice) -> tuple[np.ndarray, list[int]]:
     if choice.rule is StepRule.LABEL:
         j = col(choice.step[0])
         return table.column(j), [j]
+    if choice.rule is StepRule.ORDER:
+        return None, []
     e, b = col(choice.step[0]), col(choice.step[1])
     return np.stack([table.column(e), table.column(b)], axis=1), [e, b]
 
@@ -72,9 +74,12 @@ def build(scan: Scan, choice: Choice) -> Points:
     elif choice.rule is StepRule.EPOCH_BATCH:
         raw = np.concatenate([p[2] for p in parts])
         per_epoch = _per_epoch(parts, raw)
-        epoch0 = np.nanmin(raw[:, 0])
+        # "Epoch 3/10" counts from 1 (the 3rd of 10); an epoch printed bare is used as printed.
+        epoch0 = 1 if any(used and used[0] in t.totals for t, _, _, used in parts) else 0
+        raw = np.where(np.isfinite(raw), raw, -1)
         steps_all = ((raw[:, 0] - epoch0) * per_epoch + raw[:, 1]).astype(np.int64)
-        warnings.append(f"step = ({choice.step[0]} - {epoch0:g}) x {per_epoch} batches per epoch + {choice.step[1]}")
+        warnings.append(f"step = ({choice.step[0]}{f' - {epoch0}' if epoch0 else ''}) x {per_epoch} batches "
+                        f"per epoch + {choice.step[1]}")
     else:
         raw = np.concatenate([p[2] for p in parts])
         ok = np.isfinite(raw)

@@ -68,7 +68,7 @@ def loss_candidates(tables: list[Table]) -> list[tuple[int, int, str]]:
 
 def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | None = None) -> Choice | None:
     """The loss and step of the tables, or None when no table holds a loss (or ``loss_key``)."""
-    ppl = False
+    ppl = guessed = False
     others = [c[2] for c in loss_candidates(tables)]
     if loss_key is not None:
         loss = _match(tables, loss_key)
@@ -78,9 +78,13 @@ def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | 
         loss = others[0]
     else:
         ppls = sorted({lab for t in tables for lab in t.labels if is_ppl(lab)})
-        if not ppls:
-            return None
-        loss, ppl = ppls[0], True
+        if ppls:
+            loss, ppl = ppls[0], True
+        else:
+            loss = only_value(tables)
+            if loss is None:
+                return None
+            guessed = True
     others = [o for o in others if fold(o) != fold(loss)]
     with_loss = [t for t in tables if fold(loss) in {fold(lab) for lab in t.labels}]
     rule, step, steps_seen = _step(with_loss, step_key)
@@ -88,15 +92,34 @@ def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | 
         tables_used = with_loss
     else:
         need = {fold(s) for s in step}
-        tables_used = [t for t in tables if need <= {fold(lab) for lab, k in zip(t.labels, t.kinds) if k is not None}]
+        tables_used = [t for t in tables if need <= {fold(lab) for lab in t.labels}]
     choice = Choice(loss=loss, ppl=ppl, rule=rule, step=step, tables=tables_used, other_losses=others,
                     other_steps=[s for s in steps_seen if (s,) != step and s not in step])
     if rule is StepRule.ORDER and step_key is None:
         choice.warnings.append(f"the lines with '{loss}' print no step counter: they are numbered 1, 2, 3, ... "
                                "in order; pass --step-key LABEL if a printed number is the step")
+    if guessed:
+        choice.warnings.append(f"no value is labelled as a loss: '{loss}', the only value of the most frequent line, "
+                               "is read as the loss; pass --loss-key LABEL to read another")
     if ppl:
         choice.warnings.append(f"no loss is printed, only the perplexity '{loss}': the loss is read as log({loss})")
     return choice
+
+
+MIN_GUESS_ROWS = 3
+"""Rows a line needs before its only value is taken for the loss (no loss label anywhere)."""
+
+
+def only_value(tables: list[Table]) -> str | None:
+    """The label of the only non-counter value of the most frequent line (a bare ``tensor(2.3)``
+    print, a ``STEP LOSS`` pair), or None when that line holds several values or too few rows."""
+    if not tables:
+        return None
+    t = max(tables, key=lambda t: t.rows)
+    if t.rows < MIN_GUESS_ROWS:
+        return None
+    values = [j for j, k in enumerate(t.kinds) if k is None and not integral_increasing(t.column(j))]
+    return t.labels[values[0]] if len(values) == 1 else None
 
 
 def _match(tables: list[Table], key: str) -> str | None:
@@ -122,6 +145,8 @@ def _columns(tables: list[Table]) -> dict[str, tuple[StepKind, list[np.ndarray]]
     out: dict[str, tuple[StepKind, list[np.ndarray]]] = {}
     for t in tables:
         for j, (lab, kind) in enumerate(zip(t.labels, t.kinds)):
+            if kind is None and lab.startswith("#") and integral_increasing(t.column(j)):
+                kind = StepKind.BATCH  # a column of a headerless numeric line that counts up
             if kind is not None:
                 out.setdefault(fold(lab), (kind, []))[1].append(t.column(j))
     return out
@@ -147,15 +172,41 @@ def _step(tables: list[Table], step_key: str | None) -> tuple[StepRule, tuple[st
     epochs = [lab for lab, (k, _) in cols.items() if k is StepKind.EPOCH and _whole(cols[lab][1])]
     batches = [lab for lab, (k, _) in cols.items() if k is StepKind.BATCH and _whole(cols[lab][1])]
     if epochs and batches:
+        if _at_total(tables, batches[0]):  # Keras' epoch-end "100/100 [====] - loss: ...": one row per epoch
+            return StepRule.LABEL, (labels[epochs[0]],), seen
         if _restarts_each_epoch(tables, epochs[0], batches[0]):
-            return StepRule.EPOCH_BATCH, (labels[epochs[0]], labels[batches[0]]), seen
-        if batches[0] in good:
+            if _has_total(tables, batches[0]):  # "N/M": M batches per epoch
+                return StepRule.EPOCH_BATCH, (labels[epochs[0]], labels[batches[0]]), seen
+            return StepRule.ORDER, (), seen  # a per-epoch counter whose epoch length is not printed
+        if batches[0] in good:  # one epoch in view: its batch counter is the step
             return StepRule.LABEL, (labels[batches[0]],), seen
     for kind in (StepKind.BATCH, StepKind.EPOCH):
         pick = [lab for lab in ranked if good[lab] is kind]
         if pick:
             return StepRule.LABEL, (labels[pick[0]],), seen
     return StepRule.ORDER, (), seen
+
+
+def _at_total(tables: list[Table], label: str) -> bool:
+    """True when the counter ``label`` always shows its total (``100/100``): a summary row per epoch."""
+    seen = False
+    for t in tables:
+        names = [fold(lab) for lab in t.labels]
+        for j in t.totals:
+            if names[j] == label:
+                if not np.all(t.column(j) == t.totals[j]):
+                    return False
+                seen = True
+    return seen
+
+
+def _has_total(tables: list[Table], label: str) -> bool:
+    """True when the counter ``label`` is printed with its total (``N/M``) on some row."""
+    for t in tables:
+        names = [fold(lab) for lab in t.labels]
+        if any(names[j] == label for j in t.totals):
+            return True
+    return False
 
 
 def _whole(vs: list[np.ndarray]) -> bool:

@@ -28,7 +28,7 @@ class StepKind(enum.IntEnum):
 _FAMILIES = {
     StepKind.GLOBAL_STEP: ("step", "steps", "global_step", "global step", "globalstep", "train/global_step",
                            "trainer/global_step", "train step", "training step", "train_step", "optimizer step",
-                           "opt step", "num_updates", "updates", "update", "current_steps", "global_steps",
+                           "opt step", "num_updates", "updates", "update", "up", "upd", "current_steps", "global_steps",
                            "consumed_steps", "total_steps_done"),
     StepKind.ITERATION: ("iteration", "iter", "it", "iters", "iterations", "itr", "train iter", "iteration_num"),
     StepKind.BATCH: ("", "batch", "batches", "batch_idx", "minibatch", "mini-batch", "batch_id"),
@@ -47,7 +47,7 @@ def fold(label: str) -> str:
 @lru_cache(maxsize=4096)
 def step_kind(label: str) -> StepKind | None:
     """The counter a label names, or None for a label that is no counter."""
-    low = " ".join(label.lower().split())
+    low = " ".join(label.lower().split()).rstrip(".")
     kind = _KIND_OF.get(low)
     if kind is None:
         kind = _KIND_OF.get(low.replace("_", " ")) or _KIND_OF.get(low.replace(" ", "_"))
@@ -61,7 +61,7 @@ def step_kind(label: str) -> StepKind | None:
 LOSS_NAMES = ("loss", "lm_loss", "train/loss", "train_loss", "train/lm_loss", "loss_train", "training_loss",
               "train/ce_loss", "ce_loss", "reduced_train_loss", "total_loss", "loss/train/total", "train/total_loss",
               "loss/loss", "train/loss/loss", "loss/total", "xent", "train/xent", "cross_entropy", "cross-entropy",
-              "cross_entropy_loss", "ce", "nll", "nll_loss", "cost", "closs", "objective", "avg_loss", "mean_loss",
+              "cross_entropy_loss", "crossentropy", "ce", "nll", "nll_loss", "cost", "closs", "objective", "avg_loss", "mean_loss",
               "running_loss", "loss_avg", "lm loss")
 _LOSS_RANK = {fold(n): i for i, n in enumerate(LOSS_NAMES)}
 _NOT_TRAIN = re.compile(r"(?:^|[/_\s.])(?:val|valid|validation|eval|evaluation|test|dev|aux|z|router|moe|balance|"
@@ -76,7 +76,7 @@ def loss_rank(label: str) -> int | None:
     name = fold(label)
     if name in _LOSS_RANK:
         return _LOSS_RANK[name]
-    if _NOT_TRAIN.search(name) or "loss" not in name and "xent" not in name and "cross_entropy" not in name:
+    if _NOT_TRAIN.search(name) or not any(w in name for w in ("loss", "xent", "entropy")):
         return None
     return len(LOSS_NAMES) + len(name)  # some other loss: the shorter (less qualified) name first
 

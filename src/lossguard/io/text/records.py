@@ -14,7 +14,8 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-from .names import StepKind, step_kind
+from .crash import crash_step
+from .names import StepKind
 from .normalise import normalise
 from .template import SPLIT, Template, parse
 
@@ -157,12 +158,11 @@ class Scanner:
         return table
 
     def _crash(self, tpl: Template, values: list[float], number: int, text: str) -> None:
-        # A crash message is prose: its counter is the last word of a longer label ("... at iteration").
-        kinds = [k or (step_kind(lab.split()[-1]) if lab else None) for k, lab in zip(tpl.kinds, tpl.labels)]
-        counters = [(k, v) for k, v in zip(kinds, values) if k is not None and math.isfinite(v) and v == int(v)]
-        if counters and any(not math.isfinite(v) for k, v in zip(kinds, values) if k is None):
-            kind, step = min(counters, key=lambda c: c[0])
-            self.scan.crashes.append(Crash(line=number, kind=kind, step=int(step), text=text.strip()[:300]))
+        if all(math.isfinite(v) for v in values) and "nan" not in text.lower():
+            return
+        hit = crash_step(text)
+        if hit is not None:
+            self.scan.crashes.append(Crash(line=number, kind=hit[0], step=hit[1], text=text.strip()[:300]))
 
 
 def scan_lines(lines: Iterable[tuple[int, str]]) -> Scan:

@@ -26,8 +26,10 @@ SPLIT = re.compile(r"(?<![\w.])([-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![
 
 _UNIT = re.compile(r"^(?:%|[A-Za-zµ]{1,5}(?:/[A-Za-z]{1,5})?)(?=$|[\s,;|()\]}'\"<>-])")
 _OPENERS = re.compile(r"(?:\s*(?:tensor\(|np\.float\d*\(|array\(|[\[({<'\"]))+\s*$")
-_SEPARATOR = re.compile(r"\s*(?:\||,|;|\t|\s-{1,2}\s|\s{2,}|[\]}]|\{|\[|>>|»|•)\s*")
+_SEPARATOR = re.compile(r"\s*(?:\||,|;|:|\t|\s-{1,2}\s|\s{2,}|[\]}]|\{|\[|>>|»|•)\s*")
 _QUOTES = str.maketrans("", "", "'\"`")
+_DEVICE = re.compile(r"(?:^|\W)(?:cuda|xla|mps|npu|xpu|gpu)$", re.I)
+_LETTER = re.compile(r"[^\W\d_]")
 _ERRORISH = re.compile(r"error|exception|abort|found|detected|encountered|diverg", re.I)
 MAX_LABEL_WORDS = 4
 """Longer labels are prose: only their last words are kept (``... and the loss`` -> ``and the loss``)."""
@@ -68,9 +70,20 @@ class Template:
     skeleton: str
 
 
+def _positional(texts: list[str], n: int) -> Template:
+    """A line of numbers only (a CSV pasted without its header, ``76930 2.6496577``): columns ``#1``, ``#2``..."""
+    labels = tuple(f"#{i + 1}" for i in range(n))
+    kinds = (None,) * n
+    return Template(kept=tuple(range(n)), labels=labels, kinds=kinds, totals=(), header=False, errorish=False,
+                    key=tuple(zip(labels, kinds)), skeleton="#".join(t.strip() for t in texts).strip())
+
+
 def label_of(text: str) -> str:
     """The label a text piece gives the number right after it (``""`` when none)."""
-    t = _OPENERS.sub("", text.rstrip())
+    stripped = text.rstrip()
+    t = _OPENERS.sub("", stripped)
+    if t != stripped and not t.strip() and stripped.endswith("tensor("):
+        return "tensor"  # a bare print(loss): "tensor(2.3456, device='cuda:0')"
     t = t.rstrip(" :=\t'\"").translate(_QUOTES)
     t = _SEPARATOR.split(t)[-1].strip(" '\"()[]{}:=#*-")
     words = t.split()
@@ -90,6 +103,8 @@ def parse(pieces: list[str]) -> Template:
         if m is not None:
             units[i] = m.group(0)
             rest[i + 1] = texts[i + 1][m.end():]
+    if n > 1 and all(not _LETTER.search(t) for t in texts):
+        return _positional(texts, n)
     kept: list[int] = []
     labels: list[str] = []
     kinds: list[StepKind | None] = []
@@ -107,10 +122,11 @@ def parse(pieces: list[str]) -> Template:
             counter = True  # a leading "N: ..." (accelerate's examples, many custom prints)
         elif not label:
             continue  # a clock time, a percentage, a running average in parentheses
-        if label in ("(", ")"):
+        if label in ("(", ")") or _DEVICE.search(label):
             continue
-        if counter:
-            kind = step_kind(label) or (step_kind(label.split()[-1]) if label else None) or StepKind.BATCH
+        if counter:  # "Epoch 3/10", "[step=12/100]", "'global_step/max_steps': '5/1500'"
+            kind = (step_kind(label) or (step_kind(label.split()[-1]) or step_kind(label.split("/")[0]) if label else None)
+                    or StepKind.BATCH)
         else:
             kind = None if units[i] else step_kind(label)
         if counter:
