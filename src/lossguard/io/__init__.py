@@ -169,6 +169,8 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
             continue
         head = _head(path)
         name = format or detect_format(path, head)
+        if name is None and root is None and (step_key is not None or loss_key is not None) and reader("text"):
+            name = "text"  # the user named the columns: read the text with the grammar and those choices
         if name == "tensorboard" and root is not None:
             # One call per run directory: add_scalars writes each stream to a sub-directory, and
             # those files must join the launch they belong to, not look like restarts at step 0.

@@ -105,7 +105,7 @@ def sniff(path: Path, head: bytes) -> bool:
     line yet, the file is searched further, up to :data:`SCAN_BYTES`, a chunk at a time.
     """
     if first_line(head) >= 0:
-        return True
+        return _SNIFF_ITERATION.search(head) is not None or not _grammar_reads(head)
     if b"\0" in head or _STARTUP.search(head) is None or not Path(path).is_file():
         return False  # (a pipe or FIFO cannot be read a second time)
     try:
@@ -123,6 +123,15 @@ def sniff(path: Path, head: bytes) -> bool:
     except OSError:
         return False
     return False
+
+
+def _grammar_reads(head: bytes) -> bool:
+    """True when a head without Megatron iteration lines has loss lines the text grammar reads: the
+    DeepSpeed engine's ``[Rank 0] step=N, skipped=...`` lines (no loss) must not take a file whose
+    loss is printed otherwise (``steps: 10 loss: 2.5 ...``)."""
+    from . import text
+
+    return text.head_claims(head)
 
 
 class _Segment:

@@ -50,11 +50,16 @@ def _claims(scan: Scan) -> bool:
     return only_value(scan.tables) is not None
 
 
+def head_claims(head: bytes) -> bool:
+    """True when the first :data:`SNIFF_MAX_LINES` lines of ``head`` hold a repeating loss line."""
+    return b"\0" not in head[:4096] and _claims(scan_lines(_limited(iter_decoded(head), SNIFF_MAX_LINES)))
+
+
 def sniff(path: Path, head: bytes) -> bool:
     """True when the head (or, after long start-up output, a sample further on) holds a repeating loss line."""
     if b"\0" in head[:4096]:
         return False
-    if _claims(scan_lines(_limited(iter_decoded(head), SNIFF_MAX_LINES))):
+    if head_claims(head):
         return True
     if len(head) < 64 * 1024:
         return False
@@ -162,7 +167,10 @@ def unreadable(scan: Scan, path: Path, *, loss_key: str | None = None) -> LogFor
         return LogFormatError("no line of this text holds a labelled number: it is not a training log", path=path,
                               fix="point lossguard at the training log (or its CSV/JSONL/TensorBoard files)")
     common = max(scan.tables, key=lambda t: t.rows)
-    labels = [lab for lab, k in zip(common.labels, common.kinds) if lab and k is None]
+    from .choose import integral_increasing
+
+    labels = [lab for j, (lab, k) in enumerate(zip(common.labels, common.kinds))
+              if lab and k is None and not integral_increasing(common.column(j))]
     flag = f"--loss-key '{labels[0]}'" if labels else "--loss-key LABEL"
     return LogFormatError(
         f"no training loss found; the most frequent numeric line ({common.rows} times) is: {common.example[:160]!r}",
@@ -185,4 +193,4 @@ def explain_unreadable(path: Path) -> LogFormatError | None:
     return unreadable(scan, path)
 
 
-__all__ = ["NAME", "sniff", "read", "explain_doc", "explain_unreadable", "loss_candidates"]
+__all__ = ["NAME", "head_claims", "sniff", "read", "explain_doc", "explain_unreadable", "loss_candidates"]

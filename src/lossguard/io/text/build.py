@@ -8,6 +8,7 @@ step. A gradient norm is never negative: DeepSpeed prints ``-1`` when it found a
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,6 +17,9 @@ from ...metrics import EPOCH, GRAD_NORM, LOSS, canonical_name
 from .choose import Choice, StepRule
 from .names import StepKind, fold, step_kind
 from .records import Scan, Table
+
+
+_UNIT = re.compile(r"\s*\([^()]*\)?\s*$")
 
 
 @dataclass
@@ -32,6 +36,7 @@ def metric_name(label: str, loss: str) -> str | None:
     """The metric a label is stored as (the chosen loss is ``loss``; another loss keeps its label)."""
     if fold(label) == fold(loss):
         return LOSS
+    label = _UNIT.sub("", label) or label  # "iter time (s)" -> "iter time"
     name = canonical_name(label)
     if name == LOSS:
         return fold(label) if fold(label) != LOSS else "loss_other"

@@ -29,6 +29,7 @@ _OPENERS = re.compile(r"(?:\s*(?:tensor\(|np\.float\d*\(|array\(|[\[({<'\"]))+\s
 _SEPARATOR = re.compile(r"\s*(?:\||,|;|:|\t|\s-{1,2}\s|\s{2,}|[\]}]|\{|\[|>>|»|•)\s*")
 _QUOTES = str.maketrans("", "", "'\"`")
 _DEVICE = re.compile(r"(?:^|\W)(?:cuda|xla|mps|npu|xpu|gpu)$", re.I)
+_BRACKETED = re.compile(r"\[\s*([A-Za-z_][\w /.-]*?)\s*\]$")
 _LETTER = re.compile(r"[^\W\d_]")
 _ERRORISH = re.compile(r"error|exception|abort|found|detected|encountered|diverg", re.I)
 MAX_LABEL_WORDS = 4
@@ -85,6 +86,9 @@ def label_of(text: str) -> str:
     if t != stripped and not t.strip() and stripped.endswith("tensor("):
         return "tensor"  # a bare print(loss): "tensor(2.3456, device='cuda:0')"
     t = t.rstrip(" :=\t'\"").translate(_QUOTES)
+    bracketed = _BRACKETED.search(t)
+    if bracketed is not None:  # "[loss] 2.3"
+        return bracketed.group(1).strip()
     t = _SEPARATOR.split(t)[-1].strip(" '\"()[]{}:=#*-")
     words = t.split()
     if len(words) > MAX_LABEL_WORDS:
