@@ -66,7 +66,7 @@ def hf_tqdm(run: Run, swift: bool = False) -> str:
         step = run.steps[i]
         while k < step:
             k += 1
-            if k % max(1, iv // 5) == 0 or k == step:
+            if k % max(1, iv // 2) == 0 or k == step:
                 bar.draw(k)
         v = run.loss[i]
         loss = run.show(i, _r(v, 8 if swift else 4))
@@ -164,10 +164,10 @@ FIXTURES = [
          notes="LLaMA-Factory logger lines '[INFO|date] name:line >> msg' + transformers explicit format + HF tqdm/dicts; "
                "'***** train metrics *****' block at the end"),
     Spec("ms_swift__healthy.log", "ms-swift", SWIFT + " + " + HF, "global_step", "loss",
-         lambda r: hf_tqdm(r, swift=True), points=300, interval=5, seed=506,
+         lambda r: hf_tqdm(r, swift=True), points=200, interval=5, seed=506,
          notes="dicts carry 'global_step/max_steps': 'N/M' as a string; tqdm desc 'Train'"),
     Spec("ms_swift__spike_level_shift.log", "ms-swift", SWIFT + " + " + HF, "global_step", "loss",
-         lambda r: hf_tqdm(r, swift=True), points=300, interval=5, seed=507,
+         lambda r: hf_tqdm(r, swift=True), points=200, interval=5, seed=507,
          events=(Event(EventKind.SPIKE, 0.3), Event(EventKind.LEVEL_SHIFT, 0.7)),
          notes="a spike that recovers and a later level shift"),
 ]

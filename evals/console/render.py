@@ -18,7 +18,7 @@ if str(ROOT) not in sys.path:  # allow `python evals/console/render.py`
 from evals.console.fixture import Run, Spec  # noqa: E402
 
 FAMILIES = [
-    "torchtitan", "karpathy", "megatron", "keras", "hf",
+    "torchtitan", "karpathy", "megatron", "keras", "hf", "lightning", "litgpt", "olmo", "composer", "fairseq", "jax", "misc_torch",
 ]
 """Family modules (evals/console/<name>.py), each exposing ``FIXTURES: list[Spec]``."""
 

@@ -103,3 +103,8 @@ class TqdmStream:
     def text(self) -> str:
         """Everything written so far."""
         return "".join(self.parts)
+
+
+def absl_prefix(t: datetime, where: str, level: str = "I", thread: int = 140235871725376) -> str:
+    """absl-py's log prefix: ``I0302 09:14:05.123456 140235871725376 file.py:123] ``."""
+    return f"{level}{t:%m%d %H:%M:%S}.{t.microsecond:06d} {thread:5d} {where}] "
