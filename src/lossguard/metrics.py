@@ -36,6 +36,7 @@ STREAM_SEPARATOR = "/"
 _ALIASES: dict[str, str] = {
     "loss": LOSS, "lm_loss": LOSS, "train_loss": LOSS, "training_loss": LOSS, "trl": LOSS,
     "loss_step": LOSS, "train_loss_step": LOSS, "lm_loss_train": LOSS, "total_loss": LOSS,
+    "reduced_train_loss": LOSS,
     "val_loss": VAL_LOSS, "eval_loss": VAL_LOSS, "validation_loss": VAL_LOSS, "valid_loss": VAL_LOSS,
     "lm_loss_validation": VAL_LOSS, "tel": VAL_LOSS, "test_loss": VAL_LOSS,
     "grad_norm": GRAD_NORM, "gradient_norm": GRAD_NORM, "grad_norm_total": GRAD_NORM,

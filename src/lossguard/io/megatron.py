@@ -251,7 +251,7 @@ def _read_line(line: str, number: int, segments: list[_Segment], builder: RunLog
             return
     if ("rror" in line or "xception" in line) and ("nan" in line or "NaN" in line or "inf" in line):
         hit = crash_step(line)
-        if hit is not None and hit[1] > seg.reached:
+        if hit is not None and hit[1] is not None and hit[1] > seg.reached:
             # Megatron raises on a NaN loss by default: the crash line is the NaN's only trace.
             seg.put(LOSS, hit[1], float("nan"), number, _FROM_ITERATION)
             builder.metadata.setdefault("warnings", []).append(

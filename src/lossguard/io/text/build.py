@@ -79,9 +79,10 @@ def build(scan: Scan, choice: Choice) -> Points:
     elif choice.rule is StepRule.EPOCH_BATCH:
         raw = np.concatenate([p[2] for p in parts])
         per_epoch = _per_epoch(parts, raw)
-        # "Epoch 3/10" counts from 1 (the 3rd of 10); an epoch printed bare is used as printed.
-        epoch0 = 1 if any(used and used[0] in t.totals for t, _, _, used in parts) else 0
+        # Epochs count from the first one in view (Keras' "Epoch 1/10", Lightning's "Epoch 0", a paste
+        # that starts at epoch 147): steps are then those of the text, whatever the epoch base.
         raw = np.where(np.isfinite(raw), raw, -1)
+        epoch0 = int(raw[:, 0].min())
         steps_all = ((raw[:, 0] - epoch0) * per_epoch + raw[:, 1]).astype(np.int64)
         warnings.append(f"step = ({choice.step[0]}{f' - {epoch0}' if epoch0 else ''}) x {per_epoch} batches "
                         f"per epoch + {choice.step[1]}")
@@ -157,19 +158,28 @@ def _per_epoch(parts, raw: np.ndarray) -> int:
 
 
 def _crash_point(scan: Scan, choice: Choice, points: Points) -> None:
-    """A crash line naming a NaN/Inf after the last loss line: a non-finite loss at its step."""
-    if LOSS not in points.metrics or not scan.crashes or choice.rule is not StepRule.LABEL:
+    """A crash line naming a NaN/Inf after the last loss line: a non-finite loss at its step (the
+    step after the last one logged when the line names none)."""
+    if LOSS not in points.metrics or not scan.crashes or choice.rule is StepRule.EPOCH_BATCH:
         return
     seg, step, val, line = points.metrics[LOSS]
-    kind = step_kind(choice.step[0])
     crash = scan.crashes[-1]
-    if crash.line <= int(line.max()) or (kind is not None and crash.kind is not kind and
-                                         {crash.kind, kind} != {StepKind.GLOBAL_STEP, StepKind.ITERATION}):
+    if crash.line <= int(line.max()):
         return
     last_seg = int(seg.max())
-    if crash.step <= int(step[seg == last_seg].max()):
+    mine = step[seg == last_seg]
+    if crash.step is None:
+        gaps = np.diff(mine)
+        at = int(mine.max()) + (int(np.median(gaps)) if len(gaps) else 1)
+    else:
+        kind = step_kind(choice.step[0]) if choice.rule is StepRule.LABEL else None
+        if kind is not None and crash.kind is not kind and {crash.kind, kind} != {StepKind.GLOBAL_STEP, StepKind.ITERATION}:
+            return
+        at = crash.step
+    if at <= int(mine.max()):
         return
-    points.metrics[LOSS] = (np.append(seg, last_seg), np.append(step, crash.step), np.append(val, np.nan),
+    points.metrics[LOSS] = (np.append(seg, last_seg), np.append(step, at), np.append(val, np.nan),
                             np.append(line, crash.line))
-    points.warnings.append(f"line {crash.line} stops the run on a non-finite value at {choice.step[0]} {crash.step}: "
+    points.warnings.append(f"line {crash.line} stops the run on a non-finite value at step {at}"
+                           f"{'' if crash.step is not None else ' (the step after the last one printed)'}: "
                            "read as a NaN loss there")

@@ -52,9 +52,12 @@ def step_kind(label: str) -> StepKind | None:
     if kind is None:
         kind = _KIND_OF.get(low.replace("_", " ")) or _KIND_OF.get(low.replace(" ", "_"))
     words = low.split()
-    if kind is None and len(words) == 2:  # "completed step", "Train Epoch", "train iter"
-        kind = _KIND_OF.get(words[-1])
+    if kind is None and (len(words) == 2 or 2 < len(words) <= 4 and words[-2] in _LEADS):
+        kind = _KIND_OF.get(words[-1])  # "completed step", "Train Epoch", "Metrics values at step"
     return kind
+
+
+_LEADS = frozenset({"at", "for", "of", "in", "after", "completed", "current", "global", "train", "training"})
 
 
 # Loss labels in order of preference (folded). A label not listed but naming a loss ranks after them.

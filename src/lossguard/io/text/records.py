@@ -9,7 +9,6 @@ included) go to one :class:`Table`, stored as flat float arrays (no Python objec
 """
 from __future__ import annotations
 
-import math
 from array import array
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
@@ -68,8 +67,8 @@ class Crash:
     """A line that names a NaN/Inf and a counter: where a run stopped on a non-finite loss."""
 
     line: int
-    kind: StepKind
-    step: int
+    kind: StepKind | None
+    step: int | None
     text: str
 
 
@@ -111,13 +110,13 @@ class Scanner:
                 if len(skeletons) > MAX_SKELETONS:
                     skeletons.clear()
                 tpl = skeletons[skeleton] = parse(pieces)
+            if tpl.errorish:
+                self._crash(number, text)
             if not tpl.kept:
                 continue
             nums = pieces[1::2]
             values = [float(nums[i]) for i in tpl.kept]
             scan.numeric_lines += 1
-            if tpl.errorish:
-                self._crash(tpl, values, number, text)
             if tpl.header:
                 self._header = (tpl, values, [(j, float(nums[i])) for j, i in tpl.totals])
             inherited: tuple = ()
@@ -157,9 +156,7 @@ class Scanner:
         self.scan.tables.append(table)
         return table
 
-    def _crash(self, tpl: Template, values: list[float], number: int, text: str) -> None:
-        if all(math.isfinite(v) for v in values) and "nan" not in text.lower():
-            return
+    def _crash(self, number: int, text: str) -> None:
         hit = crash_step(text)
         if hit is not None:
             self.scan.crashes.append(Crash(line=number, kind=hit[0], step=hit[1], text=text.strip()[:300]))

@@ -26,7 +26,7 @@ SPLIT = re.compile(r"(?<![\w.])([-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![
 
 _UNIT = re.compile(r"^(?:%|[A-Za-zµ]{1,5}(?:/[A-Za-z]{1,5})?)(?=$|[\s,;|()\]}'\"<>-])")
 _OPENERS = re.compile(r"(?:\s*(?:tensor\(|np\.float\d*\(|array\(|[\[({<'\"]))+\s*$")
-_SEPARATOR = re.compile(r"\s*(?:\||,|;|:|\t|\s-{1,2}\s|\s{2,}|[\]}]|\{|\[|>>|»|•)\s*")
+_SEPARATOR = re.compile(r"\s*(?:\||,|;|:|\t|\s-{1,2}\s|\s{2,}|[\]}]|\{|\[|>>|»|•|\((?=[^)]*$))\s*")
 _QUOTES = str.maketrans("", "", "'\"`")
 _DEVICE = re.compile(r"(?:^|\W)(?:cuda|xla|mps|npu|xpu|gpu)$", re.I)
 _BRACKETED = re.compile(r"\[\s*([A-Za-z_][\w /.-]*?)\s*\]$")
@@ -122,8 +122,9 @@ def parse(pieces: list[str]) -> Template:
         counter = i + 1 < n and after in ("/", "of") and not units[i]
         if counter:
             skip.add(i + 1)
-        elif i == 0 and not label and not rest[0].strip() and rest[1].startswith(":") and not units[0]:
-            counter = True  # a leading "N: ..." (accelerate's examples, many custom prints)
+        elif (i == 0 and not label and rest[0].strip() in ("", "[", "(") and rest[1][:1] in (":", "]", ")")
+              and not units[0]):
+            counter = True  # a leading "N: ..." or "[N] ..." (accelerate's examples, CLU's writer, custom prints)
         elif not label:
             continue  # a clock time, a percentage, a running average in parentheses
         if label in ("(", ")") or _DEVICE.search(label):
