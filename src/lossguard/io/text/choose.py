@@ -140,11 +140,14 @@ def integral_increasing(values: np.ndarray) -> bool:
     return len(values) == 1 or (up >= 1 and down <= max(1, up // 10))
 
 
-def _columns(tables: list[Table]) -> dict[str, tuple[StepKind, list[np.ndarray]]]:
-    """Counter label -> (kind, its column in each loss table that has it)."""
+def _columns(tables: list[Table], *, own: bool = False) -> dict[str, tuple[StepKind, list[np.ndarray]]]:
+    """Counter label -> (kind, its column in each loss table that has it); with ``own``, only the
+    counters the loss lines print themselves (not those inherited from a record header)."""
     out: dict[str, tuple[StepKind, list[np.ndarray]]] = {}
     for t in tables:
         for j, (lab, kind) in enumerate(zip(t.labels, t.kinds)):
+            if own and j < t.inherited:
+                continue
             if kind is None and lab.startswith("#") and integral_increasing(t.column(j)):
                 kind = StepKind.BATCH  # a column of a headerless numeric line that counts up
             if kind is not None:
@@ -154,8 +157,12 @@ def _columns(tables: list[Table]) -> dict[str, tuple[StepKind, list[np.ndarray]]
 
 def _step(tables: list[Table], step_key: str | None) -> tuple[StepRule, tuple[str, ...], list[str]]:
     cols = _columns(tables)
-    good = {lab: kind for lab, (kind, vs) in cols.items() if all(integral_increasing(v) or len(v) == 1 for v in vs)
-            or integral_increasing(np.concatenate(vs))}
+    good = _good(cols)
+    own = _good(_columns(tables, own=True))
+    if own:
+        # The loss lines' own counters first: a header's counter ("Saving checkpoint for step 1000")
+        # is only the step of lines that print none (an epoch header still pairs with their batch).
+        good = {lab: k for lab, k in good.items() if lab in own or k is StepKind.EPOCH}
     labels = {fold(lab): lab for t in tables for lab in t.labels}
     ranked = sorted(good, key=lambda lab: (good[lab], lab != "step"))
     seen = [labels.get(lab, lab) for lab in ranked]
@@ -198,6 +205,12 @@ def _at_total(tables: list[Table], label: str) -> bool:
                     return False
                 seen = True
     return seen
+
+
+def _good(cols: dict[str, tuple[StepKind, list[np.ndarray]]]) -> dict[str, StepKind]:
+    """The counters whose values are whole numbers going up."""
+    return {lab: kind for lab, (kind, vs) in cols.items() if all(integral_increasing(v) or len(v) == 1 for v in vs)
+            or integral_increasing(np.concatenate(vs))}
 
 
 def _has_total(tables: list[Table], label: str) -> bool:

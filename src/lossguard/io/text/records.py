@@ -39,6 +39,7 @@ class Table:
         lines: the 1-based line number of each row.
         example: the first line of the table, as read (for ``--explain`` and messages).
         template: the template of the line's own numbers.
+        inherited: how many leading columns are counters inherited from a record header.
     """
 
     index: int
@@ -46,6 +47,7 @@ class Table:
     kinds: tuple[StepKind | None, ...]
     template: Template
     example: str
+    inherited: int = 0
     totals: dict[int, float] = field(default_factory=dict)
     data: array = field(default_factory=lambda: array("d"))
     lines: array = field(default_factory=lambda: array("q"))
@@ -151,7 +153,8 @@ class Scanner:
             head = self._header[0]
             labels = tuple(head.labels[j] for j in inherited[1]) + labels
             kinds = tuple(head.kinds[j] for j in inherited[1]) + kinds
-        table = Table(index=len(self.scan.tables), labels=labels, kinds=kinds, template=tpl, example=text.strip()[:300])
+        table = Table(index=len(self.scan.tables), labels=labels, kinds=kinds, template=tpl, example=text.strip()[:300],
+                      inherited=len(inherited[1]) if inherited else 0)
         self._tables[key] = table
         self.scan.tables.append(table)
         return table

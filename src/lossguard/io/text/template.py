@@ -18,7 +18,7 @@ import enum
 import re
 from dataclasses import dataclass
 
-from .names import StepKind, step_kind
+from .names import StepKind, is_ppl, loss_rank, step_kind
 
 SPLIT = re.compile(r"(?<![\w.])([-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\d.])|"
                    r"-?(?:[Nn][Aa][Nn]|[Ii]nfinity|[Ii]nf|INF)(?!\w))")
@@ -139,8 +139,10 @@ def parse(pieces: list[str]) -> Template:
         kept.append(i)
         labels.append(label)
         kinds.append(kind)
-    metrics = [k is None for k in kinds]
-    header = bool(kept) and not any(metrics)
+    # A record header: counters and no loss (OLMo-core's "[step=10/1500,epoch=1,eta=47m11s]" also
+    # prints an ETA; a bare tqdm bar its rate). A line that prints a loss is a record of its own.
+    header = any(k is not None for k in kinds) and not any(
+        k is None and (loss_rank(lab) is not None or is_ppl(lab)) for lab, k in zip(labels, kinds))
     key = tuple(zip(labels, kinds))
     return Template(kept=tuple(kept), labels=tuple(labels), kinds=tuple(kinds), totals=tuple(totals),
                     header=header, errorish=bool(_ERRORISH.search("".join(texts))), key=key,
