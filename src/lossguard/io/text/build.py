@@ -63,15 +63,17 @@ def _steps(table: Table, choice: Choice) -> tuple[np.ndarray, list[int]]:
 def build(scan: Scan, choice: Choice) -> Points:
     """The points of the chosen loss, step and every other metric of the same rows."""
     parts = []  # (table, lines, raw step(s), used columns)
+    places = []
     for t in choice.tables:
         lines = np.frombuffer(t.lines, dtype=np.int64)
+        places.append(np.frombuffer(t.order, dtype=np.int64))
         if choice.rule is StepRule.ORDER:
             parts.append((t, lines, None, []))
             continue
         raw, used = _steps(t, choice)
         parts.append((t, lines, raw, used))
     all_lines = np.concatenate([p[1] for p in parts])
-    order = np.argsort(all_lines, kind="stable")
+    order = np.argsort(np.concatenate(places), kind="stable")
     warnings: list[str] = []
     if choice.rule is StepRule.ORDER:
         steps_all = np.empty(len(all_lines), dtype=np.int64)
@@ -102,9 +104,9 @@ def build(scan: Scan, choice: Choice) -> Points:
     notes = ["start of text"] + [f"step {int(seq[i])} after {int(seq[i - 1])} at line {int(all_lines[order][i])}"
                                  for i in breaks]
     # Rows of one rank only: where a table prints the rank, keep its lowest one.
-    metrics: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = {}
+    metrics: dict[str, list[tuple[np.ndarray, ...]]] = {}
     offset = 0
-    for t, lines, _, used in parts:
+    for (t, lines, _, used), place in zip(parts, places):
         n = len(lines)
         steps, segs = steps_all[offset:offset + n], seg_all[offset:offset + n]
         offset += n
@@ -128,12 +130,12 @@ def build(scan: Scan, choice: Choice) -> Points:
                     values = np.log(values)
             if name == GRAD_NORM:
                 values = np.where(values < 0, np.nan, values)  # DeepSpeed's -1: no finite norm
-            metrics.setdefault(name, []).append((segs[keep], steps[keep], values[keep], lines[keep]))
+            metrics.setdefault(name, []).append((segs[keep], steps[keep], values[keep], lines[keep], place[keep]))
     out: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
     repeated = 0
     for name, chunks in metrics.items():
-        seg, step, val, line = (np.concatenate([c[i] for c in chunks]) for i in range(4))
-        idx = np.lexsort((line, step, seg))
+        seg, step, val, line, place = (np.concatenate([c[i] for c in chunks]) for i in range(5))
+        idx = np.lexsort((place, step, seg))
         seg, step, val, line = seg[idx], step[idx], val[idx], line[idx]
         last = np.ones(len(step), dtype=bool)
         last[:-1] = (seg[1:] != seg[:-1]) | (step[1:] != step[:-1])

@@ -37,6 +37,7 @@ class Table:
         totals: column -> total of the ``N/M`` counter in that column, as of its last row.
         data: row-major values, ``len(labels)`` per row.
         lines: the 1-based line number of each row.
+        order: the row's place among every row read (``\r`` redraws share a line number, not a place).
         example: the first line of the table, as read (for ``--explain`` and messages).
         template: the template of the line's own numbers.
         inherited: how many leading columns are counters inherited from a record header.
@@ -51,6 +52,7 @@ class Table:
     totals: dict[int, float] = field(default_factory=dict)
     data: array = field(default_factory=lambda: array("d"))
     lines: array = field(default_factory=lambda: array("q"))
+    order: array = field(default_factory=lambda: array("q"))
 
     @property
     def rows(self) -> int:
@@ -142,6 +144,7 @@ class Scanner:
                         table.totals[inherited[1].index(j)] = total
             table.data.extend(values)
             table.lines.append(number)
+            table.order.append(scan.numeric_lines)
             if tpl.totals:
                 off = len(inherited[1]) if inherited else 0
                 for j, i in tpl.totals:
