@@ -137,9 +137,11 @@ def test_step_and_loss_keys_override_the_choice(tmp_path):
     text = "".join(f"iter {k} step {k // 2} | loss {3 - k / 10} | xent {2 - k / 10}\n" for k in range(1, 7))
     p = _write(tmp_path, "x.log", text)
     log, steps, loss = _read(p)
-    assert steps == [0, 1, 2, 3]  # the global step beats the iteration; a step printed twice keeps its last value
-    log, steps, loss = _read(p, step_key="iter", loss_key="xent")
-    assert steps == [1, 2, 3, 4, 5, 6] and loss[0] == pytest.approx(1.9)
+    assert steps == [1, 2, 3, 4, 5, 6]  # "step" repeats on the loss lines (litgpt's micro-batches): iter is unique
+    assert log.metadata["text"]["other_steps"] == ["step"]
+    log, steps, loss = _read(p, step_key="step", loss_key="xent")
+    assert steps == [0, 1, 2, 3] and loss[0] == pytest.approx(1.9)  # a step printed twice keeps its last value
+    assert any("repeat a step" in w for w in log.metadata["warnings"])
     _, steps, _ = _read(p, step_key="order")
     assert steps == [1, 2, 3, 4, 5, 6]
     with pytest.raises(LogFormatError, match="no line prints a value labelled 'nope'"):

@@ -87,12 +87,15 @@ def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | 
             guessed = True
     others = [o for o in others if fold(o) != fold(loss)]
     with_loss = [t for t in tables if fold(loss) in {fold(lab) for lab in t.labels}]
+    training = [t for t in with_loss if not t.template.evaluation]
+    with_loss = training or with_loss  # an evaluation line printing the same label is not the training loss
     rule, step, steps_seen = _step(with_loss, step_key)
     if rule is StepRule.ORDER:
         tables_used = with_loss
     else:
         need = {fold(s) for s in step}
-        tables_used = [t for t in tables if need <= {fold(lab) for lab in t.labels}]
+        tables_used = [t for t in tables if need <= {fold(lab) for lab in t.labels}
+                       and (t in with_loss or not t.template.evaluation)]
     choice = Choice(loss=loss, ppl=ppl, rule=rule, step=step, tables=tables_used, other_losses=others,
                     other_steps=[s for s in steps_seen if (s,) != step and s not in step])
     if rule is StepRule.ORDER and step_key is None:
@@ -175,7 +178,10 @@ def _step(tables: list[Table], step_key: str | None) -> tuple[StepRule, tuple[st
         return StepRule.LABEL, (labels.get(fold(step_key), step_key),), seen
     best = [lab for lab in ranked if good[lab] in (StepKind.GLOBAL_STEP, StepKind.ITERATION)]
     if best:
-        return StepRule.LABEL, (labels[best[0]],), seen
+        # A step printed on several loss lines (litgpt: two iterations per optimizer step) loses
+        # points; an iteration counter that is new on every line keeps them all.
+        unique = [lab for lab in best if _unique(cols[lab][1])]
+        return StepRule.LABEL, (labels[(unique or best)[0]],), seen
     epochs = [lab for lab, (k, _) in cols.items() if k is StepKind.EPOCH and _whole(cols[lab][1])]
     batches = [lab for lab, (k, _) in cols.items() if k is StepKind.BATCH and _whole(cols[lab][1])]
     if epochs and batches:
@@ -205,6 +211,12 @@ def _at_total(tables: list[Table], label: str) -> bool:
                     return False
                 seen = True
     return seen
+
+
+def _unique(vs: list[np.ndarray]) -> bool:
+    """True when a counter repeats on fewer than 1 in 10 consecutive loss lines."""
+    d = np.concatenate([np.diff(v) for v in vs]) if vs else np.array([])
+    return not len(d) or float(np.mean(d == 0)) < 0.1
 
 
 def _good(cols: dict[str, tuple[StepKind, list[np.ndarray]]]) -> dict[str, StepKind]:

@@ -30,6 +30,8 @@ _SEPARATOR = re.compile(r"\s*(?:\||,|;|:|\t|\s-{1,2}\s|\s{2,}|[\]}]|\{|\[|>>|»|
 _QUOTES = str.maketrans("", "", "'\"`")
 _DEVICE = re.compile(r"(?:^|\W)(?:cuda|xla|mps|npu|xpu|gpu)$", re.I)
 _BRACKETED = re.compile(r"\[\s*([A-Za-z_][\w /.-]*?)\s*\]$")
+_WORD = re.compile(r"[A-Za-z]{2,}")
+_EVALUATION = frozenset({"val", "valid", "validation", "eval", "evaluation", "evaluating", "test", "testing"})
 _LETTER = re.compile(r"[^\W\d_]")
 _ERRORISH = re.compile(r"error|exception|abort|found|detected|encountered|diverg", re.I)
 MAX_LABEL_WORDS = 4
@@ -57,6 +59,8 @@ class Template:
         header: True when the line holds counters and no metric (``[step=12/100]``, ``Epoch 3/10``, a
             bare progress bar): the lines after it that lack those counters inherit them.
         errorish: the skeleton reads like an error message (a crash line naming a NaN).
+        evaluation: the words before the first number name an evaluation (``Valid Metrics (step N)``,
+            ``Test: [10/100]``): its loss is no training loss.
         key: what identifies the template across skeletons (labels and roles).
         skeleton: the text pieces joined by ``#`` (what ``--explain`` shows).
     """
@@ -68,6 +72,7 @@ class Template:
     header: bool
     errorish: bool
     key: tuple
+    evaluation: bool
     skeleton: str
 
 
@@ -76,7 +81,7 @@ def _positional(texts: list[str], n: int) -> Template:
     labels = tuple(f"#{i + 1}" for i in range(n))
     kinds = (None,) * n
     return Template(kept=tuple(range(n)), labels=labels, kinds=kinds, totals=(), header=False, errorish=False,
-                    key=tuple(zip(labels, kinds)), skeleton="#".join(t.strip() for t in texts).strip())
+                    key=tuple(zip(labels, kinds)), evaluation=False, skeleton="#".join(t.strip() for t in texts).strip())
 
 
 def label_of(text: str) -> str:
@@ -143,8 +148,10 @@ def parse(pieces: list[str]) -> Template:
     # prints an ETA; a bare tqdm bar its rate). A line that prints a loss is a record of its own.
     header = any(k is not None for k in kinds) and not any(
         k is None and (loss_rank(lab) is not None or is_ppl(lab)) for lab, k in zip(labels, kinds))
-    key = tuple(zip(labels, kinds))
+    lead = tuple(w.lower() for w in _WORD.findall(texts[0])[:6])  # "Train Metrics" vs "Valid Metrics"
+    key = (tuple(zip(labels, kinds)), lead)
     return Template(kept=tuple(kept), labels=tuple(labels), kinds=tuple(kinds), totals=tuple(totals),
                     header=header, errorish=bool(_ERRORISH.search("".join(texts))), key=key,
+                    evaluation=any(w in _EVALUATION for w in lead),
                     skeleton="#".join(t.strip() if len(t) < 200 else t[:200] for t in texts).strip())
 
