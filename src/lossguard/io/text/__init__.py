@@ -18,6 +18,7 @@ What was read and chosen is kept in ``metadata["text"]`` (shown by ``lossguard i
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -34,10 +35,13 @@ NAME = "text"
 
 SNIFF_MAX_LINES = 4000
 """Lines of the head looked at by :func:`sniff` (a 100 MB text is recognised, or not, in the head)."""
-SAMPLE_BYTES = 256 * 1024
+SAMPLE_BYTES = 64 * 1024
 """Bytes read at each of :data:`SAMPLES` places past the head when the head is start-up output."""
 SAMPLES = 8
 """Places sampled past the head (the first just after it, the rest spread over the file)."""
+
+
+_TRAINING_WORDS = re.compile(rb"(?i)\b(?:loss|step|iter|iteration|epoch)\b")
 
 
 def _claims(scan: Scan) -> bool:
@@ -61,8 +65,8 @@ def sniff(path: Path, head: bytes) -> bool:
         return False
     if head_claims(head):
         return True
-    if len(head) < 64 * 1024:
-        return False
+    if len(head) < 64 * 1024 or _TRAINING_WORDS.search(head) is None:
+        return False  # a long text whose head never names a loss, step, iteration or epoch is no log
     return any(_claims(scan_lines(iter_decoded(block))) for block in _samples(Path(path), len(head)))
 
 

@@ -122,7 +122,13 @@ def only_value(tables: list[Table]) -> str | None:
     if t.rows < MIN_GUESS_ROWS:
         return None
     values = [j for j, k in enumerate(t.kinds) if k is None and not integral_increasing(t.column(j))]
-    return t.labels[values[0]] if len(values) == 1 else None
+    if len(values) != 1:
+        return None
+    v = t.column(values[0])
+    finite = v[np.isfinite(v)]
+    if len(finite) and np.all(finite == np.round(finite)):
+        return None  # whole numbers (a year, a page, a count) are no loss
+    return t.labels[values[0]]
 
 
 def _match(tables: list[Table], key: str) -> str | None:
