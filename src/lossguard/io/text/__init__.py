@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections import Counter
 from pathlib import Path
 
 from ...errors import LogFormatError
 from ...runlog import RunLog, RunLogBuilder
-from .._text_lines import text_lines
 from .build import build
+from .fast import scan_file
 from .choose import Choice, only_value, choose, loss_candidates
 from .names import is_ppl, loss_rank
 from .records import Scan, iter_decoded, scan_lines
@@ -113,7 +112,7 @@ def read(path: Path, *, root: Path | None = None, step_key: str | None = None,
     """
     path = Path(path)
     try:
-        scan = scan_lines(text_lines(path))
+        scan = scan_file(path)
     except OSError as exc:
         raise LogFormatError(f"cannot read the file: {exc.strerror or exc}", path=path,
                              fix="check the path and its permissions") from None

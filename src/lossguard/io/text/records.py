@@ -41,6 +41,7 @@ class Table:
         example: the first line of the table, as read (for ``--explain`` and messages).
         template: the template of the line's own numbers.
         inherited: how many leading columns are counters inherited from a record header.
+        raw: the first line of the table as it was in the file (the fast path's model).
     """
 
     index: int
@@ -49,6 +50,7 @@ class Table:
     template: Template
     example: str
     inherited: int = 0
+    raw: str | None = None
     totals: dict[int, float] = field(default_factory=dict)
     data: array = field(default_factory=lambda: array("d"))
     lines: array = field(default_factory=lambda: array("q"))
@@ -98,7 +100,7 @@ class Scanner:
     def feed(self, lines: Iterable[tuple[int, str]]) -> None:
         """Read ``(line number, text)`` pairs."""
         scan = self.scan
-        skeletons, tables = self._skeletons, self._tables
+        skeletons = self._skeletons
         split = SPLIT.split
         for number, raw in lines:
             scan.lines += 1
@@ -119,36 +121,45 @@ class Scanner:
             if not tpl.kept:
                 continue
             nums = pieces[1::2]
-            values = [float(nums[i]) for i in tpl.kept]
-            scan.numeric_lines += 1
-            if tpl.header:
-                self._header = (tpl, values, [(j, float(nums[i])) for j, i in tpl.totals])
-            inherited: tuple = ()
-            header = self._header
-            if header is not None and not tpl.header:
-                own = set(tpl.kinds)
-                keep = [j for j, k in enumerate(header[0].kinds) if k not in own]
-                if keep:
-                    inherited = (header[0].key, tuple(keep))
-            key = (tpl.key, inherited)
-            table = tables.get(key)
-            if table is None:
-                if len(tables) >= MAX_TEMPLATES:
-                    continue
-                table = self._new_table(key, tpl, inherited, text)
-            if inherited:
-                hv = header[1]
-                table.data.extend([hv[j] for j in inherited[1]])
-                for j, total in header[2]:
-                    if j in inherited[1]:
-                        table.totals[inherited[1].index(j)] = total
-            table.data.extend(values)
-            table.lines.append(number)
-            table.order.append(scan.numeric_lines)
-            if tpl.totals:
-                off = len(inherited[1]) if inherited else 0
-                for j, i in tpl.totals:
-                    table.totals[off + j] = float(nums[i])
+            totals = [(j, float(nums[i])) for j, i in tpl.totals] if tpl.totals else ()
+            table = self.record(tpl, [float(nums[i]) for i in tpl.kept], totals, number, text)
+            if table is not None and table.raw is None:
+                table.raw = raw
+
+    def record(self, tpl: Template, values: list[float], totals, number: int, text: str) -> Table | None:
+        """Add one line's kept ``values`` (``totals``: (kept index, total) of its ``N/M`` counters)
+        under the record header in force."""
+        scan = self.scan
+        scan.numeric_lines += 1
+        if tpl.header:
+            self._header = (tpl, values, list(totals))
+        inherited: tuple = ()
+        header = self._header
+        if header is not None and not tpl.header:
+            own = set(tpl.kinds)
+            keep = [j for j, k in enumerate(header[0].kinds) if k not in own]
+            if keep:
+                inherited = (header[0].key, tuple(keep))
+        key = (tpl.key, inherited)
+        table = self._tables.get(key)
+        if table is None:
+            if len(self._tables) >= MAX_TEMPLATES:
+                return None
+            table = self._new_table(key, tpl, inherited, text)
+        if inherited:
+            hv = header[1]
+            table.data.extend([hv[j] for j in inherited[1]])
+            for j, total in header[2]:
+                if j in inherited[1]:
+                    table.totals[inherited[1].index(j)] = total
+        table.data.extend(values)
+        table.lines.append(number)
+        table.order.append(scan.numeric_lines)
+        if totals:
+            off = len(inherited[1]) if inherited else 0
+            for j, total in totals:
+                table.totals[off + j] = total
+        return table
 
     def _new_table(self, key: tuple, tpl: Template, inherited: tuple, text: str) -> Table:
         labels, kinds = tpl.labels, tpl.kinds
