@@ -29,6 +29,7 @@ HOT_ROWS = 64
 
 _NUMBER = r"([-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|-?(?:[Nn][Aa][Nn]|[Ii]nfinity|[Ii]nf|INF))"
 _SPACE = re.compile(r"[ \t]+")
+_CSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
 _OTHER = r"(?:[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"  # a number that is not kept: not captured
@@ -94,21 +95,35 @@ def scan_file(path: Path) -> Scan:
             _slow(scanner, text, number)
             continue
         if "\x1b" in text:
-            text = ANSI.sub("", text)
+            text = _CSI.sub("", text)  # colours; rarer escapes leave their line to the line-by-line path
         pos, line = 0, number
         record, kept, plain, total_at = scanner.record, hot.kept, hot.plain, hot.totals
         tpl = hot.table.template
         scan = scanner.scan
+        run: tuple | None = None  # (table, inherited values) while no other line comes between matches
         for m in hot.regex.finditer(text):
             start = m.start()
             if start > pos:
                 gap = text[pos:start]
                 _slow(scanner, gap, line)
                 line += gap.count("\n")
+                run = None  # the gap may hold a record header: go through record() once more
             groups = m.groups()
-            totals = [(j, float(groups[k])) for (j, _), k in zip(tpl.totals, total_at)] if total_at else ()
-            values = list(map(float, groups)) if plain else [float(groups[k]) for k in kept]
-            record(tpl, values, totals, line, "")
+            if run is not None and not total_at:
+                table, prefix = run
+                if prefix:
+                    table.data.extend(prefix)
+                table.data.extend(map(float, groups) if plain else [float(groups[k]) for k in kept])
+                table.lines.append(line)
+                scan.numeric_lines += 1
+                table.order.append(scan.numeric_lines)
+            else:
+                totals = [(j, float(groups[k])) for (j, _), k in zip(tpl.totals, total_at)] if total_at else ()
+                values = list(map(float, groups)) if plain else [float(groups[k]) for k in kept]
+                table = record(tpl, values, totals, line, "")
+                if table is not None and not tpl.header:
+                    width = len(table.labels)
+                    run = (table, table.data[-width:-len(values)] if table.inherited else None)
             scan.lines += 1
             line += 1
             pos = m.end()
