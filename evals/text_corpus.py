@@ -5,12 +5,14 @@ For every entry (schema: CORPUS_SCHEMA in the lead's brief, mirrored in ``tests/
 values the manifest gives, does ``analyze`` find each event (kind family, onset within a margin), and
 does a healthy entry raise no alarm (an incident of severity warning or critical)?
 
-Run ``python -m evals.text_corpus`` from the repository root for the per-writer table.
+Run ``python -m evals.text_corpus`` from the repository root for the per-entry results, and
+``python -m evals.text_corpus --markdown`` for the table of docs/formats.md.
 """
 from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -152,5 +154,25 @@ def main() -> None:
               f"healthy without alarm: {sum(r.read and not r.false_alarms for r in healthy)}/{len(healthy)}")
 
 
+
+def markdown_table() -> str:
+    """The docs table: one row per writer of both corpora, with its fixtures and how they read."""
+    rows = ["| Writer | Corpus | Fixtures | Read right | Events found | Healthy without alarm |",
+            "|---|---|---|---|---|---|"]
+    for corpus in CORPORA:
+        scores = [score(corpus, e) for e in entries(corpus)]
+        for writer in sorted({s.writer for s in scores}, key=str.lower):
+            mine = [s for s in scores if s.writer == writer]
+            healthy = [s for s in mine if s.healthy]
+            rows.append(f"| {writer} | {corpus} | {', '.join(f'`{s.file}`' for s in mine)} | "
+                        f"{sum(s.read_right for s in mine)}/{len(mine)} | {sum(s.found for s in mine)}/"
+                        f"{sum(s.events for s in mine)} | {sum(s.read and not s.false_alarms for s in healthy)}/"
+                        f"{len(healthy)} |")
+    return "\n".join(rows)
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--markdown"]:
+        print(markdown_table())
+    else:
+        main()
