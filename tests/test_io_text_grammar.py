@@ -234,3 +234,40 @@ def test_info_explain_and_keys_on_the_command_line(tmp_path):
     run = subprocess.run([sys.executable, "-m", "lossguard", "analyze", "--loss-key", "xent", "--step-key", "order",
                           str(p)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and "Traceback" not in run.stderr
+
+
+def test_static_loss_scale_is_no_collapse_but_a_falling_one_still_is():
+    from lossguard.analysis import analyze
+    from lossguard.runlog import RunLogBuilder
+
+    def run(scale):
+        b = RunLogBuilder("csv")
+        b.start_segment("x")
+        steps = np.arange(1, 201)
+        b.add("loss", steps, 3 - steps / 1000)
+        b.add("loss_scale", steps, scale)
+        return analyze(b.build())
+
+    assert not run(np.ones(200)).of_kind("loss_scale_collapse")  # bf16: "loss scale: 1.0" on every line
+    falling = np.concatenate([np.full(100, 65536.0), 65536.0 / 2.0 ** np.arange(1, 101)]).clip(1.0)
+    assert run(falling).of_kind("loss_scale_collapse")
+
+
+def test_negative_csv_steps_are_read_with_a_warning(tmp_path):
+    p = _write(tmp_path, "neg.csv", "step,loss\n-2,2.6\n-1,2.55\n0,2.5\n1,2.4\n")
+    log = read_log(p)
+    assert log.series["loss"].steps.tolist() == [-2, -1, 0, 1]
+    assert any("2 row(s) have a negative 'step'" in w and "line 2" in w for w in log.metadata["warnings"])
+
+
+def test_a_symlink_loop_is_a_clear_error(tmp_path):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    run = subprocess.run([sys.executable, "-m", "lossguard", "info", str(tmp_path / "loop")], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 2 and "symbolic link that leads nowhere" in run.stderr and "Traceback" not in run.stderr
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "up").symlink_to(tmp_path)  # a directory loop inside a run directory
+    (tmp_path / "run" / "log.csv").write_text("step,loss\n1,2.0\n2,1.9\n")
+    run = subprocess.run([sys.executable, "-m", "lossguard", "info", str(tmp_path / "run")], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0 and "Traceback" not in run.stderr

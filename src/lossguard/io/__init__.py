@@ -110,6 +110,10 @@ def _expand(paths: PathArg, only: Sequence[str] = ()) -> list[tuple[Path, Path |
         elif p.exists():
             _stdin.check_regular(p)  # a FIFO with no writer would block the read forever
             out.append((p, None))
+        elif p.is_symlink():
+            raise LossguardError("a symbolic link that leads nowhere (it points to itself, loops through other "
+                                 "links, or its target is gone)", path=str(p),
+                                 fix=f"point lossguard at the real file or directory (`ls -l {p}` shows the link)")
         else:
             raise LossguardError("no such file or directory", path=str(p),
                                  fix="check the path (globs are expanded by your shell, not by lossguard)")
