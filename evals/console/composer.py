@@ -31,11 +31,12 @@ def composer(run: Run, epochs: bool = False) -> str:
             e, bi = (b - 1) // per_epoch, (b - 1) % per_epoch + 1
             prog = f"[epoch={e + 1}][batch={bi}/{per_epoch}]"
         else:
+            bi = b
             prog = f"[batch={b}/{run.total}]"
         loss = run.show(i, f"{v:.4f}")
-        data = [("time/batch", str(b)), ("time/sample", str(b * 256)), ("time/batch_in_epoch", str(b)),
-                ("time/sample_in_epoch", str(b * 256)), ("time/token", str(b * 256 * 2048)),
-                ("time/token_in_epoch", str(b * 256 * 2048)), ("memory/current_allocated_mem", "14.3170"),
+        data = [("time/batch", str(b)), ("time/sample", str(b * 256)), ("time/batch_in_epoch", str(bi)),
+                ("time/sample_in_epoch", str(bi * 256)), ("time/token", str(b * 256 * 2048)),
+                ("time/token_in_epoch", str(bi * 256 * 2048)), ("memory/current_allocated_mem", "14.3170"),
                 ("memory/peak_allocated_mem", "51.2212"), ("trainer/device_train_microbatch_size", "8"),
                 ("loss/train/total", loss), ("metrics/train/LanguageCrossEntropy", f"{v:.4f}"),
                 ("metrics/train/LanguagePerplexity", f"{math.exp(min(v, 700)):.4f}" if math.isfinite(v) else "nan"),
@@ -44,7 +45,7 @@ def composer(run: Run, epochs: bool = False) -> str:
                 ("lr-DecoupledAdamW/group0", f"{run.lr(b, 6e-4):.4f}"), ("l2_norm/grad/global", f"{run.gnorm(i):.4f}")]
         out.append(f"{prog}:" + "".join(f"\n\t Train {k}: {val}" for k, val in data))
         if b % 1000 == 0:
-            out.append(f"[Eval batch=1/25] Eval on eval data")
+            out.append("[Eval batch=1/25] Eval on eval data")
             out.append(f"[Eval batch=25/25] Eval on eval data:\n\t Eval metrics/eval/LanguageCrossEntropy: {v + 0.05:.4f}"
                        f"\n\t Eval metrics/eval/LanguagePerplexity: {math.exp(min(v + 0.05, 700)):.4f}" if math.isfinite(v) else
                        "[Eval batch=25/25] Eval on eval data:\n\t Eval metrics/eval/LanguageCrossEntropy: nan")

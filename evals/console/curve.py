@@ -44,7 +44,7 @@ class Event:
 
     def onset(self, n_points: int) -> int:
         """Index of the logged point where the event starts."""
-        return max(1, min(n_points - 2, int(round(self.at * (n_points - 1)))))
+        return max(1, min(n_points - 2, round(self.at * (n_points - 1))))
 
 
 def base_curve(n: int, rng: random.Random, start: float = 10.5, end: float = 2.5,
@@ -72,7 +72,7 @@ def plant(values: list[float], events: tuple[Event, ...], rng: random.Random) ->
         i0 = ev.onset(n)
         if ev.kind is EventKind.SPIKE:
             height = rng.uniform(1.8, 3.0)
-            for k in range(0, min(8, n - i0)):
+            for k in range(min(8, n - i0)):
                 v[i0 + k] += height * (0.6 ** k)
         elif ev.kind is EventKind.NONFINITE:
             for k in range(i0, n):

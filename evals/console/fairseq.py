@@ -27,7 +27,7 @@ FS = ("github.com/facebookresearch/fairseq fairseq/logging/progress_bar.py + fai
       "(3d262bb25690e4eb2e7d3c1309b1e9c406ca4b99)")
 FS2 = ("github.com/facebookresearch/fairseq2 src/fairseq2/metrics/recorders/log.py + recipe/composition/metric_recorders.py "
        "(027bdebca4b9177f1ac1df1cc981b9288465d68e)")
-PER_EPOCH = 1545
+PER_EPOCH = 1500
 
 
 def _g(v: float) -> str:
@@ -68,11 +68,12 @@ def fairseq(run: Run, fmt: str) -> str:
             out.append(log("fairseq_cli.train", f"end of epoch {epoch} (average epoch stats below)"))
             st = _stats(run, i - 1, scale)
             st.pop("train_wall")
+            st["num_updates"] = str(epoch * PER_EPOCH)
             if fmt == "json":
                 out.append(log("train", json.dumps({"epoch": epoch, **{k: st[k] for k in ("loss", "nll_loss", "ppl", "wps", "ups", "wpb", "bsz", "num_updates", "lr", "gnorm", "loss_scale", "wall")}})))
             else:
                 out.append(log("train", f"epoch {epoch:03d} | " + " | ".join(f"{k} {st[k]}" for k in ("loss", "nll_loss", "ppl", "wps", "ups", "wpb", "bsz", "num_updates", "lr", "gnorm", "loss_scale", "wall"))))
-            out.append(log("fairseq.checkpoint_utils", f"Saved checkpoint checkpoints/checkpoint{epoch}.pt (epoch {epoch} @ {u - 1} updates, score {run.loss[i - 1] + 0.05:.3f}) (writing took 3.1 seconds)", 5))
+            out.append(log("fairseq.checkpoint_utils", f"Saved checkpoint checkpoints/checkpoint{epoch}.pt (epoch {epoch} @ {epoch * PER_EPOCH} updates, score {run.loss[i - 1] + 0.05:.3f}) (writing took 3.1 seconds)", 5))
             out.append(log("fairseq.trainer", f"begin training epoch {e}"))
             epoch = e
         if collapse is not None and i >= collapse:
@@ -130,18 +131,19 @@ def fairseq2(run: Run) -> str:
 
 
 FIXTURES = [
-    Spec("fairseq__json_healthy.log", "fairseq", FS, "num_updates", "loss", lambda r: fairseq(r, "json"), points=300,
+    Spec("fairseq__json_healthy.log", "fairseq", FS, "num_updates", "loss", lambda r: fairseq(r, "json"), points=187,
          interval=10, seed=1001,
          notes="'| INFO | train_inner | {json}' with every value a string (\"loss\": \"3.412\"); epoch/update floats; "
-               "end-of-epoch '| train |' json and checkpoint lines; occasional fp16 overflow NOTE lines are normal"),
-    Spec("fairseq__json_spike.log", "fairseq", FS, "num_updates", "loss", lambda r: fairseq(r, "json"), points=300,
+               "end-of-epoch '| train |' json (epoch-average loss at the same num_updates as the last train_inner line: not a "
+               "point) and checkpoint lines; occasional fp16 overflow NOTE lines are normal"),
+    Spec("fairseq__json_spike.log", "fairseq", FS, "num_updates", "loss", lambda r: fairseq(r, "json"), points=187,
          interval=10, seed=1002, events=(Event(EventKind.SPIKE, 0.55),), notes="spike in the json format"),
     Spec("fairseq__simple_scale_collapse.log", "fairseq", FS, "num_updates", "loss", lambda r: fairseq(r, "simple"),
-         points=400, interval=10, seed=1003, events=(Event(EventKind.DIVERGENCE, 0.7), Event(EventKind.LOSS_SCALE_COLLAPSE, 0.9)),
-         notes="simple format 'epoch 001:    100 / 1545 loss=..., num_updates=100, ...' (the per-epoch counter is not the "
+         points=300, interval=10, seed=1003, events=(Event(EventKind.DIVERGENCE, 0.7), Event(EventKind.LOSS_SCALE_COLLAPSE, 0.9)),
+         notes="simple format 'epoch 001:    100 / 1500 loss=..., num_updates=100, ...' (the per-epoch counter is not the "
                "step: num_updates is); divergence, then overflow NOTE lines halve the loss scale until FloatingPointError"),
-    Spec("fairseq2__healthy.log", "fairseq2", FS2, "step", "NLL Loss", fairseq2, points=300, interval=10, seed=1004,
+    Spec("fairseq2__healthy.log", "fairseq2", FS2, "step", "NLL Loss", fairseq2, points=187, interval=10, seed=1004,
          notes="'Train Metrics (step N) - NLL Loss: X | Gradient Norm: Y | ...' ({:g} values, thousands separators in counts)"),
-    Spec("fairseq2__nan.log", "fairseq2", FS2, "step", "NLL Loss", fairseq2, points=300, interval=10, seed=1005,
+    Spec("fairseq2__nan.log", "fairseq2", FS2, "step", "NLL Loss", fairseq2, points=187, interval=10, seed=1005,
          events=(Event(EventKind.NONFINITE, 0.6),), notes="NLL Loss: nan from the onset"),
 ]

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Callable
 
 from evals.console.curve import Event, EventKind, curve
 
@@ -31,7 +31,7 @@ class Spec:
     """the counter a person calls the step (MANIFEST step_key)"""
     loss_key: str
     """the printed label of the training loss (MANIFEST loss_key)"""
-    render: Callable[["Run"], str]
+    render: Callable[[Run], str]
     """renders the whole file"""
     points: int = 400
     """number of logged training-loss points planned"""
@@ -50,6 +50,8 @@ class Spec:
 def parse_printed(text: str) -> float:
     """The float a person reads from a printed loss (``nan``, ``inf``, ``1.2E+00``, ``tensor(2.3)``)."""
     t = text.strip().removeprefix("tensor(").rstrip(")").split(",")[0].strip("'\"")
+    if t.lower().startswith("nan"):  # Lightning pads NaN to "nan.0"
+        return float("nan")
     return float(t)
 
 
@@ -65,7 +67,7 @@ class Run:
     rng: random.Random = field(default_factory=random.Random)
 
     @classmethod
-    def plan(cls, spec: Spec) -> "Run":
+    def plan(cls, spec: Spec) -> Run:
         """Build the run of ``spec``: the curve and the logged steps."""
         first = spec.interval if spec.first is None else spec.first
         return cls(spec=spec, loss=curve(spec.points, spec.seed, spec.events),

@@ -149,7 +149,7 @@ FIXTURES = [
     Spec("nanogpt__divergence.log", "nanoGPT", NANOGPT, "iter", "loss", nanogpt, points=400, interval=10,
          seed=202, events=(Event(EventKind.DIVERGENCE, 0.7),),
          notes="loss diverges to >2x from ~70% of the run; eval lines carry 'train loss' and 'val loss' labels too"),
-    Spec("llmc__healthy.log", "llm.c", LLMC, "step", "loss", llmc, points=600, interval=1, first=1,
+    Spec("llmc__healthy.log", "llm.c", LLMC, "step", "loss", llmc, points=450, interval=1, first=1,
          seed=203, notes="'step    N/M | loss X (zz)| norm ...' every step; 'val loss X' every 250 steps; start-up parameter table"),
     Spec("llmc__spike.log", "llm.c", LLMC, "step", "loss", llmc, points=500, interval=1, first=1, seed=204,
          events=(Event(EventKind.SPIKE, 0.55),),

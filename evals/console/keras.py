@@ -8,8 +8,9 @@ Formats taken from github.com/keras-team/keras:
   (``Epoch {e}/{E}``) and ``TerminateOnNaN`` (``Batch {batch}: Invalid loss, terminating training``).
 - Keras 3 @ 3422977a5e38fb2f7709aaa9a08e47f0c43d0f60, keras/src/utils/progbar.py: the counter in bold
   ``\\x1b[1m%{d}d/%d\\x1b[0m``, a 20-cell bar of ``━`` in green ``\\33[32m`` (done) and white ``\\33[37m`` (to do),
-  bold ETA / elapsed, `` 20ms/step``, `` - loss: {:.4f}``; when stdout is not a terminal each update starts with
-  ``\\n`` (one line per update, every 0.05 s); verbose=2 ``{n}/{N} - 2s - 20ms/step - loss: X``.
+  bold ETA / elapsed, `` 20ms/step``, `` - loss: {:.4f}``; ``_dynamic_display`` is true on a terminal *and* whenever
+  ``"posix" in sys.modules`` (Linux), so redirected logs also get ``\\b``*width + ``\\r`` redraws (checked with Keras
+  3.15 writing to a file); verbose=2 ``{n}/{N} - 2s - 20ms/step - loss: X``.
 The loss printed by the Progbar is the running mean over the epoch's batches so far; here the curve value is
 printed as that mean.
 """
@@ -17,6 +18,7 @@ printed as that mean.
 from __future__ import annotations
 
 import math
+import re
 
 from evals.console.curve import Event, EventKind
 from evals.console.fixture import Run, Spec
@@ -24,6 +26,7 @@ from evals.console.fixture import Run, Spec
 K2 = "github.com/keras-team/keras keras/utils/generic_utils.py Progbar + keras/callbacks.py (tag v2.15.0)"
 K3 = "github.com/keras-team/keras keras/src/utils/progbar.py (3422977a5e38fb2f7709aaa9a08e47f0c43d0f60)"
 PER_EPOCH = 100
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _f(v: float) -> str:
@@ -43,7 +46,13 @@ def _epochs(run: Run) -> int:
 
 
 def keras2_dynamic(run: Run) -> str:
-    """Keras 2 verbose=1 on a terminal: redraws joined by backspaces and ``\\r`` within each epoch's line."""
+    """Keras 2 verbose=1: redraws joined by backspaces and ``\\r`` within each epoch's line.
+
+    Progbar's ``_dynamic_display`` is also true when ``"posix" in sys.modules``, so on Linux a log redirected to a
+    file looks like a terminal capture. On a NaN, TerminateOnNaN (which runs before the progress bar's update) prints
+    ``Batch {i}: Invalid loss, terminating training`` after the last finite redraw; the epoch's final redraw then
+    shows ``N/N`` with ``loss: nan``.
+    """
     out: list[str] = ["Model: \"sequential\"", "Total params: 1,234,560 (4.71 MB)", ""]
     E = _epochs(run)
     cur_line = ""
@@ -59,22 +68,27 @@ def keras2_dynamic(run: Run) -> str:
             out.append(f"Epoch {e}/{E}")
             epoch, cur_line, prev_w = e, "", 0
         v = run.loss[i]
+        if math.isnan(v):
+            run.crash(step)  # the message names this batch (0-based index c - 1)
+            cur_line += f"Batch {c - 1}: Invalid loss, terminating training\n"
+            c, v = PER_EPOCH, v
+            step = (e - 1) * PER_EPOCH + PER_EPOCH
         bar = "%3d/%d [" % (c, PER_EPOCH)
         pw = int(30 * c / PER_EPOCH)
         if pw > 0:
             bar += "=" * (pw - 1) + (">" if c < PER_EPOCH else "=")
         bar += "." * (30 - pw) + "]"
+        shown = run.show(i, _f(v), step=step)
         if c >= PER_EPOCH:
-            info = f" - 2s 20ms/step - loss: {run.show(i, _f(v))}"
+            info = f" - 2s 20ms/step - loss: {shown}"
         else:
-            info = f" - ETA: {_eta(0.02 * (PER_EPOCH - c))} - loss: {run.show(i, _f(v))}"
+            info = f" - ETA: {_eta(0.02 * (PER_EPOCH - c))} - loss: {shown}"
         w = len(bar) + len(info)
         if prev_w > w:
             info += " " * (prev_w - w)
         cur_line += ("\b" * prev_w + "\r" if prev_w else "") + bar + info
         prev_w = w
         if math.isnan(v):
-            cur_line += f"\nBatch {c - 1}: Invalid loss, terminating training"
             break
     out.append(cur_line)
     return "\n".join(out) + "\n"
@@ -94,19 +108,22 @@ def keras2_verbose2(run: Run) -> str:
 
 
 def keras3_file(run: Run) -> str:
-    """Keras 3 verbose=1 with stdout redirected to a file: every update on its own line, ANSI kept."""
+    """Keras 3 verbose=1 with stdout redirected to a file on Linux: ``\\b``*width + ``\\r`` redraws, ANSI kept.
+
+    As observed with Keras 3.15 (torch backend, stdout to a file): the width erased by the backspaces is the visible
+    width (ANSI codes excluded), shorter redraws are padded with spaces, and the epoch's last redraw ends with a newline.
+    """
     E = _epochs(run)
     text = ""
     epoch = 0
+    prev_w = 0
     for i in range(run.n):
         step = run.steps[i]
         e = (step - 1) // PER_EPOCH + 1
         c = step - (e - 1) * PER_EPOCH
         if e != epoch:
-            if epoch:
-                text += "\n"
             text += f"Epoch {e}/{E}\n"
-            epoch = e
+            epoch, prev_w = e, 0
         pw = int(20 * c / PER_EPOCH)
         bar = f"\x1b[1m{c:3d}/{PER_EPOCH}\x1b[0m "
         if pw > 0:
@@ -115,11 +132,17 @@ def keras3_file(run: Run) -> str:
         if c < PER_EPOCH:
             info = f" \x1b[1m{_eta(0.021 * (PER_EPOCH - c))}\x1b[0m 21ms/step"
         else:
-            info = f" \x1b[1m2s\x1b[0m 21ms/step"
+            info = " \x1b[1m2s\x1b[0m 21ms/step"
         info += f" - loss: {run.show(i, _f(run.loss[i]))}"
-        text += "\n" + bar + info
         if c >= PER_EPOCH:
-            text += f" - val_loss: {_f(run.loss[i] + 0.05)}"
+            info += f" - val_loss: {_f(run.loss[i] + 0.05)}"
+        w = len(_ANSI.sub("", bar)) + len(_ANSI.sub("", info))
+        if prev_w > w:
+            info += " " * (prev_w - w)
+        text += "\b" * prev_w + "\r" + bar + info
+        prev_w = w
+        if c >= PER_EPOCH:
+            text += "\n"
     return text + "\n"
 
 
@@ -136,13 +159,15 @@ def keras3_verbose2(run: Run) -> str:
 FIXTURES = [
     Spec("keras2__terminal_nan.log", "Keras 2", K2, "epoch*batch", "loss", keras2_dynamic, points=600, interval=5,
          first=5, seed=401, events=(Event(EventKind.NONFINITE, 0.85),),
-         notes="terminal capture: each epoch's redraws joined by \\b...\\r on one line; step = (epoch-1)*100 + batch; "
-               "'loss: nan' then TerminateOnNaN's 'Batch N: Invalid loss, terminating training'"),
+         notes="each epoch's redraws joined by \\b...\\r on one line (terminal or Linux file); step = (epoch-1)*100 + batch; "
+               "TerminateOnNaN's 'Batch i: Invalid loss, terminating training' (i 0-based: step = (epoch-1)*100 + i + 1) after "
+               "the last finite redraw, then the final redraw '100/100 ... loss: nan'"),
     Spec("keras2__verbose2_healthy.log", "Keras 2", K2, "epoch", "loss", keras2_verbose2, points=300, interval=1,
          first=1, seed=402, notes="one line per epoch; '100/100' is the batch count, not the step; ModelCheckpoint lines"),
-    Spec("keras3__file_spike.log", "Keras 3", K3, "epoch*batch", "loss", keras3_file, points=700, interval=5,
+    Spec("keras3__file_spike.log", "Keras 3", K3, "epoch*batch", "loss", keras3_file, points=500, interval=5,
          first=5, seed=403, events=(Event(EventKind.SPIKE, 0.5),),
-         notes="stdout to a file: one line per update with ANSI bold/colour codes and '━' bars; counter restarts each epoch"),
+         notes="stdout to a file on Linux: \\b*width + \\r redraws with ANSI bold/colour codes and '━' bars, one line per "
+               "epoch; counter restarts each epoch; step = (epoch-1)*100 + n"),
     Spec("keras3__verbose2_divergence.log", "Keras 3", K3, "epoch", "loss", keras3_verbose2, points=250, interval=1,
          first=1, seed=404, events=(Event(EventKind.DIVERGENCE, 0.75),), notes="one line per epoch; divergence"),
 ]

@@ -75,7 +75,7 @@ FIXTURES = [
          seed=701, notes="'Epoch 1 | iter N step M | loss train: X, val: n/a | ...'; iter = 4*step; val becomes a number after evals"),
     Spec("litgpt_pretrain__spike.log", "litgpt", PRE, "step", "loss train", pretrain, points=450, interval=10,
          seed=702, events=(Event(EventKind.SPIKE, 0.6),), notes="spike; the line also carries 'val: X.XXX' (stale)"),
-    Spec("litgpt_finetune__level_shift.log", "litgpt", FT, "iter", "loss train", finetune, points=900, interval=1,
+    Spec("litgpt_finetune__level_shift.log", "litgpt", FT, "iter", "loss train", finetune, points=675, interval=1,
          first=1, seed=703, events=(Event(EventKind.LEVEL_SHIFT, 0.5),),
          notes="finetune: one line per iteration, two lines per optimizer step (only the 2nd says '(step)'); iter is the "
                "unique counter; epoch restarts every 250 iters"),

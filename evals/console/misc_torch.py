@@ -33,20 +33,20 @@ def human_format(num: float) -> str:
     if math.isnan(num):
         return "nan"
     if abs(num) < 1:
-        return "{:.3g}".format(num)
+        return f"{num:.3g}"
     sizes = ["", "K", "M", "B", "T", "P", "E"]
-    num = float("{:.3g}".format(num))
+    num = float(f"{num:.3g}")
     mag = 0
     while abs(num) >= 1000 and mag < len(sizes) - 1:
         mag += 1
         num /= 1000.0
-    return "{}{}".format("{:f}".format(num).rstrip("0").rstrip("."), sizes[mag])
+    return "{}{}".format(f"{num:f}".rstrip("0").rstrip("."), sizes[mag])
 
 
 def nanotron(run: Run) -> str:
     """nanotron run_train.py stdout (dim/italic ANSI prefix)."""
     clock = Clock(run.rng)
-    pre = lambda dt=0.01: f"\033[2;3m{clock.tick(dt):%m/%d %H:%M:%S} [INFO|DP=0|PP=0|TP=0]\033[0m: "  # noqa: E731
+    pre = lambda dt=0.01: f"\033[2;3m{clock.tick(dt):%m/%d %H:%M:%S} [INFO|DP=0|PP=0|TP=0]\033[0m: "
     out = [pre() + "Config:", pre() + "Model Config:", pre() + "Total number of parameters: 1.71G (3264.10MiB)",
            pre() + "[Start training] datetime: 2026-03-02 09:14:21.112233 | mbs: 4 | grad_accum: 32 | global_batch_size: 1024 | "
                    f"sequence_length: 2048 | train_steps: {run.total} | start_iteration_step: 0 | consumed_train_samples: 0"]
@@ -110,15 +110,15 @@ def ds_pipe(run: Run) -> str:
 
 
 FIXTURES = [
-    Spec("nanotron__healthy.log", "nanotron", NANOTRON, "iteration", "lm_loss", nanotron, points=300, interval=10, seed=1201,
+    Spec("nanotron__healthy.log", "nanotron", NANOTRON, "iteration", "lm_loss", nanotron, points=225, interval=10, seed=1201,
          notes="dim/italic ANSI around the prefix; 'iteration: N / M | ... | lm_loss: 2.35 | ...' with human_format (3 significant "
                "digits, K/M suffixes: consumed_tokens: 21M)"),
-    Spec("nanotron__spike.log", "nanotron", NANOTRON, "iteration", "lm_loss", nanotron, points=300, interval=10, seed=1202,
+    Spec("nanotron__spike.log", "nanotron", NANOTRON, "iteration", "lm_loss", nanotron, points=225, interval=10, seed=1202,
          events=(Event(EventKind.SPIKE, 0.35),), notes="spike"),
-    Spec("mlx_lm__healthy.log", "mlx_lm", MLX, "iter", "Train loss", mlx_lm, points=500, interval=10, seed=1203,
+    Spec("mlx_lm__healthy.log", "mlx_lm", MLX, "iter", "Train loss", mlx_lm, points=375, interval=10, seed=1203,
          notes="'Iter N: Train loss X, Learning Rate ..' every 10 iters; 'Iter N: Val loss' every 200 (a different series)"),
-    Spec("deepspeed_pipe__healthy.log", "DeepSpeed", DSPIPE, "steps", "loss", ds_pipe, points=500, interval=10, seed=1204,
+    Spec("deepspeed_pipe__healthy.log", "DeepSpeed", DSPIPE, "steps", "loss", ds_pipe, points=350, interval=10, seed=1204,
          notes="'[Rank 0] step=N, skipped=0, lr=[..]' log_dist lines interleaved with the pipe engine's own 'steps: N loss: X' lines"),
-    Spec("deepspeed_pipe__divergence.log", "DeepSpeed", DSPIPE, "steps", "loss", ds_pipe, points=500, interval=10, seed=1205,
+    Spec("deepspeed_pipe__divergence.log", "DeepSpeed", DSPIPE, "steps", "loss", ds_pipe, points=350, interval=10, seed=1205,
          events=(Event(EventKind.DIVERGENCE, 0.6),), notes="divergence; the loss is only on the 'steps: N loss: X' lines"),
 ]

@@ -128,6 +128,8 @@ FIXTURES = [
     Spec("olmo_core__spike_divergence.log", "OLMo-core", CORE, "step", "train/CE loss", olmo_core, points=150,
          interval=10, seed=802, events=(Event(EventKind.SPIKE, 0.3), Event(EventKind.DIVERGENCE, 0.8)),
          notes="spike then divergence"),
+    Spec("olmo_v1__healthy.log", "OLMo", V1, "step", "train/CrossEntropyLoss", olmo_v1, points=120, interval=1, first=1,
+         seed=804, notes="healthy; 'Saving checkpoint...' every 200 steps"),
     Spec("olmo_v1__nan_crash.log", "OLMo", V1, "step", "train/CrossEntropyLoss", olmo_v1, points=200, interval=1,
          first=1, seed=803, events=(Event(EventKind.NONFINITE, 0.85),),
          notes="console_log_interval 1; the NaN step is never printed: the run dies with 'ValueError: nan loss encountered' "

@@ -15,10 +15,10 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # allow `python evals/console/render.py`
     sys.path.insert(0, str(ROOT))
 
-from evals.console.fixture import Run, Spec  # noqa: E402
+from evals.console.fixture import Run, Spec
 
 FAMILIES = [
-    "torchtitan", "karpathy", "megatron", "keras", "hf", "lightning", "litgpt", "olmo", "composer", "fairseq", "jax", "misc_torch",
+    "torchtitan", "karpathy", "megatron", "keras", "hf", "lightning", "litgpt", "olmo", "composer", "fairseq", "jax", "misc_torch", "vision", "recipes", "classic", "tqdm_scripts",
 ]
 """Family modules (evals/console/<name>.py), each exposing ``FIXTURES: list[Spec]``."""
 

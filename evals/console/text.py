@@ -91,9 +91,14 @@ class TqdmStream:
         self._last = self.meter()
         self.parts.append("\r" + self._last)
 
+    def advance(self, n: int) -> None:
+        """Move the bar to ``n`` without drawing (tqdm skips redraws within ``mininterval``)."""
+        self.n = n
+
     def write(self, msg: str) -> None:
-        """``tqdm.write(msg)`` while the bar is shown."""
+        """``tqdm.write(msg)`` while the bar is shown: clear the last drawn bar, print, redraw at the current n."""
         self.parts.append("\r" + " " * len(self._last) + "\r" + msg + "\n")
+        self._last = self.meter()
         self.parts.append("\r" + self._last)
 
     def close(self) -> None:

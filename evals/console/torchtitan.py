@@ -13,6 +13,8 @@ torchrun prefixes each line with ``[rank0]:``. A NaN loss is printed as ``nan`` 
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from evals.console.curve import Event, EventKind
 from evals.console.fixture import Clock, Run, Spec
 from evals.console.text import log_ts
@@ -24,13 +26,19 @@ SOURCE = ("github.com/pytorch/torchtitan torchtitan/components/metrics.py + torc
           "(b5bcd76c66d0acb1a08b176d9639425bc55e0b2a)")
 
 
-def render(run: Run) -> str:
-    """Render a torchtitan training log as captured from ``torchrun`` stdout."""
+def render(run: Run, ranks: int = 1) -> str:
+    """Render a torchtitan training log as captured from ``torchrun`` stdout (``--local-ranks-filter`` = ``ranks``).
+
+    With several ranks every rank prints every line (the loss is the global average, the same on all ranks), each
+    with its own ``[rankN]:`` prefix and a few milliseconds apart.
+    """
     clock = Clock(run.rng)
     out: list[str] = []
 
     def info(msg: str, dt: float = 0.05) -> None:
-        out.append(f"[rank0]:[titan] {log_ts(clock.tick(dt))} - root - INFO - {msg}")
+        t = clock.tick(dt)
+        for r in range(ranks):
+            out.append(f"[rank{r}]:[titan] {log_ts(t + timedelta(milliseconds=3 * r))} - root - INFO - {msg}")
 
     info("Starting job: Llama 3 8B training")
     info("Building 1-D device mesh with ['dp_shard'], [8]")
@@ -60,9 +68,9 @@ def render(run: Run) -> str:
         if step % 500 == 0:
             info(f"{YELLOW}validate step: {step:2}  {GREEN}loss: {v + 0.05:7.4f}  "
                  f"{TURQUOISE}memory: 63.19GiB(66.52%)  {BLUE}tps: 18,204{RESET}", 20)
-            info(f"Saving the checkpoint (or staging if async is enabled).")
-            info(f"[GC] GC collection invoked by checkpointer. 0.02 seconds", 30)
-            info(f"Finished saving the checkpoint (or staging if async is enabled)in 31.27 seconds.")
+            info("Saving the checkpoint (or staging if async is enabled).")
+            info("[GC] GC collection invoked by checkpointer. 0.02 seconds", 30)
+            info("Finished saving the checkpoint (or staging if async is enabled)in 31.27 seconds.")
         if nan_at is not None and i >= nan_at + 5:
             break
     if nan_at is None:
@@ -72,10 +80,13 @@ def render(run: Run) -> str:
 
 
 FIXTURES = [
-    Spec("torchtitan__healthy.log", "torchtitan", SOURCE, "step", "loss", render, points=450,
+    Spec("torchtitan__healthy.log", "torchtitan", SOURCE, "step", "loss", render, points=262,
          interval=10, seed=101,
          notes="ANSI colour codes between each label and its number; [rank0]: torchrun prefix; log_freq 10"),
-    Spec("torchtitan__spike_nan.log", "torchtitan", SOURCE, "step", "loss", render, points=380,
+    Spec("torchtitan__four_ranks_healthy.log", "torchtitan", SOURCE, "step", "loss", lambda r: render(r, ranks=4),
+         points=150, interval=10, seed=103,
+         notes="LOG_RANK=0,1,2,3: every line printed by 4 ranks ([rank0]: .. [rank3]:), same step and loss on each"),
+    Spec("torchtitan__spike_nan.log", "torchtitan", SOURCE, "step", "loss", render, points=285,
          interval=1, first=1, seed=102,
          events=(Event(EventKind.SPIKE, 0.35), Event(EventKind.NONFINITE, 0.8)),
          notes="log_freq 1; a spike that recovers, then loss prints as 'nan' for 6 steps before the log ends"),
