@@ -246,13 +246,14 @@ def _whole(vs: list[np.ndarray]) -> bool:
 
 
 def _restarts_each_epoch(tables: list[Table], epoch: str, batch: str) -> bool:
-    """True when the batch counter goes back where the epoch goes up (a per-epoch counter)."""
+    """True when the batch counter goes back about as often as the epoch goes up (a per-epoch
+    counter; the reset may show a line before the new epoch does, as Lightning's bar prints it)."""
+    ups = resets = 0
     for t in tables:
         names = [fold(lab) for lab in t.labels]
         if epoch in names and batch in names:
             e = t.column(names.index(epoch))
             b = t.column(len(names) - 1 - names[::-1].index(batch))
-            up = np.flatnonzero(np.diff(e) > 0)
-            if len(up):
-                return bool(np.mean(np.diff(b)[up] < 0) > 0.5)
-    return False
+            ups += int(np.sum(np.diff(e) > 0))
+            resets += int(np.sum(np.diff(b) < 0))
+    return ups > 0 and resets >= max(1, ups // 2)

@@ -96,6 +96,7 @@ class Scanner:
         self._skeletons: dict[str, Template] = {}
         self._tables: dict[tuple, Table] = {}
         self._header: tuple[Template, list[float], list[tuple[int, float]]] | None = None
+        self._pending: tuple | None = None  # a row that inherited a bar's counter, until the bar's next redraw
 
     def feed(self, lines: Iterable[tuple[int, str]]) -> None:
         """Read ``(line number, text)`` pairs."""
@@ -131,7 +132,14 @@ class Scanner:
         under the record header in force."""
         scan = self.scan
         scan.numeric_lines += 1
+        pending, self._pending = self._pending, None
         if tpl.header:
+            if pending is not None and pending[0].key == tpl.key and number <= pending[1] + 2:
+                # tqdm.write() prints a message (HF's dict) between two redraws of a progress bar; the
+                # redraw right after it shows the counter at the time of the message (the one before lags).
+                table, at, keep = pending[2], pending[3], pending[4]
+                for k, j in enumerate(keep):
+                    table.data[at + k] = values[j]
             self._header = (tpl, values, list(totals))
         inherited: tuple = ()
         header = self._header
@@ -148,6 +156,8 @@ class Scanner:
             table = self._new_table(key, tpl, inherited, text)
         if inherited:
             hv = header[1]
+            if _is_bar(header[0]):
+                self._pending = (header[0], number, table, len(table.data), inherited[1])
             table.data.extend([hv[j] for j in inherited[1]])
             for j, total in header[2]:
                 if j in inherited[1]:
@@ -177,6 +187,11 @@ class Scanner:
         hit = crash_step(text)
         if hit is not None:
             self.scan.crashes.append(Crash(line=number, kind=hit[0], step=hit[1], text=text.strip()[:300]))
+
+
+def _is_bar(tpl: Template) -> bool:
+    """A bare progress bar: its only counter is an unlabelled ``N/M`` (tqdm's), no epoch header."""
+    return bool(tpl.totals) and all(lab == "" for lab, k in zip(tpl.labels, tpl.kinds) if k is not None)
 
 
 def scan_lines(lines: Iterable[tuple[int, str]]) -> Scan:
