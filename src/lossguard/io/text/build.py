@@ -116,6 +116,16 @@ def build(scan: Scan, choice: Choice) -> Points:
             r = t.column(names.index("rank"))
             keep &= r == np.nanmin(r)
         keep &= steps >= 0
+        if choice.rule is StepRule.EPOCH_BATCH and used[1] in t.totals and t.labels[used[1]] == "":
+            # Lightning resets its bar to 0/M, still showing the last postfix, before the next epoch:
+            # a bar at 0 that repeats the loss of the row before it reports no step.
+            names = [fold(lab) for lab in t.labels]
+            if fold(choice.loss) in names:
+                loss = t.column(names.index(fold(choice.loss)))
+                reset = t.column(used[1]) == 0
+                reset[1:] &= (loss[1:] == loss[:-1]) | (np.isnan(loss[1:]) & np.isnan(loss[:-1]))
+                reset[:1] = False
+                keep &= ~reset
         for j, (lab, kind) in enumerate(zip(t.labels, t.kinds)):
             if j in used or not lab or fold(lab) == "rank":
                 continue
