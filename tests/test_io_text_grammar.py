@@ -271,3 +271,37 @@ def test_a_symlink_loop_is_a_clear_error(tmp_path):
     run = subprocess.run([sys.executable, "-m", "lossguard", "info", str(tmp_path / "run")], capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 0 and "Traceback" not in run.stderr
+
+
+def test_fast_path_reads_exactly_what_the_line_by_line_path_reads(tmp_path):
+    """Blocks of hot lines (regex, numpy) and the lines between them give the points line-by-line gives."""
+    from lossguard.io._text_lines import text_lines
+    from lossguard.io.text import fast
+    from lossguard.io.text.build import build
+    from lossguard.io.text.choose import choose
+    from lossguard.io.text.records import scan_lines
+
+    rnd = np.random.default_rng(0)
+    lines = ["booting...\n"]
+    for s in range(1, 30001):
+        lines.append(f"[rank0]: 2025-01-01 10:00:00,000 INFO {ESC}[31mstep: {s:5d}  {ESC}[32mloss: "
+                     f"{3 + rnd.normal(0, 0.1):7.4f}  grad_norm: {'nan' if s == 777 else f'{rnd.random():.3f}'}{ESC}[39m\n")
+        if s % 1000 == 0:
+            lines.append(f"  eval at step {s}: val loss {2.5:.3f}\n")
+        if s == 20000:
+            lines.append("restarting from checkpoint\n")
+            lines += [f"[rank0]: step: {k:5d}  loss: {3.1:7.4f}  grad_norm: 0.500\n" for k in range(19001, 19050)]
+    p = _write(tmp_path, "big.log", "".join(lines))
+    monkey_block = fast.BLOCK
+    fast.BLOCK = 64 << 10  # many blocks, some cut between lines
+    try:
+        a = fast.scan_file(p)
+    finally:
+        fast.BLOCK = monkey_block
+    b = scan_lines(text_lines(p))
+    pa, pb = build(a, choose(a.tables)), build(b, choose(b.tables))
+    assert sorted(pa.metrics) == sorted(pb.metrics) and pa.notes == pb.notes
+    for k in pa.metrics:
+        for x, y in zip(pa.metrics[k], pb.metrics[k]):
+            assert np.array_equal(x, y, equal_nan=True), k
+    assert len(pa.notes) == 2 and np.isnan(pa.metrics["grad_norm"][2][776])

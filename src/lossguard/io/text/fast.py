@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import numpy as np
 from typing import Iterator
 
 from .._text_lines import MAX_LINE
@@ -96,6 +98,8 @@ def scan_file(path: Path) -> Scan:
             continue
         if "\x1b" in text:
             text = _CSI.sub("", text)  # colours; rarer escapes leave their line to the line-by-line path
+        if _bulk(scanner, hot, text, number):
+            continue
         pos, line = 0, number
         record, kept, plain, total_at = scanner.record, hot.kept, hot.plain, hot.totals
         tpl = hot.table.template
@@ -130,6 +134,39 @@ def scan_file(path: Path) -> Scan:
         if pos < len(text):
             _slow(scanner, text[pos:], line)
     return scanner.scan
+
+
+def _bulk(scanner: Scanner, hot: _Hot, text: str, number: int) -> bool:
+    """A block made only of hot lines (the common case of a long run): every row at once, the
+    numbers converted by numpy, no Python per line. False (nothing read) when any other line is in
+    the block, so the line-by-line loop keeps headers and other templates in their order."""
+    tpl = hot.table.template
+    if hot.totals or tpl.header:
+        return False
+    found = hot.regex.findall(text)
+    n = text.count("\n")
+    if not found or len(found) != n:
+        return False
+    first = found[0] if isinstance(found[0], tuple) else (found[0],)
+    table = scanner.record(tpl, [float(first[k]) for k in hot.kept], (), number, "")
+    if table is None:
+        return False
+    if n > 1:
+        rows = found[1:] if isinstance(found[0], tuple) else [(x,) for x in found[1:]]
+        if not hot.plain:
+            rows = [tuple(r[k] for k in hot.kept) for r in rows]
+        width = len(hot.kept)
+        values = np.array([float(x) for r in rows for x in r], dtype=np.float64).reshape(n - 1, width)
+        if table.inherited:
+            prefix = np.asarray(table.data[-len(table.labels):-width], dtype=np.float64)
+            values = np.hstack([np.broadcast_to(prefix, (n - 1, len(prefix))), values])
+        table.data.frombytes(np.ascontiguousarray(values).tobytes())
+        table.lines.frombytes(np.arange(number + 1, number + n, dtype=np.int64).tobytes())
+        scan = scanner.scan
+        table.order.frombytes(np.arange(scan.numeric_lines + 1, scan.numeric_lines + n, dtype=np.int64).tobytes())
+        scan.numeric_lines += n - 1
+    scanner.scan.lines += n
+    return True
 
 
 def _pick(scanner: Scanner) -> _Hot | None:
