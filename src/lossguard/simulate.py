@@ -31,7 +31,7 @@ import numpy as np
 
 from .detect.outlier import score
 from .guard.config import GuardConfig
-from .guard.evidence import evidence_series, onset_lag
+from .guard.judge.evidence import evidence_series, onset_lag
 from .jsonsafe import strict_json
 from .metrics import GRAD_NORM, LOSS
 from .recovery.action import Action
@@ -153,7 +153,7 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
         if cfg.grad_norm is not None:
             gs = score(gn_vals[present], cfg.grad_norm)  # the test sees only the points it was fed
             gn_z[present] = gs.z
-    # The judge's calibrated rule (guard/evidence.py), vectorised: the live judge's twin.
+    # The judge's calibrated rule (guard/judge/evidence.py), vectorised: the live judge's twin.
     bad, gn_out, gn_ratio, evidence = evidence_series(loss, ls, gn_vals, present, gs, cfg)
     bidx = _aligned(log, "batch_index", steps)
     batch = steps.astype(np.int64) if bidx is None else np.where(bidx[1], bidx[0], steps).astype(np.int64)

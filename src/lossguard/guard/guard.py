@@ -43,7 +43,7 @@ from ..recovery.verdict import Verdict
 from .config import GuardConfig
 from .events import EventLog
 from .executor import RecoveryExecutor, TrainingHalted
-from .judge import DeviceJudge, HostJudge, Judgement
+from .judge.twins import DeviceJudge, HostJudge, Judgement
 
 GUARD_FORMAT = 2
 """Version of :meth:`StabilityGuard.state_dict` (2: timeline only; the ledger lives apart)."""
