@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..detect.episode import Episode
+from ..detect.episode import Excursion
 from ..detect.knot import best_bend
 from ..detect.series import SeriesEvents
 from ..detect.trend import Divergence
@@ -29,7 +29,7 @@ from .incident import Incident, IncidentKind as K
 from .settings import AnalyzeConfig
 
 
-def refine_onset(ev: SeriesEvents, ep: Episode, sign: float, lookback: int) -> int:
+def refine_onset(ev: SeriesEvents, ep: Excursion, sign: float, lookback: int) -> int:
     """Move an episode's onset back to where the departure began (> 2 frozen sigma from the baseline)."""
     x = ev.values
     lo = max(0, ep.onset - lookback)
@@ -40,7 +40,7 @@ def refine_onset(ev: SeriesEvents, ep: Episode, sign: float, lookback: int) -> i
     return lo + (int(inside[-1]) + 1 if len(inside) else 0)
 
 
-def expected_level(ev: SeriesEvents, ep: Episode, step) -> float | np.ndarray:
+def expected_level(ev: SeriesEvents, ep: Excursion, step) -> float | np.ndarray:
     """The pre-event trend extrapolated to ``step`` (scalar or array): linear in log(step), declining only.
 
     The frozen baseline is the median of the window before onset, centred half a window earlier.
@@ -71,7 +71,7 @@ POINT_BAND_Z = 3.0
 """A single point is back on the trend within this many (frozen) noise units of it..."""
 
 
-def _points_to_recover(ev: SeriesEvents, ep: Episode, end: int, end_rel: float) -> int:
+def _points_to_recover(ev: SeriesEvents, ep: Excursion, end: int, end_rel: float) -> int:
     """Logged points from the peak to the first single point back within the band of the pre-event
     trend (at most ``end - peak``, where the smoothed test confirmed the recovery)."""
     x, st = ev.values, ev.steps
@@ -84,12 +84,12 @@ def _points_to_recover(ev: SeriesEvents, ep: Episode, end: int, end_rel: float) 
     return int(back[0]) + 1 if len(back) else end - ep.peak
 
 
-def _magnitude(ep: Episode) -> tuple[float, float]:
+def _magnitude(ep: Excursion) -> tuple[float, float]:
     excess = ep.peak_value - ep.base
     return excess, excess / ep.noise if ep.noise > 0 else float("inf")
 
 
-def spike_incident(ev: SeriesEvents, ep: Episode, metric: str, cfg: AnalyzeConfig, interval: int,
+def spike_incident(ev: SeriesEvents, ep: Excursion, metric: str, cfg: AnalyzeConfig, interval: int,
                    streams: list[str]) -> Incident:
     """Classify one upward loss episode."""
     st = ev.steps

@@ -10,14 +10,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..detect.drop import DropConfig, WideDrop
-from ..detect.episode import Episode
+from ..detect.episode import Excursion
 from ..detect.knot import best_knot
 from ..detect.series import SeriesEvents
 from .classifier import refine_onset, running_median
 from .incident import Incident, IncidentKind as K
 
 
-def drop_incident(ev: SeriesEvents, ep: Episode, metric: str, cfg: DropConfig, streams: list[str],
+def drop_incident(ev: SeriesEvents, ep: Excursion, metric: str, cfg: DropConfig, streams: list[str],
                   window: int = 0) -> Incident:
     """A steep, persistent fall after a slow stretch.
 
