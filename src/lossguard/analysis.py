@@ -58,11 +58,10 @@ class Analysis:
         return [i for i in self.incidents if i.kind in want]
 
     @property
-    def worst_severity(self) -> str | None:
-        """``"critical"``, ``"warning"``, ``"info"`` or None when nothing was found."""
-        if not self.incidents:
-            return None
-        return Severity.worst(i.severity for i in self.incidents).value
+    def worst_severity(self) -> Severity | None:
+        """The worst incident's :class:`Severity` (a ``str`` enum: compares equal to ``"critical"``...),
+        or None when nothing was found."""
+        return Severity.worst(i.severity for i in self.incidents)
 
     def to_dict(self) -> dict[str, Any]:
         """The versioned JSON document (see ``docs/analysis-json.md``)."""

@@ -25,6 +25,7 @@ from ..detect.episode import Excursion
 from ..detect.knot import best_bend
 from ..detect.series import SeriesEvents
 from ..detect.trend import Divergence
+from ..recovery.severity import Severity
 from .incident import Incident, IncidentKind as K
 from .settings import AnalyzeConfig
 
@@ -149,7 +150,7 @@ def spike_incident(ev: SeriesEvents, ep: Excursion, metric: str, cfg: AnalyzeCon
                         "resolved below the logging interval).")
         else:
             evidence = f"The {metric} {what} and was back on its pre-event trend {rec} steps later ({'within' if fast else 'beyond'} the {cfg.fast_steps}-step fast budget)."
-        sev = "warning" if (not fast or rel >= 0.5) else "info"
+        sev = Severity.WARNING if (not fast or rel >= 0.5) else Severity.INFO
         return Incident(kind=kind, metric=metric, onset=int(st[onset]), peak=int(st[ep.peak]), end=int(st[end]),
                         baseline=ep.base, peak_value=ep.peak_value, magnitude=excess, magnitude_sigma=sigma,
                         recovery_steps=rec, streams=streams, severity=sev, evidence=evidence, details=details)
@@ -179,18 +180,18 @@ def spike_incident(ev: SeriesEvents, ep: Excursion, metric: str, cfg: AnalyzeCon
         evidence = f"The {metric} {what}; the log ends {followed} steps later, before it came back."
         return Incident(kind=K.SPIKE_NO_RECOVERY, metric=metric, onset=int(st[onset]), peak=int(st[ep.peak]),
                         end=None, baseline=ep.base, peak_value=ep.peak_value, magnitude=excess, magnitude_sigma=sigma,
-                        streams=streams, severity="critical", evidence=evidence, details=details)
+                        streams=streams, severity=Severity.CRITICAL, evidence=evidence, details=details)
     if kept >= cfg.shift_ratio and not rising:
         kind = K.LEVEL_SHIFT
         evidence = (f"The {metric} {what} and stayed there: {followed} steps later it still sits "
                     f"{settled_excess:.3g} ({kept:.0%} of the jump) above its pre-event trend, which is flat.")
-        sev = "warning"
+        sev = Severity.WARNING
     else:
         kind = K.SPIKE_NO_RECOVERY
         tail = "and is rising again (turning into divergence)" if rising else f"settling {settled_excess:.3g} higher"
         evidence = (f"The {metric} {what}, came partly back, but {followed} steps later it is still not "
                     f"on its pre-event trend, {tail}.")
-        sev = "critical"
+        sev = Severity.CRITICAL
     return Incident(kind=kind, metric=metric, onset=int(st[onset]), peak=int(st[ep.peak]), end=None,
                     baseline=ep.base, peak_value=ep.peak_value, magnitude=excess, magnitude_sigma=sigma,
                     streams=streams, severity=sev, evidence=evidence, details=details)
@@ -241,12 +242,12 @@ def divergence_incident(ev: SeriesEvents, d: Divergence, metric: str, lag: int,
             return Incident(kind=K.SPIKE_NO_RECOVERY, metric=metric, onset=int(st[onset]), peak=int(st[peak_i]),
                             end=None, baseline=pre, peak_value=float(x[peak_i]), magnitude=early,
                             magnitude_sigma=early / d.noise if d.noise > 0 else float("inf"), streams=streams,
-                            severity="critical", evidence=evidence, details=details)
+                            severity=Severity.CRITICAL, evidence=evidence, details=details)
         evidence = (f"The {metric} stepped up by {step_up:.3g} around step {int(st[at])} and stayed on the new "
                     f"level: one step carries {step_up / rise_total:.0%} of the rise of its baseline.")
         return Incident(kind=K.LEVEL_SHIFT, metric=metric, onset=int(st[onset]), peak=int(st[at]),
                         end=None if d.end is None else int(st[d.end]), baseline=d.minimum, peak_value=float(x[at]),
-                        magnitude=rise_total, magnitude_sigma=sigma, streams=streams, severity="warning",
+                        magnitude=rise_total, magnitude_sigma=sigma, streams=streams, severity=Severity.WARNING,
                         evidence=evidence, details=details)
     onset = d.onset
     lo = max(0, d.minimum_at - max(d.trigger - d.minimum_at, 2 * lag))
@@ -266,7 +267,7 @@ def divergence_incident(ev: SeriesEvents, d: Divergence, metric: str, lag: int,
     return Incident(kind=K.DIVERGENCE, metric=metric, onset=int(st[onset]), peak=int(st[peak]),
                     end=None if d.end is None else int(st[d.end]), baseline=d.minimum, peak_value=float(x[peak]),
                     magnitude=rise_total, magnitude_sigma=sigma, streams=streams,
-                    severity="critical" if d.end is None else "warning", evidence=evidence, details=details)
+                    severity=Severity.CRITICAL if d.end is None else Severity.WARNING, evidence=evidence, details=details)
 
 
 def running_median(y: np.ndarray, h: int = 9) -> np.ndarray:

@@ -78,7 +78,7 @@ def incident_summary(inc: Incident) -> str:
 
 def _badness(inc: Incident) -> tuple[int, int]:
     """Sort key: worst severity first, then by onset."""
-    return (-Severity(word(inc.severity)).rank, inc.onset)
+    return (-Severity(inc.severity).rank, inc.onset)
 
 
 def skip_phrase(skip: SkipRange) -> str:
@@ -157,7 +157,7 @@ def headline(analysis: Analysis, *, limit: int = 2) -> str:
         if len(members) == 1:
             parts.append(incident_summary(members[0]))
             continue
-        top = max(members, key=lambda inc: (Severity(word(inc.severity)).rank, _size(inc)))
+        top = max(members, key=lambda inc: (Severity(inc.severity).rank, _size(inc)))
         plural = _PLURAL.get(kind, kind_label(kind) + "s")
         parts.append(f"{len(members)} {plural} (worst at {top.peak}, {magnitude(top)})")
     if len(groups) == 1:  # "51 fast-recovering spikes (worst at 11879, 1.9x)"
@@ -266,12 +266,12 @@ def health(analysis: Analysis) -> Health:
     rest = [i for i in range(len(incs)) if i not in act]
     outliers = [i for i in rest if _one_step(incs[i])]
     other = [i for i in rest if i not in outliers]
-    critical = any(Severity(word(incs[i].severity)) is Severity.CRITICAL for i in rest)
+    critical = any(Severity(incs[i].severity) is Severity.CRITICAL for i in rest)
     healthy = not act and not critical
     points, short = judged_limits(analysis)
     if act or critical:
         worst = [incs[i] for i in act] or [incs[i] for i in rest
-                                           if Severity(word(incs[i].severity)) is Severity.CRITICAL]
+                                           if Severity(incs[i].severity) is Severity.CRITICAL]
         more = f", and {len(worst) - 2} more" if len(worst) > 2 else ""
         text = (f"UNHEALTHY: {len(worst)} incident(s) need action: "
                 + ", ".join(incident_summary(inc) for inc in worst[:2]) + more)
