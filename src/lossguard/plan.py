@@ -10,11 +10,11 @@ reasons, never executed here; the guard (:mod:`lossguard.guard`) carries them ou
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from .checkpoint.names import checkpoint_step
 from .classify.incident import Incident, IncidentKind as K
 from .errors import LossguardError, raise_all
 from .recovery.action import Action
@@ -81,12 +81,6 @@ class PlanConfig:
         raise_all(problems)
 
 
-_CKPT = re.compile(r"(?:checkpoint|iter|step|global_step|ckpt)[-_=]?0*(\d+)", re.IGNORECASE)
-# Checkpoints still being written (or left by a killed writer) are not restorable: lossguard's own
-# store writes ``.tmp-step-N-...``, HF Trainer ``tmp-checkpoint-N``.
-_IN_PROGRESS = re.compile(r"^(?:\.|tmp)", re.IGNORECASE)
-
-
 def parse_checkpoints(spec: str | os.PathLike) -> list[int]:
     """Checkpoint steps from a directory (``checkpoint-1200``, ``iter_0001200``, ``step_1200``...)
     or a comma-separated list of steps.
@@ -97,8 +91,7 @@ def parse_checkpoints(spec: str | os.PathLike) -> list[int]:
     text = os.fspath(spec)
     path = Path(text)
     if path.is_dir():
-        steps = sorted({int(m.group(1)) for p in path.iterdir()
-                        if not _IN_PROGRESS.match(p.name) and (m := _CKPT.search(p.name))})
+        steps = sorted({s for p in path.iterdir() if (s := checkpoint_step(p.name)) is not None})
         if not steps:
             raise LossguardError("no checkpoint sub-directories found (looked for names like checkpoint-1200, "
                                  "iter_0001200, step_1200)", path=text,

@@ -14,15 +14,12 @@ callback then withholds the updates of the booked batches.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
+from ..checkpoint.names import FRAMEWORKS, framework_step
 from ..recovery.ledger import LEDGER_FILE, RunLedger
 
 __all__ = ["FrameworkCheckpoints", "resume_checkpoint"]
-
-_PATTERNS = {"hf": re.compile(r"^checkpoint-(\d+)$"), "lightning": re.compile(r"(?:^|[-_])step=(\d+)(?:[-_.]|$)")}
-
 
 class FrameworkCheckpoints:
     """The checkpoints a framework wrote in one directory, read-only, as the executor needs them.
@@ -34,9 +31,9 @@ class FrameworkCheckpoints:
     """
 
     def __init__(self, directory: str | os.PathLike, kind: str) -> None:
-        if kind not in _PATTERNS:
+        if kind not in FRAMEWORKS:
             from ..errors import ConfigError
-            raise ConfigError(f"kind must be one of {sorted(_PATTERNS)}, got {kind!r}", fix="pass 'hf' or 'lightning'")
+            raise ConfigError(f"kind must be one of {sorted(FRAMEWORKS)}, got {kind!r}", fix="pass 'hf' or 'lightning'")
         self.directory, self.kind = Path(directory), kind
         self._protected: set[int] = set()
 
@@ -45,12 +42,12 @@ class FrameworkCheckpoints:
         if not self.directory.is_dir():
             return out
         for entry in self.directory.iterdir():
-            match = _PATTERNS[self.kind].search(entry.name if self.kind == "hf" else entry.stem + ".")
+            step = framework_step(entry.name if self.kind == "hf" else entry.stem + ".", self.kind)
             # An HF checkpoint directory is complete once trainer_state.json is in it (written
             # after the weights, optimizer and RNG); a half-written one is no rollback target.
             complete = (entry / "trainer_state.json").is_file() if self.kind == "hf" else entry.suffix == ".ckpt"
-            if match and complete:
-                out[int(match.group(1))] = entry
+            if step is not None and complete:
+                out[step] = entry
         return out
 
     def steps(self) -> list[int]:
