@@ -70,6 +70,18 @@ class CheckpointStore:
         self._recover()
 
     # ------------------------------------------------------------------ paths and listing
+    sharded = False
+    """One ``torch.save`` payload per step (:class:`~lossguard.checkpoint.protocol.GuardStore`)."""
+    asynchronous = False
+    """Saves are synchronous (:class:`~lossguard.checkpoint.protocol.GuardStore`)."""
+
+    def agreed_steps(self) -> list[int]:
+        """:meth:`steps`: every rank keeps its own store, so its own listing is the agreed one."""
+        return self.steps()
+
+    def wait(self) -> None:
+        """Nothing to wait for: every save is synchronous."""
+
     def path_of(self, step: int) -> Path:
         """The directory a checkpoint of ``step`` has (whether or not it exists)."""
         return self.directory / store_name(step)

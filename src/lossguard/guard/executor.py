@@ -115,9 +115,8 @@ class RecoveryExecutor:
         """The rollback target for an episode starting at ``onset`` (:func:`choose_checkpoint`)."""
         if self.store is None:
             return None
-        # A sharded store's listing comes from rank 0 so every rank picks the same target.
-        steps = self.store.shared_steps() if hasattr(self.store, "shared_steps") else self.store.steps()
-        return choose_checkpoint(onset, steps, self.config.recipe.rollback_distance)
+        # agreed_steps: a sharded store's listing comes from rank 0, so every rank picks the same target.
+        return choose_checkpoint(onset, self.store.agreed_steps(), self.config.recipe.rollback_distance)
 
     def keep_target(self, onset: int | None) -> None:
         """Keep the rollback target of a possible episode at ``onset`` safe from pruning.

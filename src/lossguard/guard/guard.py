@@ -111,9 +111,11 @@ class StabilityGuard:
                  config: GuardConfig | None = None, log_path=None, diagnosis_path=None,
                  ledger: RunLedger | None = None, snapshots: int = 0) -> None:
         torch = require("torch", "torch", "StabilityGuard")
+        from ..checkpoint.protocol import check_store
         from ..checkpoint.state import TrainState
         from .gate import supports_device_gate
 
+        check_store(store)
         self.config = cfg = config or GuardConfig()
         self.model, self.optimizer, self.scheduler, self.scaler = model, optimizer, scheduler, scaler
         self.store, self.sampler = store, sampler
@@ -144,7 +146,7 @@ class StabilityGuard:
         # FSDP2: parameters are DTensors (each rank holds shards). Statistics then come from the
         # local shards in one packed all-reduce, and checkpoints go through DCP (a sharded store).
         self._sharded = any(hasattr(p, "to_local") for p in self._params)
-        if store is not None and getattr(store, "sharded", False):
+        if store is not None and store.sharded:
             from ..checkpoint.sharded_state import ShardedTrainState
             self.state = ShardedTrainState(model, optimizer, scheduler=scheduler, scaler=scaler, data=sampler,
                                            extras={"guard": self})
@@ -454,7 +456,7 @@ class StabilityGuard:
         self.state.step = self.step_count
         if self.snapshot is not None:
             self.snapshot.take()  # the same state, kept in host memory for a fast rollback
-        if getattr(self.store, "asynchronous", False):  # a sharded store with its own gloo group
+        if self.store.asynchronous:  # a sharded store with its own gloo group
             return self.store.async_save(self.step_count, self.state.state_dict())
         return self.store.save(self.step_count, self.state.state_dict())
 
@@ -503,7 +505,7 @@ class StabilityGuard:
     def close(self) -> None:
         """Process any deferred verdict, wait for an asynchronous save in flight, close the log."""
         self.flush()
-        if hasattr(self.store, "wait"):
+        if self.store is not None:
             self.store.wait()
         self.log.close()
 

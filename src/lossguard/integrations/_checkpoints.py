@@ -50,6 +50,24 @@ class FrameworkCheckpoints:
                 out[step] = entry
         return out
 
+    sharded = False
+    """Framework checkpoints are restored by the framework (:class:`~lossguard.checkpoint.protocol.GuardStore`)."""
+    asynchronous = False
+    """The guard never saves here (:class:`~lossguard.checkpoint.protocol.GuardStore`)."""
+
+    def save(self, step: int, state) -> None:
+        """The framework writes its own checkpoints: the guard never saves through this view."""
+        from ..errors import ConfigError
+        raise ConfigError("the framework writes its own checkpoints; the guard does not save through "
+                          "FrameworkCheckpoints", fix="leave GuardConfig.checkpoint_every=None under a framework")
+
+    def wait(self) -> None:
+        """Nothing to wait for (the guard never saves here)."""
+
+    def agreed_steps(self) -> list[int]:
+        """:meth:`steps` (one directory, read by every rank)."""
+        return self.steps()
+
     def steps(self) -> list[int]:
         """Steps of the checkpoints present, oldest first."""
         return sorted(self._found())
