@@ -35,9 +35,9 @@ from .guard.judge.evidence import evidence_series, onset_lag
 from .jsonsafe import strict_json
 from .metrics import GRAD_NORM, LOSS
 from .recovery.action import Action
-from .recovery.checkpoint_choice import choose_checkpoint
 from .recovery.decision import Decision
 from .recovery.policy import RecoveryPolicy
+from .recovery.resolve import halt_resume_point, resolve_rollback
 from .recovery.rise_series import LossRiseSeries
 from .recovery.verdict import Evidence, Verdict
 from .runlog import RunLog
@@ -218,20 +218,17 @@ def _play(policy: RecoveryPolicy, v: Verdict, checkpoints: list[int], cfg: Guard
 
     for d in policy.observe(v):
         if d.action is Action.ROLLBACK:
-            target = choose_checkpoint(d.numbers["onset"], checkpoints, cfg.recipe.rollback_distance)
-            if target is None:
-                d = Decision(Action.HALT, d.step, d.reasons + [
-                    f"no checkpoint at least {cfg.recipe.rollback_distance} steps before the episode onset "
-                    f"(step {d.numbers['onset']})"], d.numbers)
-            else:
-                follow = policy.rolled_back(d, target)
-                emit(d, to_step=target)
+            # The executor's own resolver (recovery/resolve.py): the same target, halt and words.
+            r = resolve_rollback(d, checkpoints, cfg.recipe)
+            if not r.halts:
+                follow = policy.rolled_back(d, r.target)
+                emit(d, to_step=r.target)
                 for f in follow:
                     emit(f)
                 continue
+            d = r.decision
         if d.action is Action.HALT:
-            resume = choose_checkpoint(d.numbers.get("onset", d.step), checkpoints, cfg.recipe.rollback_distance)
-            emit(d, resume_from=resume)
+            emit(d, resume_from=halt_resume_point(d, checkpoints, cfg.recipe))
             return True
         emit(d)
     return False

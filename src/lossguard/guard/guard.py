@@ -44,6 +44,7 @@ from .config import GuardConfig
 from .events import EventLog
 from .executor import RecoveryExecutor, TrainingHalted
 from .judge.twins import DeviceJudge, HostJudge, Judgement
+from .timeline import TimelineSlot
 
 GUARD_FORMAT = 2
 """Version of :meth:`StabilityGuard.state_dict` (2: timeline only; the ledger lives apart)."""
@@ -120,6 +121,7 @@ class StabilityGuard:
         self.model, self.optimizer, self.scheduler, self.scaler = model, optimizer, scheduler, scaler
         self.store, self.sampler = store, sampler
         self._params = [p for p in model.parameters() if p.requires_grad]
+        self._timeline = TimelineSlot(self)
         device = self._params[0].device if self._params else torch.device("cpu")
         if cfg.gate == "device" and not supports_device_gate(optimizer):
             from ..errors import ConfigError
@@ -149,10 +151,10 @@ class StabilityGuard:
         if store is not None and store.sharded:
             from ..checkpoint.sharded_state import ShardedTrainState
             self.state = ShardedTrainState(model, optimizer, scheduler=scheduler, scaler=scaler, data=sampler,
-                                           extras={"guard": self})
+                                           extras={"guard": self._timeline})
         else:
             self.state = TrainState(getattr(model, "module", model), optimizer, scheduler=scheduler, scaler=scaler,
-                                    data=sampler, extras={"guard": self})
+                                    data=sampler, extras={"guard": self._timeline})
         from ..checkpoint.snapshot import HostSnapshot
         self.snapshot = HostSnapshot(self.state, every=1, keep=snapshots) if snapshots else None
         self.executor = RecoveryExecutor(config=cfg, policy=self.policy, log=self.log, state=self.state, store=store,
@@ -412,18 +414,27 @@ class StabilityGuard:
             from .replay import replay_check
             transient = replay_check(v, meta, world=self._world, log=self.log, rtol=self.config.replay_rtol,
                                      device=self._params[0].device if self._params else "cpu")
-        for d in self.policy.observe(v, transient=transient):
-            data_count = self._data_count
-            out = self.executor.carry_out(d)
-            if out.rolled_back_to is not None:
-                self.step_count = self.state.step
-                if self.sampler is None:
-                    self._data_count = data_count  # the stream itself was not rewound
-                self._reiter, self._pending = True, None
-                break
-            if out.halted:
-                self.halted, self.restart_requested = True, out.restart
-                break
+        with self._timeline.parked():  # a rollback's restore must not reload this guard mid-decision
+            for d in self.policy.observe(v, transient=transient):
+                data_count = self._data_count
+                out = self.executor.carry_out(d)
+                if out.rolled_back_to is not None:
+                    rollback = d
+                    break
+                if out.halted:
+                    self.halted, self.restart_requested = True, out.restart
+                    break
+            else:
+                return
+        if out.rolled_back_to is not None:
+            # The decision is over: now the restored timeline (detector windows, episode, data
+            # counter) replaces this guard's, and the policy starts afresh after the rollback.
+            self._timeline.apply()
+            self.policy.restart_timeline(rollback)
+            self.step_count = self.state.step
+            if self.sampler is None:
+                self._data_count = data_count  # the stream itself was not rewound
+            self._reiter, self._pending = True, None
 
     def _copy_to_host(self, packed):
         """Start the one device-to-host copy of this step's verdict (pinned buffer + event on CUDA)."""

@@ -266,11 +266,17 @@ class RecoveryPolicy:
                              "onset_batch": None if rng is None else int(rng[0]), "to_step": int(to_step),
                              "skip_batches": None if rng is None else [int(rng[0]), int(rng[1])],
                              "recurrence": int(decision.numbers.get("recurrence", 0))}
-        self.episode, self.overflow_streak, self.episode_tests = None, 0, {}
-        if decision.numbers.get("cause") == "loss_rising":
-            self.level = {"seen": 0, "best": None, "best_step": None}  # watch the new, cut LR afresh
+        self.restart_timeline(decision)
         cut = self.lr_cut_after_rollback(decision, to_step)
         return [] if cut is None else [cut]
+
+    def restart_timeline(self, decision: Decision) -> None:
+        """The timeline after a rollback: no open episode, no overflow streak; after a loss-rise
+        rollback the rise rule watches the new, cut LR afresh. (The guard calls it again once it
+        has loaded the restored timeline, which would otherwise bring back the checkpoint's episode.)"""
+        self.episode, self.overflow_streak, self.episode_tests = None, 0, {}
+        if decision.numbers.get("cause") == "loss_rising":
+            self.level = {"seen": 0, "best": None, "best_step": None}
 
     # ---------------------------------------------------------------- queries
     def lr_factor(self, step: int) -> float:
