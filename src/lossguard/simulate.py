@@ -36,6 +36,7 @@ from .jsonsafe import strict_json
 from .metrics import GRAD_NORM, LOSS
 from .recovery.action import Action
 from .recovery.decision import Decision
+from .recovery.finding import WholeLogFinding
 from .recovery.policy import RecoveryPolicy
 from .recovery.resolve import halt_resume_point, resolve_rollback
 from .recovery.rise_series import LossRiseSeries
@@ -114,7 +115,7 @@ def _aligned(log: RunLog, metric: str, steps: np.ndarray) -> tuple[np.ndarray, n
 
 
 def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Sequence[int] | None = None,
-             metric: str = LOSS) -> Simulation:
+             metric: str = LOSS, findings: Sequence[WholeLogFinding] = ()) -> Simulation:
     """Replay the guard's judge and policy over ``log`` (see the module docstring).
 
     Args:
@@ -122,6 +123,10 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
         config: the guard configuration (default: the guard's defaults).
         checkpoints: checkpoint steps that exist; default step 0 and every ``checkpoint_every``.
         metric: the loss series to judge.
+        findings: whole-log evidence for the policy (:mod:`lossguard.recovery.finding`: what the
+            analyser found that a live guard cannot see, e.g. repeated data after a resume). Empty
+            (the default): exactly what a live guard decides. ``analyze`` and ``lossguard simulate``
+            pass the analyser's findings, so they name the same actions.
 
     Returns:
         The :class:`Simulation`.
@@ -185,12 +190,22 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
     # stays the one definition of the decision. (The good verdicts in between are accounted for by
     # the episode gap, which compares step numbers, and by the rule's level, set from its twin.)
     bad_idx = np.flatnonzero(bad)
+    found = sorted(findings, key=lambda f: f.step)
+    found_idx = np.searchsorted(steps, [f.step for f in found]) if found else np.zeros(0, np.int64)
+    nxt = 0
     eligible = ~bad & np.isfinite(ls.baseline) if cfg.loss_rise is not None else np.zeros(len(steps), dtype=bool)
     rise = LossRiseSeries(ls.baseline, eligible, cfg, start=0)
     b = 0
     while True:
         nb = int(bad_idx[b]) if b < len(bad_idx) else len(steps)
         nf = rise.next_fire()
+        nw = int(found_idx[nxt]) if nxt < len(found) else len(steps)
+        if nw < min(nb, nf):  # a whole-log finding first: the same policy decides about it
+            step = int(steps[nw])
+            nxt += 1
+            if _play(policy.observe_finding(found[nxt - 1]), [c for c in ck if c <= step], cfg, sim, policy):
+                break
+            continue
         i = min(nb, nf)
         if i >= len(steps):
             break
@@ -199,15 +214,16 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
         else:
             policy.level = rise.level_before(nf, steps)  # what the policy holds there, fed every step
         # Only checkpoints up to here exist.
-        if _play(policy, verdict(i), [c for c in ck if c <= int(steps[i])], cfg, sim):
+        if _play(policy.observe(verdict(i)), [c for c in ck if c <= int(steps[i])], cfg, sim, policy):
             break
         if nb > nf and policy.level["seen"] == 0:  # the rule rolled back: it watches afresh from here
             rise = LossRiseSeries(ls.baseline, eligible, cfg, start=i + 1)
     return sim
 
 
-def _play(policy: RecoveryPolicy, v: Verdict, checkpoints: list[int], cfg: GuardConfig, sim: Simulation) -> bool:
-    """Decide and book one bad verdict; returns True once the simulated run halted."""
+def _play(decisions: list[Decision], checkpoints: list[int], cfg: GuardConfig, sim: Simulation,
+          policy: RecoveryPolicy) -> bool:
+    """Book the policy's decisions for one step; returns True once the simulated run halted."""
     def emit(d: Decision, **extra: Any) -> None:
         rec = {**d.record(), **extra}
         if sim.first_change is not None:
@@ -216,7 +232,7 @@ def _play(policy: RecoveryPolicy, v: Verdict, checkpoints: list[int], cfg: Guard
         if d.action.changes_future and sim.first_change is None:
             sim.first_change = d.step
 
-    for d in policy.observe(v):
+    for d in decisions:
         if d.action is Action.ROLLBACK:
             # The executor's own resolver (recovery/resolve.py): the same target, halt and words.
             r = resolve_rollback(d, checkpoints, cfg.recipe)

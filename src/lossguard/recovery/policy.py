@@ -35,7 +35,9 @@ from .action import Action
 from .config import PolicyConfig
 from .decision import Decision
 from .episode import Episode
+from .finding import WholeLogFinding
 from .ledger import LrCut, RunLedger
+from .suspect import Suspect
 from .verdict import Verdict
 
 
@@ -168,6 +170,25 @@ class RecoveryPolicy:
                                     {"loss_scale": scale, "overflow_streak": self.overflow_streak}))
                 self.overflow_streak = 0
         return out
+
+    def observe_finding(self, finding: WholeLogFinding) -> list[Decision]:
+        """Decisions for a whole-log finding (:mod:`lossguard.recovery.finding`: evidence the analyser
+        has and a live guard cannot have), in the order they must be carried out."""
+        led = self.ledger
+        if finding.kind != "repeated_data":
+            return []
+        nums: dict[str, Any] = {"onset": int(finding.onset), "rollback_distance": 0, "rollbacks_done": led.rollbacks,
+                                "cause": "repeated_data", "suspect": Suspect.DATA_POSITION.value}
+        reasons = [f"the data loader restarted from an earlier position at the resume at step {finding.onset}: the "
+                   "low loss is memorised data, and the model is being trained on it twice (whole-log evidence)",
+                   "restore the checkpoint the resume started from and resume again with the data position saved in "
+                   "it; check the data loader state is saved and restored (`lossguard verify-resume`)"]
+        if led.rollbacks >= self.config.max_rollbacks:
+            led.halted = True
+            return [Decision(Action.HALT, int(finding.step), reasons + [
+                f"rollback budget spent for the run ({led.rollbacks} of max_rollbacks={self.config.max_rollbacks})"],
+                nums)]
+        return [Decision(Action.ROLLBACK, int(finding.step), reasons, nums)]
 
     def loss_rising(self, verdict: Verdict) -> Decision | None:
         """The rise rule (``loss_rise``): a rollback + decisive LR cut when the loss baseline stays more

@@ -53,11 +53,12 @@ def resolve_rollback(decision: Decision, checkpoints: Iterable[int] | None, reci
         The :class:`Resolution`: the rollback with its target, or the halt it turns into.
     """
     onset = int(decision.numbers.get("onset", decision.step))
-    target = None if checkpoints is None or not can_restore else \
-        choose_checkpoint(onset, checkpoints, recipe.rollback_distance)
+    # A whole-log finding (repeated data after a resume) goes back to the resume's own checkpoint.
+    distance = int(decision.numbers.get("rollback_distance", recipe.rollback_distance))
+    target = None if checkpoints is None or not can_restore else choose_checkpoint(onset, checkpoints, distance)
     if target is not None:
         return Resolution(decision, target)
-    why = (f"no checkpoint at least {recipe.rollback_distance} steps before the episode onset (step {onset})"
+    why = (f"no checkpoint at least {distance} steps before the episode onset (step {onset})"
            if can_restore and checkpoints is not None else
            "no checkpoint store to roll back to (pass store= to the guard)")
     if framework:
@@ -72,4 +73,4 @@ def halt_resume_point(decision: Decision, checkpoints: Iterable[int] | None, rec
     if checkpoints is None:
         return None
     return choose_checkpoint(int(decision.numbers.get("onset", decision.step)), checkpoints,
-                             recipe.rollback_distance)
+                             int(decision.numbers.get("rollback_distance", recipe.rollback_distance)))
