@@ -33,10 +33,11 @@ from .detect.outlier import score
 from .guard.config import GuardConfig
 from .guard.judge.evidence import evidence_series, onset_lag
 from .jsonsafe import strict_json
-from .metrics import GRAD_NORM, LOSS
+from .metrics import GRAD_NORM, LOSS, LR
 from .recovery.action import Action
 from .recovery.decision import Decision
 from .recovery.finding import WholeLogFinding
+from .recovery.lr_phase import lr_ramp_series
 from .recovery.policy import RecoveryPolicy
 from .recovery.resolve import halt_resume_point, resolve_rollback
 from .recovery.rise_series import LossRiseSeries
@@ -160,6 +161,9 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
             gn_z[present] = gs.z
     # The judge's calibrated rule (guard/judge/evidence.py), vectorised: the live judge's twin.
     bad, gn_out, gn_ratio, evidence = evidence_series(loss, ls, gn_vals, present, gs, cfg)
+    lr_log = _aligned(log, LR, steps)
+    ramp = (np.zeros(len(steps), dtype=bool) if lr_log is None else
+            lr_ramp_series(steps, np.where(lr_log[1], lr_log[0], np.nan), cfg.lr_ramp_window))
     bidx = _aligned(log, "batch_index", steps)
     batch = steps.astype(np.int64) if bidx is None else np.where(bidx[1], bidx[0], steps).astype(np.int64)
     if bidx is None:
@@ -183,7 +187,8 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
                        loss_z=float(ls.z[i]), grad_norm_z=float(gn_z[i]), loss_baseline=float(ls.baseline[i]),
                        loss_outlier=bool(ls.outlier[i]), grad_norm_outlier=bool(gn_out[i]), overflow=False,
                        bad=bool(bad[i]), grad_norm_ratio=float(gn_ratio[i]), evidence=ev,
-                       onset_lag=onset_lag(ev, cfg.evidence))
+                       onset_lag=onset_lag(ev, cfg.evidence), in_lr_ramp=bool(ramp[i]),
+                       lr=float(lr_log[0][i]) if lr_log is not None else float("nan"))
 
     # The policy changes state on bad verdicts and, through its loss-rise rule, on good ones where
     # that rule fires. Both are found vectorised; the policy is fed only those steps, in order, and

@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterable, Iterator
 from ..data.iterate import iter_rng_neutral
 from ..errors import require
 from ..recovery.ledger import LEDGER_FILE, RunLedger
+from ..recovery.lr_phase import LrRamp
 from ..recovery.policy import RecoveryPolicy
 from ..recovery.verdict import Verdict
 from .config import GuardConfig
@@ -122,6 +123,7 @@ class StabilityGuard:
         self.store, self.sampler = store, sampler
         self._params = [p for p in model.parameters() if p.requires_grad]
         self._timeline = TimelineSlot(self)
+        self._lr_ramp = LrRamp((config or GuardConfig()).lr_ramp_window)
         device = self._params[0].device if self._params else torch.device("cpu")
         if cfg.gate == "device" and not supports_device_gate(optimizer):
             from ..errors import ConfigError
@@ -401,6 +403,7 @@ class StabilityGuard:
         """Host side of one step: verdict -> log -> (replay check) -> policy -> executor."""
         v = Judgement.verdict(packed, step=meta["step"], batch_index=meta["batch_index"], lr=meta["lr"],
                               loss_scale=meta["loss_scale"])
+        v.in_lr_ramp = self._lr_ramp.update(v.step, v.lr)  # the policy's LR-schedule evidence
         self.last_record = v
         if self.config.log_metrics:
             m = {"loss": v.loss, "grad_norm": v.grad_norm, "lr": v.lr}
@@ -490,7 +493,7 @@ class StabilityGuard:
         """The timeline: detector windows, the policy's open episode, the data counter (JSON-safe).
         Goes into every checkpoint (TrainState extras) and is rolled back with it."""
         return {"format": GUARD_FORMAT, "judge": self.judge.state_dict(), "policy": self.policy.state_dict(),
-                "data_count": self._data_count}
+                "data_count": self._data_count, "lr_ramp": self._lr_ramp.state_dict()}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output (format 1, from before the ledger, is read too)."""
@@ -504,6 +507,7 @@ class StabilityGuard:
         self.judge.load_state_dict(sd["judge"])
         self.policy.load_state_dict(sd["policy"])
         self._data_count = int(sd["data_count"])
+        self._lr_ramp.load_state_dict(sd.get("lr_ramp"))
 
     def adopt_ledger(self, ledger: RunLedger) -> None:
         """Use ``ledger`` from now on (a framework callback restoring its own saved ledger)."""

@@ -73,6 +73,15 @@ class PolicyConfig:
     test refreshes its baseline every ``stride`` (32) steps, so the rise may have begun up to that
     much earlier (measured on the zoo: cutting from the lowest point itself left 20 steps of a 30x
     LR in, and the loss rose again)."""
+    lr_ramp_window: int = 20
+    """A step is in the LR ramp when the LR rose at most this many steps before it
+    (:mod:`lossguard.recovery.lr_phase`). An episode whose every bad step is in the ramp and whose
+    only symptom is the grad norm (no loss outlier, nothing non-finite) is the LR schedule's doing
+    (suspect ``lr_schedule``): the guard skips those steps (and clips, with ``max_grad_norm``) but
+    neither rolls back nor skips data -- the next batches meet the same LR, and a rollback replays
+    the same ramp. Issue 19: the demo GPT at 10x its LR with clipping, nothing injected, rolled back
+    to step 0 in its warm-up and skipped 5% of its (good) data. 20 = ``episode_gap``: the ramp's
+    influence ends where an episode would. 0 disables the rule."""
     min_loss_scale: float = 1.0
     """A GradScaler scale below this is a collapse: reset it (if the optimizer state is finite)."""
     max_overflow_streak: int = 30
@@ -99,6 +108,8 @@ class PolicyConfig:
             p.append(f"recurrence_lr_steps must be >= 1 or None, got {self.recurrence_lr_steps}")
         if self.loss_rise is not None and not (isinstance(self.loss_rise, (int, float)) and self.loss_rise > 0):
             p.append(f"loss_rise must be > 0 or None, got {self.loss_rise!r}")
+        if not isinstance(self.lr_ramp_window, int) or self.lr_ramp_window < 0:
+            p.append(f"lr_ramp_window must be an integer >= 0, got {self.lr_ramp_window!r}")
         if not isinstance(self.loss_rise_lead, int) or self.loss_rise_lead < 0:
             p.append(f"loss_rise_lead must be an integer >= 0, got {self.loss_rise_lead!r}")
         if not isinstance(self.loss_rise_after, int) or self.loss_rise_after < 1:

@@ -81,7 +81,18 @@ class RecoveryPolicy:
 
     def suspect(self, recurrence: int) -> str:
         """``"optimizer"`` once an episode recurred ``recurrences_to_cut`` times in a row, else ``"data"``."""
-        return "optimizer" if recurrence >= self.config.recurrences_to_cut else "data"
+        return Suspect.OPTIMIZER.value if recurrence >= self.config.recurrences_to_cut else Suspect.DATA.value
+
+    def suspect_for(self, episode: Episode) -> Suspect:
+        """The suspect of an episode that is no recurrence, from what its bad steps showed:
+        :attr:`Suspect.LR_SCHEDULE` when every bad step came in the LR ramp and only the grad norm
+        blew up (``lr_ramp_window``), :attr:`Suspect.NUMERICS` when nothing in it was finite, else
+        :attr:`Suspect.DATA` (the first rollback's assumption; recurrences test it)."""
+        if self.config.lr_ramp_window and not episode.outside_ramp and not episode.loss_symptom:
+            return Suspect.LR_SCHEDULE
+        if not episode.finite_seen:
+            return Suspect.NUMERICS
+        return Suspect.DATA
 
     def lr_cut_after_rollback(self, decision: Decision, to_step: int) -> Decision | None:
         """The LR cut a carried-out rollback brings (booked in the ledger), or None."""
@@ -150,9 +161,17 @@ class RecoveryPolicy:
                     ep.add(verdict.step, verdict.batch_index)
                 test = verdict.evidence.describe() if verdict.evidence else "flagged"
                 self.episode_tests[test] = self.episode_tests.get(test, 0) + 1
+                ep.note(verdict)
                 nums["episode_bad_steps"] = ep.count
-            out.append(Decision(Action.SKIP, verdict.step, verdict.reasons() or ["flagged"], nums))
-            if counts and self.needs_rollback(ep):
+            reasons = verdict.reasons() or ["flagged"]
+            held = counts and self.needs_rollback(ep) and self.suspect_for(ep) is Suspect.LR_SCHEDULE
+            if held:
+                nums["suspect"] = Suspect.LR_SCHEDULE.value
+                reasons = reasons + [f"no rollback: the grad norm alone blew up while the LR was ramping up (it rose "
+                                     f"within the last {cfg.lr_ramp_window} steps): the LR schedule, not the data; "
+                                     "the update is withheld (and clipped, with max_grad_norm), no data skipped"]
+            out.append(Decision(Action.SKIP, verdict.step, reasons, nums))
+            if counts and not held and self.needs_rollback(ep):
                 out.append(self.escalate(verdict.step, f"{ep.count} bad steps within an episode "
                                                        f"(gap <= {cfg.episode_gap}) since step {ep.onset_step}"))
         if not any(d.action in (Action.ROLLBACK, Action.HALT) for d in out):
@@ -238,7 +257,7 @@ class RecoveryPolicy:
                     + ("for an optimizer instability (LR too high for the weights there)" if nums["suspect"] == "optimizer"
                        else f"not yet enough (recurrences_to_cut={cfg.recurrences_to_cut}): skipping data again"))
             else:
-                nums["suspect"] = "data"
+                nums["suspect"] = self.suspect_for(ep).value
         if self.episode_tests:
             nums["tests"] = dict(self.episode_tests)
             reasons.append("tests that fired in this episode: " + "; ".join(

@@ -76,6 +76,9 @@ class Verdict:
             :mod:`lossguard.guard.judge.evidence`); NONE for a good step.
         onset_lag: how many steps before this one the evidence began (the loss-shift test: its
             window less one); an episode this verdict opens starts there.
+        in_lr_ramp: the LR rose at most ``lr_ramp_window`` steps before this step (warm-up, or an
+            upward LR change; :mod:`lossguard.recovery.lr_phase`). Host-side, set by the guard or
+            ``simulate`` from the LR, not packed by the judge.
     """
 
     step: int
@@ -95,6 +98,7 @@ class Verdict:
     grad_norm_ratio: float = math.nan
     evidence: Evidence = Evidence.NONE
     onset_lag: int = 0
+    in_lr_ramp: bool = False
 
     @classmethod
     def from_packed(cls, values: Sequence[float], *, step: int, batch_index: int,
