@@ -29,8 +29,11 @@ from .recovery.finding import WHOLE_LOG_KINDS, WholeLogFinding
 from .recovery.recipe import RecoveryRecipe
 from .recovery.skip_range import SkipRange
 
-HEAVY = (Action.ROLLBACK.value, Action.LR_CUT.value, Action.HALT.value)
+HEAVY = frozenset((Action.ROLLBACK.value, Action.LR_CUT.value, Action.HALT.value))
 """The decisions that change a run's future enough to count as *heavy* (skips and loss-scale resets do not)."""
+# Record words, looked up once (an enum's .value is a descriptor call: planning reads them per decision).
+_SKIP, _ROLLBACK = Action.SKIP.value, Action.ROLLBACK.value
+_FOLLOW_UPS = frozenset((Action.LR_CUT.value, Action.LOSS_SCALE_RESET.value))
 
 
 @dataclass
@@ -161,8 +164,8 @@ def _actions(decisions: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     out: list[list[dict[str, Any]]] = []
     for d in decisions:
         ev = d["event"]
-        follows = out and out[-1][0]["event"] == Action.ROLLBACK.value and ev in (
-            Action.LR_CUT.value, Action.LOSS_SCALE_RESET.value) and d["step"] == out[-1][0].get("to_step")
+        follows = out and ev in _FOLLOW_UPS and out[-1][0]["event"] == _ROLLBACK \
+            and d["step"] == out[-1][0].get("to_step")
         if follows:
             out[-1].append(d)
         elif ev in HEAVY:
@@ -187,11 +190,11 @@ def make_plans(incidents: Sequence[Incident], decisions: Sequence[dict[str, Any]
     """
     order = sorted(range(len(incidents)), key=lambda i: incidents[i].onset)
     starts = [incidents[i].onset for i in order]
-    plans = [RecoveryPlan(incident=i, action=Action.NONE if inc.kind is K.SUDDEN_DROP else Action.WATCH)
-             for i, inc in enumerate(incidents)]
+    none, watch, drop = Action.NONE, Action.WATCH, K.SUDDEN_DROP
+    plans = [RecoveryPlan(incident=i, action=none if inc.kind is drop else watch) for i, inc in enumerate(incidents)]
     orphans: list[RecoveryPlan] = []
     for d in decisions:  # withheld updates, filed under their incident
-        if d["event"] == Action.SKIP.value and incidents:
+        if d["event"] == _SKIP and incidents:
             plans[order[_owner(starts, int(d["step"]))]].skipped_steps.append(int(d["step"]))
     for group in _actions(decisions):
         head = group[0]
