@@ -20,7 +20,18 @@ class PolicyConfig:
     episode_gap: int = 20
     """Bad steps at most this many steps apart belong to one episode."""
     rollback_after: int = 3
-    """Bad steps in one episode that make the guard roll back instead of skipping again."""
+    """Bad steps in one episode that make the guard roll back instead of skipping again.
+
+    Is a rollback worth it when every bad step was withheld (the weights never saw them) and the
+    loss is back on trend? Measured (issue 19, ``benchmarks/zoo.py --scenarios bad_pocket,lr_jump
+    --scenario-seeds 0,1,2``, mlp tuned + lstm held out, 18 guarded runs each, against the same
+    clean references): with no rollback on the count (``rollback_after=1000000``: skip every bad
+    step, roll back only when the loss does not come back, the ``loss_rise`` rule) the bad-pocket runs
+    ended worse -- mlp 17/18 within 2% of clean (median gap +0.21%) vs 18/18 (-0.02%) with 3, lstm
+    16/18 (+1.59%) vs 17/18 (-0.31%): the rollback also undoes the updates of the pocket's batches
+    that no test flagged and skips past the pocket's tail. On LR jumps the count-based rollbacks
+    cost more than they gave on mlp (16/18 vs 12/18 within 2%; lstm 9/18 both). So 3 stays, and an
+    episode the LR schedule explains is held back from rolling back instead (``lr_ramp_window``)."""
     rollbacks_per_incident: int = 3
     """Rollbacks one *incident* may use: an episode plus its recurrences (the same place again after
     its data was skipped). The budget is per incident so that an unrelated early blip cannot spend
