@@ -267,9 +267,15 @@ def health(analysis: Analysis) -> Health:
     outliers = [i for i in rest if _one_step(incs[i])]
     other = [i for i in rest if i not in outliers]
     critical = any(Severity(incs[i].severity) is Severity.CRITICAL for i in rest)
-    healthy = not act and not critical
+    # A decision of the guard's policy that no incident explains (plan.incident None) still needs action.
+    unexplained = [p for p in analysis.plans if p.incident is None and p.action not in NO_ACTION]
+    healthy = not act and not critical and not unexplained
     points, short = judged_limits(analysis)
-    if act or critical:
+    if unexplained and not act:
+        p = unexplained[0]
+        text = (f"UNHEALTHY: the guard's policy would {word(p.action).replace('_', ' ')} at step {p.step} "
+                f"({'; '.join(p.reasons[:1])}), with no incident to explain it")
+    elif act or critical:
         worst = [incs[i] for i in act] or [incs[i] for i in rest
                                            if Severity(incs[i].severity) is Severity.CRITICAL]
         more = f", and {len(worst) - 2} more" if len(worst) > 2 else ""
