@@ -8,7 +8,7 @@ events into incidents (:mod:`lossguard.classify`) and suggests a recovery for ea
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from . import __version__
 from .classify.assemble import find_incidents
@@ -18,8 +18,10 @@ from .jsonsafe import strict_json
 from .plan import PlanConfig, RecoveryPlan, findings, make_plans
 from .recovery.severity import Severity
 from .runlog import RunLog
-from .simulate import Simulation, simulate
 from .stitch import stitch
+
+if TYPE_CHECKING:
+    from .simulate import Simulation
 
 SCHEMA_VERSION = 3
 """Version of the JSON document written by ``lossguard analyze --json``; bumped on breaking change
@@ -53,7 +55,7 @@ class Analysis:
     log_interval: int = 1
     checkpoints: list[int] | None = None
     notes: list[str] = field(default_factory=list)
-    replay: Simulation | None = None
+    replay: "Simulation | None" = None
     """The guard's policy replayed over the log (:func:`guard_replay`), or None (no single loss)."""
 
     def of_kind(self, *kinds: IncidentKind | str) -> list[Incident]:
@@ -120,12 +122,14 @@ def analyze(log: RunLog, *, checkpoints: Sequence[int] | None = None, settings: 
 
 
 def guard_replay(log: RunLog, metric: str | None, incidents: Sequence[Incident], plan: PlanConfig,
-                 checkpoints: Sequence[int] | None) -> Simulation | None:
+                 checkpoints: Sequence[int] | None) -> "Simulation | None":
     """The guard's policy replayed over the log with the analyser's whole-log findings: the decisions
     the plans are made of (the same call ``lossguard simulate`` makes). None when the log has no
     single loss series to replay."""
     if metric is None or metric not in log.series:
         return None
+    from .simulate import simulate  # imported on use: `import lossguard` stays light
+
     return simulate(log, plan.guard_config(), checkpoints=checkpoints, metric=metric, findings=findings(incidents))
 
 
