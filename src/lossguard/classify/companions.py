@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 
 from .. import metrics as M
-from ..detect.loss_scale import find_bursts, find_collapses
+from ..detect.loss_scale import find_bursts, find_collapses, is_static
 from ..detect.nonfinite import find_nonfinite
 from ..detect.series import detect_series
 from ..runlog import RunLog
@@ -128,6 +128,8 @@ def loss_scale_collapses(log: RunLog, cfg: AnalyzeConfig, out: list[Incident]) -
     if M.SKIPPED_ITERS in log.series:
         ss, sv = log.live(M.SKIPPED_ITERS)
         skipped = (ss, np.nan_to_num(sv))
+    if is_static(scale) and (skipped is None or not skipped[1].any()):
+        return  # bf16's "loss scale: 1.0" on every line: no dynamic scale, nothing collapsed
     floor = find_collapses(scale, cfg.loss_scale)
     # A burst of halvings that runs into a collapse to the floor is that collapse's beginning.
     bursts = [b for b in find_bursts(steps, scale, cfg.loss_scale)
