@@ -11,6 +11,8 @@ Assumptions about a log (the log cannot say what a live guard knows):
 - **batch index == step**, unless the log has a ``batch_index`` series, which is used instead;
 - **checkpoints** at step 0 and every ``config.checkpoint_every`` steps (None: only step 0), unless
   a list is given (``checkpoints=``, e.g. from ``--checkpoints``);
+- the LR-ramp evidence (``lr_ramp_window``: is the LR still rising?) comes from the log's ``lr``
+  series; a log without one is never in the ramp (a live guard reads the optimizer's LR);
 - the grad-norm test runs only where the log has a grad norm (a log without one is judged on its
   loss alone, plus a note); loss-scale resets are not simulated (no GradScaler to watch);
 - a **skip** is taken not to change what follows (one withheld update; the recorded next step is
