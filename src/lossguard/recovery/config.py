@@ -92,7 +92,9 @@ class PolicyConfig:
     neither rolls back nor skips data -- the next batches meet the same LR, and a rollback replays
     the same ramp. Issue 19: the demo GPT at 10x its LR with clipping, nothing injected, rolled back
     to step 0 in its warm-up and skipped 5% of its (good) data. 20 = ``episode_gap``: the ramp's
-    influence ends where an episode would. 0 disables the rule."""
+    influence ends where an episode would. Zoo (issue 19, mlp/cnn/encoder/lstm pocket and LR-jump
+    runs, 3 seeds): the rollbacks, LR cuts and halts of 139 paired runs are unchanged by the rule;
+    healthy mlp and lstm runs still see no heavy intervention (0/24). 0 disables the rule."""
     min_loss_scale: float = 1.0
     """A GradScaler scale below this is a collapse: reset it (if the optimizer state is finite)."""
     max_overflow_streak: int = 30
