@@ -14,6 +14,7 @@ from ..detect.loss_scale import find_bursts, find_collapses, is_static
 from ..detect.nonfinite import find_nonfinite
 from ..detect.series import detect_series
 from ..runlog import RunLog
+from ..recovery.severity import Severity
 from .classifier import spike_incident
 from .incident import Incident, IncidentKind as K
 from .settings import AnalyzeConfig
@@ -84,7 +85,7 @@ def grad_norm_spikes(log: RunLog, dcfg, cfg: AnalyzeConfig, k: int, out: list[In
             continue
         spike = spike_incident(gev, e, M.GRAD_NORM, cfg, k, [])
         out.append(replace(spike, kind=K.GRAD_NORM_SPIKE, magnitude=excess,
-                           severity="warning" if e.peak_value >= 10 * e.base else "info",
+                           severity=Severity.WARNING if e.peak_value >= 10 * e.base else Severity.INFO,
                            evidence=spike.evidence + " The loss did not move (yet): grad-norm spikes often build "
                                                      "up before a loss spike."))
 
@@ -106,7 +107,7 @@ def nonfinite_incidents(log: RunLog, metric: str, out: list[Incident]) -> None:
                   (f"; finite again at step {end}." if end is not None else " to the end of the log."))
             out.append(Incident(kind=K.NON_FINITE, metric=name, onset=a, peak=a, end=end, baseline=float("nan"),
                                 peak_value=float("nan"), magnitude=float("nan"), magnitude_sigma=float("nan"),
-                                severity="critical", evidence=ev, details={"points": n, "nan": r.nan}))
+                                severity=Severity.CRITICAL, evidence=ev, details={"points": n, "nan": r.nan}))
     if M.NAN_ITERS in log.series:
         steps, values = log.live(M.NAN_ITERS)
         for i in np.flatnonzero(np.nan_to_num(values) > 0):
@@ -114,7 +115,7 @@ def nonfinite_incidents(log: RunLog, metric: str, out: list[Incident]) -> None:
             if not any(x.kind == K.NON_FINITE and abs(x.onset - a) <= 0 for x in out):
                 out.append(Incident(kind=K.NON_FINITE, metric=M.NAN_ITERS, onset=a, peak=a, end=None,
                                     baseline=float("nan"), peak_value=float("nan"), magnitude=float(values[i]),
-                                    magnitude_sigma=float("nan"), severity="critical",
+                                    magnitude_sigma=float("nan"), severity=Severity.CRITICAL,
                                     evidence=f"The log counts {int(values[i])} NaN iteration(s) at step {a}."))
 
 
@@ -154,7 +155,7 @@ def loss_scale_collapses(log: RunLog, cfg: AnalyzeConfig, out: list[Incident]) -
         out.append(Incident(kind=K.LOSS_SCALE_COLLAPSE, metric=M.LOSS_SCALE, onset=a, peak=int(steps[c.trigger]),
                             end=int(steps[c.stop + 1]) if c.recovered else None, baseline=float(c.peak_scale),
                             peak_value=c.min_scale, magnitude=c.min_scale - c.peak_scale,
-                            magnitude_sigma=float("nan"), severity="critical",
+                            magnitude_sigma=float("nan"), severity=Severity.CRITICAL,
                             evidence=(f"The fp16 loss scale {what}{note}: overflows on most steps, updates are "
                                       "being skipped."),
                             details={"floor": cfg.loss_scale.floor}))

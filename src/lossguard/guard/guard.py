@@ -38,12 +38,14 @@ from typing import Any, Callable, Iterable, Iterator
 from ..data.iterate import iter_rng_neutral
 from ..errors import require
 from ..recovery.ledger import LEDGER_FILE, RunLedger
+from ..recovery.lr_phase import LrRamp
 from ..recovery.policy import RecoveryPolicy
 from ..recovery.verdict import Verdict
 from .config import GuardConfig
 from .events import EventLog
 from .executor import RecoveryExecutor, TrainingHalted
-from .judge import DeviceJudge, HostJudge, Judgement
+from .judge.twins import DeviceJudge, HostJudge, Judgement
+from .timeline import TimelineSlot
 
 GUARD_FORMAT = 2
 """Version of :meth:`StabilityGuard.state_dict` (2: timeline only; the ledger lives apart)."""
@@ -116,13 +118,17 @@ class StabilityGuard:
                  config: GuardConfig | None = None, log_path=None, diagnosis_path=None,
                  ledger: RunLedger | None = None, snapshots: int = 0, attribution=None) -> None:
         torch = require("torch", "torch", "StabilityGuard")
+        from ..checkpoint.protocol import check_store
         from ..checkpoint.state import TrainState
         from .gate import supports_device_gate
 
+        check_store(store)
         self.config = cfg = config or GuardConfig()
         self.model, self.optimizer, self.scheduler, self.scaler = model, optimizer, scheduler, scaler
         self.store, self.sampler = store, sampler
         self._params = [p for p in model.parameters() if p.requires_grad]
+        self._timeline = TimelineSlot(self)
+        self._lr_ramp = LrRamp((config or GuardConfig()).lr_ramp_window)
         device = self._params[0].device if self._params else torch.device("cpu")
         if cfg.gate == "device" and not supports_device_gate(optimizer):
             from ..errors import ConfigError
@@ -156,13 +162,13 @@ class StabilityGuard:
             from .sample_namer import SampleNamer
             self.namer = SampleNamer.build(attribution, model=model, sampler=sampler, store=store, log=self.log,
                                            ledger=lambda: self.policy.ledger, world=self._world, sharded=self._sharded)
-        if store is not None and getattr(store, "sharded", False):
+        if store is not None and store.sharded:
             from ..checkpoint.sharded_state import ShardedTrainState
             self.state = ShardedTrainState(model, optimizer, scheduler=scheduler, scaler=scaler, data=sampler,
-                                           extras={"guard": self})
+                                           extras={"guard": self._timeline})
         else:
             self.state = TrainState(getattr(model, "module", model), optimizer, scheduler=scheduler, scaler=scaler,
-                                    data=sampler, extras={"guard": self})
+                                    data=sampler, extras={"guard": self._timeline})
         from ..checkpoint.snapshot import HostSnapshot
         self.snapshot = HostSnapshot(self.state, every=1, keep=snapshots) if snapshots else None
         self.executor = RecoveryExecutor(config=cfg, policy=self.policy, log=self.log, state=self.state, store=store,
@@ -422,6 +428,7 @@ class StabilityGuard:
         """Host side of one step: verdict -> log -> (replay check) -> policy -> executor."""
         v = Judgement.verdict(packed, step=meta["step"], batch_index=meta["batch_index"], lr=meta["lr"],
                               loss_scale=meta["loss_scale"])
+        v.in_lr_ramp = self._lr_ramp.update(v.step, v.lr)  # the policy's LR-schedule evidence
         self.last_record = v
         if self.config.log_metrics:
             m = {"loss": v.loss, "grad_norm": v.grad_norm, "lr": v.lr}
@@ -439,20 +446,29 @@ class StabilityGuard:
             self.namer.name(step=v.step, batch_index=v.batch_index, batch=meta.get("batch"), rng=meta.get("rng"),
                             baseline=v.loss_baseline, loss_flagged=v.loss_outlier or not math.isfinite(v.loss)
                             or v.loss_z >= self.config.evidence.joint_loss_z)
-        for d in self.policy.observe(v, transient=transient):
-            data_count = self._data_count
-            out = self.executor.carry_out(d)
-            if out.rolled_back_to is not None:
-                self.step_count = self.state.step
-                if self.sampler is None:
-                    self._data_count = data_count  # the stream itself was not rewound
-                self._reiter, self._pending = True, None
-                break
-            if out.halted:
-                self.halted, self.restart_requested = True, out.restart
-                if self.namer is not None and self.namer.records and self.executor.diagnosis:
-                    self._add_to_diagnosis(self.namer.summary())
-                break
+        with self._timeline.parked():  # a rollback's restore must not reload this guard mid-decision
+            for d in self.policy.observe(v, transient=transient):
+                data_count = self._data_count
+                out = self.executor.carry_out(d)
+                if out.rolled_back_to is not None:
+                    rollback = d
+                    break
+                if out.halted:
+                    self.halted, self.restart_requested = True, out.restart
+                    if self.namer is not None and self.namer.records and self.executor.diagnosis:
+                        self._add_to_diagnosis(self.namer.summary())
+                    break
+            else:
+                return
+        if out.rolled_back_to is not None:
+            # The decision is over: now the restored timeline (detector windows, episode, data
+            # counter) replaces this guard's, and the policy starts afresh after the rollback.
+            self._timeline.apply()
+            self.policy.restart_timeline(rollback)
+            self.step_count = self.state.step
+            if self.sampler is None:
+                self._data_count = data_count  # the stream itself was not rewound
+            self._reiter, self._pending = True, None
 
     def _add_to_diagnosis(self, text: str) -> None:
         """Append ``text`` (the named samples) to the halt diagnosis and its file."""
@@ -493,7 +509,7 @@ class StabilityGuard:
         self.state.step = self.step_count
         if self.snapshot is not None:
             self.snapshot.take()  # the same state, kept in host memory for a fast rollback
-        if getattr(self.store, "asynchronous", False):  # a sharded store with its own gloo group
+        if self.store.asynchronous:  # a sharded store with its own gloo group
             return self.store.async_save(self.step_count, self.state.state_dict())
         return self.store.save(self.step_count, self.state.state_dict())
 
@@ -516,7 +532,7 @@ class StabilityGuard:
         """The timeline: detector windows, the policy's open episode, the data counter (JSON-safe).
         Goes into every checkpoint (TrainState extras) and is rolled back with it."""
         return {"format": GUARD_FORMAT, "judge": self.judge.state_dict(), "policy": self.policy.state_dict(),
-                "data_count": self._data_count}
+                "data_count": self._data_count, "lr_ramp": self._lr_ramp.state_dict()}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output (format 1, from before the ledger, is read too)."""
@@ -530,6 +546,7 @@ class StabilityGuard:
         self.judge.load_state_dict(sd["judge"])
         self.policy.load_state_dict(sd["policy"])
         self._data_count = int(sd["data_count"])
+        self._lr_ramp.load_state_dict(sd.get("lr_ramp"))
 
     def adopt_ledger(self, ledger: RunLedger) -> None:
         """Use ``ledger`` from now on (a framework callback restoring its own saved ledger)."""
@@ -542,7 +559,7 @@ class StabilityGuard:
     def close(self) -> None:
         """Process any deferred verdict, wait for an asynchronous save in flight, close the log."""
         self.flush()
-        if hasattr(self.store, "wait"):
+        if self.store is not None:
             self.store.wait()
         self.log.close()
 
