@@ -22,7 +22,7 @@ from ..recovery.action import Action
 from ..recovery.checkpoint_choice import choose_checkpoint
 from ..recovery.decision import Decision
 from ..recovery.policy import RecoveryPolicy
-from ..recovery.resolve import halt_resume_point, resolve_rollback
+from ..recovery.resolve import halt_resume_point, loss_scale_reset_with, resolve_rollback
 from .config import GuardConfig
 from .events import EventLog
 
@@ -170,7 +170,7 @@ class RecoveryExecutor:
             from .gate import optimizer_state_finite
             if optimizer_state_finite(self.optimizer):
                 new = reset_grad_scaler(self.scaler, self.config.loss_scale_reset_to)
-                self.emit(Decision(Action.LOSS_SCALE_RESET, target, ["reset with the rollback"], {"new_scale": new}))
+                self.emit(loss_scale_reset_with(target, {"new_scale": new}))
         for f in follow:
             self.emit(f)
         self.ledger.save()
