@@ -231,11 +231,35 @@ def plan_for(index: int, inc: Incident, incidents: Sequence[Incident], cfg: Plan
         rollback(False, "The loss changed regime (its noise and level moved together and stayed): the data or the "
                         "loss changed underneath the run. Check the data pipeline and the loss at the onset first; "
                         "then restore from before it.")
+    elif kind == K.STALL:
+        _plan_stall(p, inc, cfg)
     elif kind == K.SUDDEN_DROP:
         p.action = Action.NONE
         p.reasons.append("A steep improvement after a slow stretch (grokking-like). Worth a check that it is not "
                          "an evaluation or data bug (e.g. repeated or leaked data).")
     return p
+
+
+STALL_LR_FACTOR = 0.3
+"""A stall's suggested peak-LR multiplier: one step down an LR sweep of half-decades (3e-2 -> 1e-2)."""
+
+
+def _plan_stall(p: RecoveryPlan, inc: Incident, cfg: PlanConfig) -> None:
+    """What to change for the next run (or the rest of this one) after a stall at a too-high LR."""
+    tests = inc.details.get("tests", [])
+    p.action = Action.LR_CUT
+    p.lr_factor = STALL_LR_FACTOR
+    p.reasons.append("The run stalled on a plateau rather than converging: the steps there were mostly wasted.")
+    p.reasons.append(f"Lower the peak LR (e.g. {STALL_LR_FACTOR:g}x) or lengthen the warm-up"
+                     + (": the plateau sat at the LR's peak." if "lr_at_peak" in tests else "."))
+    if "attn_logits" in tests:
+        p.reasons.append(f"The attention logits grew to {inc.details.get('attn_logit_max'):.4g}: add QK-LayerNorm "
+                         "(lossguard.techniques.qk_norm) and z-loss, or keep the model and let the guard's "
+                         "treatment clip them (PrecursorTreatment: QK-clip, then an LR cut).")
+    else:
+        p.reasons.append("Log the attention logits (StabilityGuard(..., precursors=True)) to tell attention-logit "
+                         "growth from other causes; QK-LayerNorm and z-loss make a run far less LR-sensitive "
+                         "(Wortsman et al. 2023).")
 
 
 def make_plans(incidents: Sequence[Incident], *, checkpoints: Sequence[int] | None = None,
