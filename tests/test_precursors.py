@@ -164,6 +164,7 @@ def test_guard_logs_precursors(tmp_path):
     assert len(metrics) == 40
     for name in (M.ATTN_LOGIT_MAX, M.OUTPUT_LSE, M.UPDATE_RATIO, M.attn_layer(1)):
         assert all(name in r for r in metrics)
+    assert all(isinstance(r[M.UPDATE_RATIO], float) and 0 < r[M.UPDATE_RATIO] < 1 for r in metrics)
     from lossguard.io import read_log
     log = read_log(tmp_path / "run.jsonl")
     assert M.ATTN_LOGIT_MAX in log.series and M.UPDATE_RATIO in log.series
@@ -190,3 +191,13 @@ def test_treatment_does_nothing_below_tau(tmp_path):
     from lossguard.guard.treatment import PrecursorTreatment, TreatmentConfig
     _, recs = _guarded(tmp_path, PrecursorTreatment(TreatmentConfig(tau=1e6)))
     assert not [r for r in recs if r.get("event")]
+
+
+def test_analyze_reads_the_precursors_of_a_guard_log(tmp_path):
+    from lossguard.analysis import analyze
+    from lossguard.io import read_log
+    _guarded(tmp_path, None)
+    notes = analyze(read_log(tmp_path / "run.jsonl")).notes
+    assert any(n.startswith("Largest attention logit") for n in notes)
+    assert any(n.startswith("Update-to-weight ratio") for n in notes)
+    assert any("log Z" in n for n in notes) and any("second moment" in n for n in notes)

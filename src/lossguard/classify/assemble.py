@@ -39,6 +39,7 @@ from .regime import regime_pass
 from .settings import AnalyzeConfig
 from .short import coverage_notes, short_pass
 from .short_spikes import short_spike_pass
+from .precursors import precursor_notes
 from .stall import stall_pass
 
 
@@ -110,6 +111,7 @@ def find_incidents(log: RunLog, cfg: AnalyzeConfig) -> Found:
     grad_norm_spikes(log, ctx.dcfg, cfg, k, out)
     nonfinite_incidents(log, ctx.metric, out)
     loss_scale_collapses(log, cfg, out)
+    precursor_notes(ctx)
     incidents = one_event_one_incident(ctx, out)
     incidents.sort(key=lambda i: (i.onset, i.kind.value))
     return Found(incidents, ctx.metric, k, ctx.notes + coverage_notes(ctx))

@@ -340,6 +340,7 @@ class StabilityGuard:
             packed = j.packed
             if self.precursors is not None:
                 from .precursor_hook import append_precursors
+                self.precursors.after_step()
                 packed = append_precursors(self.precursors, packed)
             scale = math.nan
             if self.scaler is not None:
