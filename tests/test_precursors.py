@@ -201,3 +201,34 @@ def test_analyze_reads_the_precursors_of_a_guard_log(tmp_path):
     assert any(n.startswith("Largest attention logit") for n in notes)
     assert any(n.startswith("Update-to-weight ratio") for n in notes)
     assert any("log Z" in n for n in notes) and any("second moment" in n for n in notes)
+
+
+def test_update_size_test_sees_an_lr_jump_and_cuts_it_back(tmp_path):
+    from lossguard.guard import GuardConfig, StabilityGuard
+    from lossguard.guard.update_size import LR_CUT_CAUSE, UpdateSizeTest
+    from lossguard.testing.tiny_gpt import GPTConfig, TinyGPT
+
+    def train(jump: float):
+        torch.manual_seed(0)
+        model = TinyGPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: jump if s >= 60 else 1.0)
+        log = tmp_path / f"j{jump}.jsonl"
+        guard = StabilityGuard(model, opt, scheduler=sched, config=GuardConfig(max_grad_norm=1.0), log_path=log,
+                               treatment=UpdateSizeTest())
+        g = torch.Generator().manual_seed(0)
+        batches = [torch.randint(0, 256, (4, 9), generator=g) for _ in range(90)]
+        for _, b in guard.batches(batches, steps=90):
+            _, loss = model(b[:, :-1], b[:, 1:])
+            loss.backward()
+            guard.step(loss)
+        guard.close()
+        return guard, [json.loads(x) for x in log.read_text().splitlines()]
+
+    guard, recs = train(20.0)
+    cuts = [r for r in recs if r.get("event") == "lr_cut" and r.get("cause") == LR_CUT_CAUSE]
+    assert len(cuts) == 1 and 62 <= cuts[0]["step"] <= 64  # confirmed on the third jumped step
+    assert "jumped" in cuts[0]["evidence"] and 0.02 <= cuts[0]["factor"] <= 0.15
+    assert guard.ledger.lr_factor(80) == pytest.approx(cuts[0]["factor"])
+    _, recs = train(1.0)  # no jump: no action
+    assert not [r for r in recs if r.get("event") == "lr_cut"]

@@ -103,8 +103,10 @@ class StabilityGuard:
         precursors: True, or a :class:`~lossguard.guard.precursors.PrecursorMonitor`: measure the
             precursor statistics (attention / output logits, update ratio, Adam's ratio) and log
             them with each step's metrics, in the same one transfer per step.
-        treatment: a :class:`~lossguard.guard.treatment.PrecursorTreatment` (opt-in): QK-clip and an
-            LR cut driven by the attention logits (implies ``precursors``).
+        treatment: opt-in responders to the precursors (implies ``precursors``), one or a list:
+            :class:`~lossguard.guard.treatment.PrecursorTreatment` (QK-clip, then an LR cut, driven by
+            the attention logits), :class:`~lossguard.guard.update_size.UpdateSizeTest` (an LR cut
+            when the update size jumps against its own history).
 
     Raises:
         TrainingHalted: the ledger says this run was halted (a relaunch after a halt); the message
@@ -424,8 +426,9 @@ class StabilityGuard:
                 m.update(self.precursors.decode(pre))
             self.log.metrics(v.step, m)
         if pre is not None and self.treatment is not None and not self.config.shadow:
-            for rec in self.treatment.treat(v.step, self.precursors.probes, self.precursors.heads(pre), self.ledger):
-                self.log.event(rec)
+            for responder in (self.treatment if isinstance(self.treatment, (list, tuple)) else [self.treatment]):
+                for rec in responder.respond(v.step, self.precursors, pre, self.ledger, v.lr):
+                    self.log.event(rec)
         transient = False
         # Replay only when the update was withheld: in shadow mode the weights already moved.
         if v.bad and meta["replay"] is not None and meta["rng"] is not None and self.config.replay \

@@ -119,6 +119,11 @@ class PrecursorTreatment:
                                        f"is too high for this model; LR cut {self.lr_cuts} of {cfg.max_lr_cuts}"})
         return events
 
+    def respond(self, step: int, monitor, values: list[float], ledger=None,
+                lr: float = float("nan")) -> list[dict[str, Any]]:
+        """The guard's responder interface: :meth:`treat` on the monitor's per-head values."""
+        return self.treat(step, monitor.probes, monitor.heads(values), ledger)
+
     def state_dict(self) -> dict[str, Any]:
         """The clip budget and LR-cut count (JSON-safe)."""
         return {"clip_steps": list(self._clip_steps), "lr_cuts": self.lr_cuts, "lr_factor": self.lr_factor,
