@@ -152,6 +152,8 @@ def sensitivity(final: dict[float, float], l0: float) -> float:
 
 
 def summary(rows: list[dict]) -> str:
+    """The table and the LR sensitivity (a later row of the same config, LR and seed replaces an earlier one)."""
+    rows = list({(r["config"], r["lr"], r["seed"]): r for r in rows}.values())
     out = []
     configs = [c for c in CONFIGS if any(r["config"] == c for r in rows)]
     seeds = sorted({r["seed"] for r in rows})
