@@ -139,15 +139,15 @@ def test_monitor_update_ratio_adam_ratio_and_output_logits():
     assert stats[M.ATTN_LOGIT_MAX] == pytest.approx(max(stats[M.attn_layer(0)], stats[M.attn_layer(1)]))
 
 
-def _guarded(tmp_path, treatment, lr=0.05, steps=40):
+def _guarded(tmp_path, treatment, lr=0.05, steps=40, stats="auto"):
     from lossguard.guard import GuardConfig, StabilityGuard
     from lossguard.testing.tiny_gpt import GPTConfig, TinyGPT
     torch.manual_seed(0)
     model = TinyGPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=8))
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     log = tmp_path / "run.jsonl"
-    guard = StabilityGuard(model, opt, config=GuardConfig(max_grad_norm=1.0), log_path=log, precursors=True,
-                           treatment=treatment)
+    guard = StabilityGuard(model, opt, config=GuardConfig(max_grad_norm=1.0, stats=stats), log_path=log,
+                           precursors=True, treatment=treatment)
     g = torch.Generator().manual_seed(0)
     batches = [torch.randint(0, 256, (4, 9), generator=g) for _ in range(steps)]
     for step, b in guard.batches(batches, steps=steps):
@@ -158,8 +158,9 @@ def _guarded(tmp_path, treatment, lr=0.05, steps=40):
     return guard, [json.loads(x) for x in log.read_text().splitlines()]
 
 
-def test_guard_logs_precursors(tmp_path):
-    _, recs = _guarded(tmp_path, None)
+@pytest.mark.parametrize("stats", ["host", "device"])
+def test_guard_logs_precursors(tmp_path, stats):
+    _, recs = _guarded(tmp_path, None, stats=stats)
     metrics = [r for r in recs if "loss" in r]
     assert len(metrics) == 40
     for name in (M.ATTN_LOGIT_MAX, M.OUTPUT_LSE, M.UPDATE_RATIO, M.attn_layer(1)):
