@@ -27,6 +27,11 @@ from .. import metrics as M
 from .attention_probe import AttentionProbe, find_attention
 
 
+LSE_STRIDE = 4
+"""The output's log Z is averaged over every ``LSE_STRIDE``-th position (rows of the flattened
+``(..., V)`` logits); the largest |logit| is taken over all of them."""
+
+
 def _find_output(model: nn.Module) -> nn.Module | None:
     """The output projection: a module named ``lm_head`` (HF, nanoGPT) or ``output``, else None."""
     for name, m in model.named_modules():
@@ -78,9 +83,13 @@ class PrecursorMonitor:
         if not module.training:
             return
         with torch.no_grad():
-            z = out.detach().float()
-            self._out_max = z.abs().amax()
-            self._out_lse = torch.logsumexp(z, dim=-1).mean()
+            z = out.detach()
+            lo, hi = torch.aminmax(z)  # one pass, no |z| tensor
+            self._out_max = torch.maximum(-lo, hi).float()
+            # log Z on every LSE_STRIDE-th row (an unbiased estimate of the mean): the exp pass over
+            # all V logits of every position was ~1.5% of a CPU step of the benchmark model alone.
+            rows = z.reshape(-1, z.shape[-1])[::LSE_STRIDE]
+            self._out_lse = torch.logsumexp(rows.float(), dim=-1).mean()
 
     @torch.no_grad()
     def before_step(self) -> None:
@@ -95,8 +104,8 @@ class PrecursorMonitor:
                         v.append(st["exp_avg_sq"])
             if g2:
                 num = torch.stack(torch._foreach_norm(g2)).square().sum()
-                den = torch.stack([t.sum() for t in v])
-                self._adam = num / den.sum().clamp_min(1e-30)
+                den = torch.stack(torch._foreach_norm(v, 1)).sum()  # v >= 0: its sum is its L1 norm
+                self._adam = num / den.clamp_min(1e-30)
         if self.update_ratio and self.params:
             if self._prev is None:
                 self._prev = [p.detach().clone() for p in self.params]
