@@ -180,7 +180,7 @@ def test_treatment_clips_with_evidence_and_bounds_its_lr_cuts(tmp_path):
     guard, recs = _guarded(tmp_path, treat)
     clips = [r for r in recs if r.get("event") == "qk_clip"]
     cuts = [r for r in recs if r.get("event") == "lr_cut" and r.get("cause") == LR_CUT_CAUSE]
-    assert clips and all("evidence" in r and r["heads"] for r in clips)
+    assert clips and all("evidence" in r and r["heads"] and r["reasons"] == [r["evidence"]] for r in clips)
     assert len(cuts) == 2 and cuts[1]["step"] - cuts[0]["step"] >= 10  # bounded and spaced
     assert guard.ledger.lr_factor(39) == pytest.approx(0.25)
     # at most max_clip_steps clipping steps in any window of 10 steps at one LR (each cut opens a

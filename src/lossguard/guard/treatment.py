@@ -123,6 +123,8 @@ class PrecursorTreatment:
                            "evidence": f"attention logits above tau={cfg.tau:g} on {cfg.max_clip_steps} of the "
                                        f"last {cfg.window} steps (largest {max(m for *_, m in hot):.4g}): the LR "
                                        f"is too high for this model; LR cut {self.lr_cuts} of {cfg.max_lr_cuts}"})
+        for e in events:  # the key every guard decision record has
+            e["reasons"] = [e["evidence"]]
         return events
 
     def respond(self, step: int, monitor, values: list[float], ledger=None,

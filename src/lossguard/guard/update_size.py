@@ -114,8 +114,14 @@ class UpdateSizeTest:
             from ..recovery.ledger import LrCut
             ledger.set_lr_cut(LrCut(start_step=step + 1, until_step=None, factor=self.factor, cause=LR_CUT_CAUSE))
             ledger.save()
-        return [{"step": step, "event": "lr_cut", "cause": LR_CUT_CAUSE, "factor": self.factor,
+        return [_with_reasons({"step": step, "event": "lr_cut", "cause": LR_CUT_CAUSE, "factor": self.factor,
                  "update_ratio": jump, "update_ratio_median": base,
                  "evidence": f"update-to-weight ratio {jump:.3g} on {cfg.confirm} steps in a row, "
                              f"{jump / base:.3g}x its median {base:.3g} over the last {len(self._hist)} steps, "
-                             f"{cause}; LR cut to {self.factor:.3g}x (cut {self.cuts} of {cfg.max_cuts})"}]
+                             f"{cause}; LR cut to {self.factor:.3g}x (cut {self.cuts} of {cfg.max_cuts})"})]
+
+
+def _with_reasons(rec: dict[str, Any]) -> dict[str, Any]:
+    """The record with its evidence also as ``reasons`` (the key every guard decision record has)."""
+    rec["reasons"] = [rec["evidence"]]
+    return rec
