@@ -113,3 +113,12 @@ def test_short_logs_are_not_judged():
 def test_real_logs_raise_no_stall(name):
     rep = analyze(read_log(REAL / name))
     assert not [i for i in rep.incidents if i.kind is K.STALL]
+
+
+def test_a_spike_inside_the_plateau_does_not_end_it(tmp_path):
+    n = 1200
+    loss = stalled(n, 7, start=100, stop=650)
+    loss[300:330] += 1.5  # a burst of hard batches in the middle of the plateau
+    stalls = find_stalls(np.arange(n), loss, lr=(np.arange(n), cosine_lr(n, 0.1, 60)))
+    assert len(stalls) == 1 and stalls[0].onset <= 200 and stalls[0].end >= 500
+    assert "resumed" in stalls[0].reasons

@@ -11,7 +11,8 @@ A converged run also stops improving; what tells them apart (all must hold, vect
 medians of the whole log):
 
 1. **a plateau**: a stretch of at least ``min_fraction`` of the run (and ``min_blocks`` blocks)
-   over which the loss improves by less than ``tol`` (the larger of ``tol_sigma`` standard errors of
+   over which the loss improves by less than ``tol`` (a spike inside it does not end it, as long as
+   the plateau's median stays level) (the larger of ``tol_sigma`` standard errors of
    a block median and ``tol_rel`` of the level);
 2. **after progress**: just before it, the loss was falling at a rate (per unit of log(step)) that,
    carried on over the plateau, would have taken it at least ``gap_tol`` tolerances lower;
@@ -136,8 +137,12 @@ def find_stalls(steps: np.ndarray, loss: np.ndarray, *, lr: tuple[np.ndarray, np
     while j < nb - need + 1:
         tol = max(cfg.tol_sigma * se, cfg.tol_rel * abs(med[j]))
         k = j
-        while k + 1 < nb and med[k + 1] >= med[j] - tol and med[k + 1] <= med[j] + 2 * tol:
+        # Not improving: no block below the start's level by more than tol. A block above it (a
+        # spike inside the plateau) does not end it, as long as the plateau's median stays level.
+        while k + 1 < nb and med[k + 1] >= med[j] - tol and np.median(med[j:k + 2]) <= med[j] + 2 * tol:
             k += 1
+        while k > j and med[k] > med[j] + 2 * tol:  # ...but it ends on a level block, not on a spike
+            k -= 1
         length = k - j + 1
         if length < need:
             j += 1
