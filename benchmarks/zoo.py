@@ -213,7 +213,14 @@ def main(argv=None) -> int:
     ap.add_argument("--config", help="guard configuration (TOML) for the guarded runs; default: GuardConfig()")
     ap.add_argument("--guarded-only", action="store_true",
                     help="run only the guarded runs (the unguarded references come from an earlier --out)")
+    ap.add_argument("--update-size", action="store_true",
+                    help="plain-loop guarded runs also get the opt-in UpdateSizeTest (issue 20)")
     a = ap.parse_args(argv)
+    if a.update_size:
+        import os
+
+        from lossguard.testing.zoo.adapter import UPDATE_SIZE_ENV
+        os.environ[UPDATE_SIZE_ENV] = "1"  # before the worker pool starts: the workers inherit it
     if a.summary:
         rows = {}
         for path in a.summary:

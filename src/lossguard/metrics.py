@@ -146,3 +146,26 @@ def stream_of(name: str) -> str | None:
 def is_loss(name: str) -> bool:
     """True for the training loss and for every per-stream training loss."""
     return name == LOSS or stream_of(name) is not None
+
+
+# ---------------------------------------------------------------- precursor statistics (issue 20)
+ATTN_LOGIT_MAX = "attn_logit_max"
+"""Largest pre-softmax attention logit ``q.k/sqrt(d)`` over all layers and heads of the step
+(Wortsman et al. 2023: grows by orders of magnitude before a high-LR run stalls)."""
+ATTN_LAYER_PREFIX = "attn_logit_max/"
+"""Per-layer largest attention logit: ``attn_logit_max/<layer index>``."""
+OUTPUT_LOGIT_MAX = "output_logit_max"
+"""Largest ``|logit|`` of the output layer in the step."""
+OUTPUT_LSE = "output_lse"
+"""Mean log-partition ``log Z`` of the output softmax (what PaLM's z-loss holds near 0)."""
+UPDATE_RATIO = "update_ratio"
+"""Update-to-weight ratio ``||dtheta|| / ||theta||`` of the optimizer step."""
+ADAM_V_RATIO = "adam_v_ratio"
+"""``sum(g^2) / sum(v)``: the squared gradient against Adam's second moment (>> 1: a surprise)."""
+PRECURSORS = (ATTN_LOGIT_MAX, OUTPUT_LOGIT_MAX, OUTPUT_LSE, UPDATE_RATIO, ADAM_V_RATIO)
+"""The precursor metrics the analyser reads (the per-layer ones besides)."""
+
+
+def attn_layer(i: int) -> str:
+    """Metric name of layer ``i``'s largest attention logit."""
+    return f"{ATTN_LAYER_PREFIX}{i}"

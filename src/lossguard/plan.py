@@ -155,6 +155,11 @@ ADVICE = {
                      "pipeline and the loss at the onset.",
     K.SUDDEN_DROP: "A steep improvement after a slow stretch (grokking-like). Worth a check that it is not an "
                    "evaluation or data bug (e.g. repeated or leaked data).",
+    K.STALL: "The run stalled on a plateau instead of converging: the steps there were mostly wasted. For the next "
+             "run (or from a checkpoint before the plateau) lower the peak LR (e.g. 0.3x) or lengthen the warm-up; "
+             "where the attention logits grew, add QK-LayerNorm and z-loss (lossguard.techniques.qk_norm), or keep "
+             "the model and let the guard's PrecursorTreatment clip them (QK-clip, then an LR cut). Without the "
+             "attention logits in the log, StabilityGuard(..., precursors=True) records them.",
 }
 """Advice in words for an incident the policy does not act on (never an action of its own)."""
 

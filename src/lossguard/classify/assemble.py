@@ -13,6 +13,7 @@ passes, each over what the passes before it left unclaimed (:class:`.context.Cla
 7. regime changes: a lasting change of the noise level (:mod:`.regime`);
 8. the short-log rules where the detectors have too few points to judge (:mod:`.short`): jumps
    and climbs on fewer than 32 points, sudden drops on logs too short for the windowed test;
+   then stalls: a long plateau far above the early trend (:mod:`.stall`);
 9. the companion series (:mod:`.companions`): loss streams, grad norm, NaN, fp16 loss scale;
 10. one event, one incident (:mod:`.merge`).
 """
@@ -38,6 +39,8 @@ from .regime import regime_pass
 from .settings import AnalyzeConfig
 from .short import coverage_notes, short_pass
 from .short_spikes import short_spike_pass
+from .precursors import precursor_notes
+from .stall import stall_pass
 
 
 @dataclass
@@ -101,13 +104,14 @@ def find_incidents(log: RunLog, cfg: AnalyzeConfig) -> Found:
     """Every incident of a stitched run, in onset order."""
     ctx = _context(log, cfg)
     for loss_pass in (repeated_data_pass, divergence_pass, spike_pass, resume_spike_pass, drop_pass, shift_pass,
-                      short_spike_pass, regime_pass, short_pass):
+                      short_spike_pass, regime_pass, short_pass, stall_pass):
         loss_pass(ctx)
     out, k = ctx.incidents, ctx.interval
     stream_spikes(log, ctx.metric, ctx.dcfg, cfg, k, out, ctx.claims.explained)
     grad_norm_spikes(log, ctx.dcfg, cfg, k, out)
     nonfinite_incidents(log, ctx.metric, out)
     loss_scale_collapses(log, cfg, out)
+    precursor_notes(ctx)
     incidents = one_event_one_incident(ctx, out)
     incidents.sort(key=lambda i: (i.onset, i.kind.value))
     return Found(incidents, ctx.metric, k, ctx.notes + coverage_notes(ctx))

@@ -35,6 +35,9 @@ class IncidentKind(str, Enum):
     """fp16 loss scale falling to its minimum with repeated overflows / skipped iterations."""
     GRAD_NORM_SPIKE = "grad_norm_spike"
     """The gradient norm spikes, whether or not the loss has moved yet."""
+    STALL = "stall"
+    """The loss stops improving far above where its early progress was heading, for a long stretch,
+    typically while the LR is at its peak (attention-logit growth), and resumes (or not) as it decays."""
     REGIME_CHANGE = "regime_change"
     """The loss leaves its level and its noise jumps to a new, lasting level (or it becomes exactly
     zero): the data or the loss changed underneath the run, upward or suspiciously downward."""

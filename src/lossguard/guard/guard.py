@@ -107,6 +107,13 @@ class StabilityGuard:
             list (``<store>/skiplist.json``, honoured by the sampler). On CUDA it turns the deferred
             host read off unless ``defer_host_read=True`` (a deferred verdict arrives after the
             next update, when the batch can no longer be replayed on the weights that saw it).
+        precursors: True, or a :class:`~lossguard.guard.precursors.PrecursorMonitor`: measure the
+            precursor statistics (attention / output logits, update ratio, Adam's ratio) and log
+            them with each step's metrics, in the same one transfer per step.
+        treatment: opt-in responders to the precursors (implies ``precursors``), one or a list:
+            :class:`~lossguard.guard.treatment.PrecursorTreatment` (QK-clip, then an LR cut, driven by
+            the attention logits), :class:`~lossguard.guard.update_size.UpdateSizeTest` (an LR cut
+            when the update size jumps against its own history).
 
     Raises:
         TrainingHalted: the ledger says this run was halted (a relaunch after a halt); the message
@@ -116,7 +123,8 @@ class StabilityGuard:
 
     def __init__(self, model, optimizer, *, store=None, sampler=None, scheduler=None, scaler=None,
                  config: GuardConfig | None = None, log_path=None, diagnosis_path=None,
-                 ledger: RunLedger | None = None, snapshots: int = 0, attribution=None) -> None:
+                 ledger: RunLedger | None = None, snapshots: int = 0, attribution=None,
+                 precursors=None, treatment=None) -> None:
         torch = require("torch", "torch", "StabilityGuard")
         from ..checkpoint.protocol import check_store
         from ..checkpoint.state import TrainState
@@ -175,6 +183,8 @@ class StabilityGuard:
                                          optimizer=optimizer, scaler=scaler,
                                          diagnosis_file=self._diagnosis_file(log_path, diagnosis_path, store),
                                          write_files=self.rank == 0, snapshot=self.snapshot)
+        from .precursor_hook import make_monitor
+        self.precursors, self.treatment = make_monitor(model, optimizer, precursors, treatment), treatment
         self.step_count = 0
         """The step the next batch feeds (skipped steps count; a rollback sets it back)."""
         self._judged = 0          # steps judged by this process (the first ones get the sanity bound's scale)
@@ -343,12 +353,19 @@ class StabilityGuard:
             saved = scale_lr(opt, self.policy.lr_factor(self.step_count))
             groups = opt.param_groups
             lr_used = float(groups[0]["lr"]) if groups else math.nan
+            if self.precursors is not None:
+                self.precursors.before_step()
             if self.gate == "device":
                 apply = j.apply if torch.is_tensor(j.apply) else torch.tensor(bool(j.apply))
                 (self.scaler.step(opt, gate=apply) if self.scaler is not None else opt.step(gate=apply))
             elif cfg.shadow or bool(j.apply):  # host gate: the one sync of this path
                 (self.scaler.step(opt) if self.scaler is not None else opt.step())
             restore_lr(opt, saved)
+            packed = j.packed
+            if self.precursors is not None:
+                from .precursor_hook import append_precursors
+                self.precursors.after_step()
+                packed = append_precursors(self.precursors, packed)
             scale = math.nan
             if self.scaler is not None:
                 self.scaler.update()
@@ -363,12 +380,12 @@ class StabilityGuard:
                 "batch": None if self._defer else self._batch}
         self._advance()
         if self._defer:
-            host = self._copy_to_host(j.packed)
+            host = self._copy_to_host(packed)
             prev, self._pending = self._pending, (host, meta)
             if prev is not None:
                 self._process(*prev)
         else:
-            self._process(j.packed, meta)
+            self._process(packed, meta)
         if (self.store is not None and cfg.checkpoint_every and not self.halted
                 and self.step_count % cfg.checkpoint_every == 0 and not self._reiter):
             self.save()
@@ -405,7 +422,7 @@ class StabilityGuard:
         lr = float(self.optimizer.param_groups[0]["lr"]) if self.optimizer.param_groups else math.nan
         meta = {"step": self.step_count, "batch_index": self.step_count, "lr": lr,
                 "loss_scale": float(self.scaler.get_scale()) if self.scaler is not None else math.nan,
-                "rng": None, "replay": None, "batch": None}
+                "rng": None, "replay": None, "batch": None, "precursors": False}
         if held:
             from .micro_batches import MicroBatches
             meta["batch"] = held[0] if len(held) == 1 else MicroBatches(held)
@@ -426,6 +443,10 @@ class StabilityGuard:
 
     def _process(self, packed, meta: dict) -> None:
         """Host side of one step: verdict -> log -> (replay check) -> policy -> executor."""
+        pre = None
+        if self.precursors is not None and meta.get("precursors", True):
+            from .precursor_hook import split_precursors
+            packed, pre = split_precursors(self.precursors, packed)
         v = Judgement.verdict(packed, step=meta["step"], batch_index=meta["batch_index"], lr=meta["lr"],
                               loss_scale=meta["loss_scale"])
         v.in_lr_ramp = self._lr_ramp.update(v.step, v.lr)  # the policy's LR-schedule evidence
@@ -434,7 +455,13 @@ class StabilityGuard:
             m = {"loss": v.loss, "grad_norm": v.grad_norm, "lr": v.lr}
             if self.scaler is not None:
                 m["loss_scale"] = v.loss_scale
+            if pre is not None:
+                m.update(self.precursors.decode(pre))
             self.log.metrics(v.step, m)
+        if pre is not None and self.treatment is not None and not self.config.shadow:
+            for responder in (self.treatment if isinstance(self.treatment, (list, tuple)) else [self.treatment]):
+                for rec in responder.respond(v.step, self.precursors, pre, self.ledger, v.lr):
+                    self.log.event(rec)
         transient = False
         # Replay only when the update was withheld: in shadow mode the weights already moved.
         if v.bad and meta["replay"] is not None and meta["rng"] is not None and self.config.replay \

@@ -33,6 +33,7 @@ KIND_STYLE: dict[K, tuple[str, str]] = {
     K.LOSS_SCALE_COLLAPSE: ("fp16 loss-scale collapse", "#4527a0"),
     K.GRAD_NORM_SPIKE: ("grad-norm spike", "#e57373"),
     K.REGIME_CHANGE: ("change of regime", "#37474f"),
+    K.STALL: ("stall", "#5d4037"),
 }
 """Every incident kind's name (as used in a sentence) and its colour in charts and legends."""
 

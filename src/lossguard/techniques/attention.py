@@ -98,6 +98,7 @@ class CausalSelfAttention(nn.Module):
         self.qk_prescale = qk_prescale
         self.dropout = nn.Dropout(dropout)
         self.register_buffer("last_max_logit", torch.zeros(()), persistent=False)
+        self.register_buffer("last_head_max", torch.zeros(n_head), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Attend causally; ``x`` has shape ``(B, T, H)``; returns the same shape."""
@@ -116,7 +117,8 @@ class CausalSelfAttention(nn.Module):
             att = scores_postscaled(q, k) + mask
         # largest attention logit q.k/sqrt(d) (masked entries are -inf and drop out of the max):
         # the statistic whose growth Wortsman et al. 2023 track; one reduction, no host sync.
-        self.last_max_logit = att.detach().amax().float()
+        self.last_head_max = att.detach().amax(dim=(0, 2, 3)).float()  # per head, for QK-clip
+        self.last_max_logit = self.last_head_max.amax()
         att = self.dropout(F.softmax(att, dim=-1))
         y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
         return self.dropout(self.c_proj(y))

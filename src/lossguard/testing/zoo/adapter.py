@@ -23,14 +23,26 @@ INTERVENTION_EVENTS = {"skip": "skips", "rollback": "rollbacks", "lr_cut": "lr_c
 """Decision record ``event`` names -> :class:`Outcome` counters."""
 
 
+UPDATE_SIZE_ENV = "LOSSGUARD_ZOO_UPDATE_SIZE"
+"""Set (to anything) in the environment: plain-loop guarded runs also get the opt-in
+:class:`~lossguard.guard.update_size.UpdateSizeTest` (``benchmarks/zoo.py --update-size``; an
+environment variable so that the worker processes see it)."""
+
+
 def make_guard(model, optimizer, *, scheduler, sampler, workdir: Path, config=None):
     """The StabilityGuard of a plain-loop zoo run (checkpoints and log under ``workdir``)."""
+    import os
+
     from ...checkpoint.store import CheckpointStore
     from ...guard import StabilityGuard
 
+    treatment = None
+    if os.environ.get(UPDATE_SIZE_ENV):
+        from ...guard.update_size import UpdateSizeTest
+        treatment = UpdateSizeTest()
     return StabilityGuard(model, optimizer, scheduler=scheduler, sampler=sampler,
                           store=CheckpointStore(workdir / "ckpt"), log_path=workdir / "guard.jsonl",
-                          config=config)
+                          config=config, treatment=treatment)
 
 
 from ...distributed.restart import ExitCode  # noqa: E402

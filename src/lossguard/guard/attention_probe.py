@@ -1,0 +1,227 @@
+"""The largest attention logit of every head, read from the attention modules of any model.
+
+Wortsman et al. 2023 ("Small-scale proxies for large-scale Transformer training instabilities",
+section 3.1) tie high-learning-rate instability to the growth of the attention logits
+``q.k / sqrt(d)``: they grow without bound, the softmax collapses to one-hot and the loss stalls.
+Kimi K2's MuonClip (Moonshot AI 2025) caps the same per-head maximum by rescaling W_q and W_k.
+
+One :class:`AttentionProbe` per attention module knows two things: the per-head largest logit of the
+module's last forward pass (a device tensor of shape ``(n_head,)``; no host sync), and where that
+head's query and key weights are (:meth:`AttentionProbe.qk_slices`, used by
+:mod:`lossguard.techniques.qk_clip`). Supported automatically:
+
+* lossguard's :class:`~lossguard.techniques.attention.CausalSelfAttention` (it records the maximum
+  itself while it attends: free);
+* ``torch.nn.MultiheadAttention`` and Hugging Face's ``GPT2Attention`` (a forward hook recomputes
+  ``q k^T`` from the module's input: one extra score matmul per layer; ``every`` thins it out);
+* any attention of your own, with one line in its ``forward``: ``record_attention_logits(self, att)``
+  on the pre-softmax logits.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+HEAD_MAX_ATTR = "_lossguard_head_max"
+"""Attribute where a module's per-head largest logit of its last forward pass is kept."""
+
+
+def record_attention_logits(module: nn.Module, logits: torch.Tensor) -> None:
+    """Record the per-head largest pre-softmax logit of ``module``'s forward pass (one line in your
+    own attention: ``record_attention_logits(self, att)``).
+
+    Args:
+        module: the attention module (the probe reads it back from here).
+        logits: pre-softmax logits, ``(B, H, T, S)`` (masked entries ``-inf``), or ``(B, T, S)`` for
+            one head. Detached; one reduction on the device, no host sync.
+    """
+    with torch.no_grad():
+        x = logits.detach()
+        head = x.amax(dim=(0, 2, 3)) if x.dim() == 4 else x.amax().reshape(1)
+        setattr(module, HEAD_MAX_ATTR, head.float())
+
+
+def _causal(t: int, s: int, device) -> torch.Tensor:
+    return torch.ones(t, s, dtype=torch.bool, device=device).tril(s - t)
+
+
+def _masked_max(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Per-head max of ``scores`` ``(B, H, T, S)`` over the entries ``mask`` keeps (bool, True = keep)."""
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.amax(dim=(0, 2, 3)).float()
+
+
+class AttentionProbe:
+    """Reads one attention module's per-head largest logit and locates its Q/K weights.
+
+    Args:
+        module: the attention module.
+        name: its qualified name in the model (for the log).
+        every: for the hook-based kinds, recompute the logits on every ``every``-th forward only
+            (the last value is kept between); 1 = every forward.
+    """
+
+    def __init__(self, module: nn.Module, name: str, *, every: int = 1) -> None:
+        self.module, self.name, self.every = module, name, max(1, int(every))
+        self.n_head = self._n_head()
+        self._calls = 0
+        self._handle = None
+        setattr(module, HEAD_MAX_ATTR, torch.zeros(self.n_head, device=self._device()))
+        if self.kind in ("mha", "gpt2"):
+            self._handle = module.register_forward_hook(self._hook, with_kwargs=True)
+
+    # ------------------------------------------------------------------ kinds
+    @property
+    def kind(self) -> str:
+        """``shipped``, ``mha``, ``gpt2`` or ``recorded`` (a user's module calling record_attention_logits)."""
+        from ..techniques.attention import CausalSelfAttention
+
+        m = self.module
+        if isinstance(m, CausalSelfAttention):
+            return "shipped"
+        if isinstance(m, nn.MultiheadAttention):
+            return "mha"
+        if type(m).__name__ == "GPT2Attention" and hasattr(m, "c_attn"):
+            return "gpt2"
+        return "recorded"
+
+    def _n_head(self) -> int:
+        m = self.module
+        for attr in ("n_head", "num_heads", "num_attention_heads"):
+            if isinstance(getattr(m, attr, None), int):
+                return int(getattr(m, attr))
+        return 1
+
+    def _device(self):
+        p = next(self.module.parameters(), None)
+        return p.device if p is not None else torch.device("cpu")
+
+    def remove(self) -> None:
+        """Detach the forward hook (if any)."""
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+    # ------------------------------------------------------------------ reading
+    def head_max(self) -> torch.Tensor:
+        """Per-head largest logit of the last forward pass, shape ``(n_head,)``, on the device."""
+        m = self.module
+        if self.kind == "shipped":
+            return m.last_head_max
+        return getattr(m, HEAD_MAX_ATTR)
+
+    def _hook(self, module, args, kwargs, output) -> None:
+        self._calls += 1
+        if not module.training or (self._calls - 1) % self.every:
+            return
+        with torch.no_grad():
+            head = self._mha(args, kwargs) if self.kind == "mha" else self._gpt2(args, kwargs)
+        setattr(module, HEAD_MAX_ATTR, head)
+
+    def _mha(self, args, kwargs) -> torch.Tensor:
+        m: nn.MultiheadAttention = self.module
+        q_in = args[0] if args else kwargs["query"]
+        k_in = args[1] if len(args) > 1 else kwargs["key"]
+        if not m.batch_first and q_in.dim() == 3:
+            q_in, k_in = q_in.transpose(0, 1), k_in.transpose(0, 1)
+        if q_in.dim() == 2:
+            q_in, k_in = q_in.unsqueeze(0), k_in.unsqueeze(0)
+        e, h = m.embed_dim, m.num_heads
+        if m._qkv_same_embed_dim:
+            wq, wk = m.in_proj_weight[:e], m.in_proj_weight[e:2 * e]
+        else:
+            wq, wk = m.q_proj_weight, m.k_proj_weight
+        bq = bk = None
+        if m.in_proj_bias is not None:
+            bq, bk = m.in_proj_bias[:e], m.in_proj_bias[e:2 * e]
+        q = nn.functional.linear(q_in.detach(), wq, bq)
+        k = nn.functional.linear(k_in.detach(), wk, bk)
+        B, T, _ = q.shape
+        S = k.shape[1]
+        q = q.view(B, T, h, e // h).transpose(1, 2)
+        k = k.view(B, S, h, e // h).transpose(1, 2)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(e // h)
+        mask = kwargs.get("attn_mask", args[5] if len(args) > 5 else None)
+        keep = None
+        if kwargs.get("is_causal", False) and mask is None:
+            keep = _causal(T, S, q.device)
+        elif mask is not None:
+            keep = ~mask if mask.dtype == torch.bool else torch.isfinite(mask)
+            keep = keep.reshape(keep.shape[-2:]) if keep.dim() == 2 else None
+        return _masked_max(scores, keep)
+
+    def _gpt2(self, args, kwargs) -> torch.Tensor:
+        m = self.module
+        hidden = args[0] if args else kwargs["hidden_states"]
+        q, k, _ = m.c_attn(hidden.detach()).split(m.split_size, dim=2)
+        B, T, _ = q.shape
+        q = q.view(B, T, m.num_heads, m.head_dim).transpose(1, 2)
+        k = k.view(B, T, m.num_heads, m.head_dim).transpose(1, 2)
+        scores = (q @ k.transpose(-2, -1)) * m.scaling
+        return _masked_max(scores, _causal(T, T, q.device) if m.is_causal else None)
+
+    # ------------------------------------------------------------------ weights
+    def qk_slices(self, head: int) -> list[tuple[torch.Tensor, int, slice]]:
+        """Where head ``head``'s query and key projections live: ``(tensor, dim, index)`` triples
+        (weights and biases) such that scaling ``tensor.narrow(dim, ...)`` by ``s`` scales that
+        head's q (or k) by ``s``. Empty for a kind whose layout is unknown (``recorded``)."""
+        m, kind = self.module, self.kind
+        if kind == "shipped":
+            e, hd = m.c_proj.in_features, m.head_dim
+            out = [(m.c_attn.weight, 0, slice(o + head * hd, o + (head + 1) * hd)) for o in (0, e)]
+            if m.c_attn.bias is not None:
+                out += [(m.c_attn.bias, 0, slice(o + head * hd, o + (head + 1) * hd)) for o in (0, e)]
+            return out
+        if kind == "mha":
+            e = m.embed_dim
+            hd = e // m.num_heads
+            if m._qkv_same_embed_dim:
+                out = [(m.in_proj_weight, 0, slice(o + head * hd, o + (head + 1) * hd)) for o in (0, e)]
+            else:
+                out = [(w, 0, slice(head * hd, (head + 1) * hd)) for w in (m.q_proj_weight, m.k_proj_weight)]
+            if m.in_proj_bias is not None:
+                out += [(m.in_proj_bias, 0, slice(o + head * hd, o + (head + 1) * hd)) for o in (0, e)]
+            return out
+        if kind == "gpt2":  # Conv1D: y = x @ W + b, W of shape (in, 3 * embed): columns
+            e, hd = m.embed_dim, m.head_dim
+            out = [(m.c_attn.weight, 1, slice(o + head * hd, o + (head + 1) * hd)) for o in (0, e)]
+            out += [(m.c_attn.bias, 0, slice(o + head * hd, o + (head + 1) * hd)) for o in (0, e)]
+            return out
+        return []
+
+
+def find_attention(model: nn.Module, *, every: int = 1) -> list[AttentionProbe]:
+    """Probes for every attention module of ``model`` that lossguard can read: the shipped one,
+    ``nn.MultiheadAttention``, HF ``GPT2Attention``, and any module that has called (or will call)
+    :func:`record_attention_logits` -- mark those beforehand with :func:`mark_attention`.
+
+    Args:
+        model: the model (a DDP wrapper is unwrapped).
+        every: see :class:`AttentionProbe`.
+    """
+    from ..techniques.attention import CausalSelfAttention
+
+    model = getattr(model, "module", model)
+    probes = []
+    for name, m in model.named_modules():
+        if isinstance(m, (CausalSelfAttention, nn.MultiheadAttention)) or hasattr(m, HEAD_MAX_ATTR) \
+                or (type(m).__name__ == "GPT2Attention" and hasattr(m, "c_attn")):
+            probes.append(AttentionProbe(m, name, every=every))
+    return probes
+
+
+def mark_attention(module: nn.Module, n_head: int = 1) -> nn.Module:
+    """Mark a user's attention module as one that calls :func:`record_attention_logits`, so
+    :func:`find_attention` finds it before its first forward pass. Returns the module."""
+    p = next(module.parameters(), None)
+    setattr(module, HEAD_MAX_ATTR, torch.zeros(n_head, device=p.device if p is not None else "cpu"))
+    return module
+
+
+def describe(probes: list[AttentionProbe]) -> list[dict[str, Any]]:
+    """``{"name", "kind", "n_head"}`` of every probe (for the log's header)."""
+    return [{"name": p.name, "kind": p.kind, "n_head": p.n_head} for p in probes]

@@ -1,0 +1,39 @@
+"""How :class:`~lossguard.guard.StabilityGuard` carries the precursor statistics (kept apart from
+the guard so that its step stays one read): they ride at the end of the judge's packed verdict, so
+the step still makes ONE device-to-host transfer, deferred on CUDA like the verdict itself."""
+from __future__ import annotations
+
+from typing import Any
+
+
+def make_monitor(model, optimizer, precursors: Any, treatment: Any):
+    """The guard's :class:`~.precursors.PrecursorMonitor`: the one given, a new one for ``True`` (or
+    when a ``treatment`` needs one), else None."""
+    if precursors is None or precursors is False:
+        if treatment is None:
+            return None
+        precursors = True
+    if precursors is True:
+        from .precursors import PrecursorMonitor
+        return PrecursorMonitor(model, optimizer)
+    return precursors
+
+
+def append_precursors(monitor, packed):
+    """The judge's ``packed`` (a host list or a device tensor) with the monitor's values appended."""
+    pre = monitor.packed()
+    if isinstance(packed, list):
+        return packed + pre.tolist()  # a host judge: the verdict is already on the host
+    import torch
+    return torch.cat([packed.reshape(-1), pre.to(device=packed.device, dtype=packed.dtype)])
+
+
+def split_precursors(monitor, packed):
+    """``(verdict values, precursor values)`` from a host copy made by :func:`append_precursors`."""
+    values = packed if isinstance(packed, list) else packed.tolist()
+    n = len(values) - _length(monitor)
+    return values[:n], values[n:]
+
+
+def _length(monitor) -> int:
+    return len(monitor.names) + sum(int(p.head_max().numel()) for p in monitor.probes)

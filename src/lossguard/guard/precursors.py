@@ -1,0 +1,179 @@
+"""Precursor statistics of a natural instability, measured on the device with no host sync.
+
+What the loss shows late, these show early (issue 20; Wortsman et al. 2023, "Small-scale proxies for
+large-scale Transformer training instabilities"):
+
+* the largest attention logit per layer (:data:`lossguard.metrics.ATTN_LOGIT_MAX`, and per layer
+  ``attn_logit_max/<i>``): grows by orders of magnitude at a learning rate that is too high, while
+  the loss gap is still small (section 3.1, "attention logit growth");
+* the output logits: largest ``|logit|`` and the mean log-partition ``log Z`` (section 3.2, "output
+  logit divergence", the drift PaLM's z-loss holds at 0);
+* the update-to-weight ratio ``||dtheta|| / ||theta||`` (an LR jump multiplies it 10-30x);
+* Adam's second moment against the squared gradient, ``sum(g^2) / sum(v)``: far above 1 when
+  a gradient arrives that ``v`` has not seen (the update is then ~ ``g / sqrt(v)`` times too large).
+
+:class:`PrecursorMonitor` keeps every number as a 0-d device tensor; :meth:`PrecursorMonitor.packed`
+stacks them into ONE tensor, so a loop (or the guard) reads them in one transfer per step.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from .. import metrics as M
+from .attention_probe import AttentionProbe, find_attention
+
+
+LSE_STRIDE = 4
+"""The output's log Z is averaged over every ``LSE_STRIDE``-th position (rows of the flattened
+``(..., V)`` logits); the largest |logit| is taken over all of them."""
+
+
+def _find_output(model: nn.Module) -> nn.Module | None:
+    """The output projection: a module named ``lm_head`` (HF, nanoGPT) or ``output``, else None."""
+    for name, m in model.named_modules():
+        if name.rsplit(".", 1)[-1] in ("lm_head", "output") and isinstance(m, nn.Linear):
+            return m
+    return None
+
+
+class PrecursorMonitor:
+    """Measures the precursor statistics of one model and optimizer.
+
+    Call :meth:`before_step` after ``backward()`` and before ``optimizer.step()``, :meth:`after_step`
+    right after it (the guard does both), then :meth:`packed` / :meth:`decode` (or :meth:`read`).
+
+    Args:
+        model: the model (a DDP wrapper is unwrapped).
+        optimizer: the optimizer; Adam-family ``exp_avg_sq`` state gives the second-moment ratio.
+        attention: probe the attention modules (:func:`~lossguard.guard.attention_probe.find_attention`).
+        output: the output projection to watch (default: a module named ``lm_head`` / ``output``);
+            False: none.
+        update_ratio: measure ``||dtheta||/||theta||``. Keeps one copy of the parameters (memory of
+            one model) to subtract from; the copy and the norms are two fused passes per step.
+        every: hook-based attention kinds recompute logits every ``every`` forwards (see
+            :class:`~lossguard.guard.attention_probe.AttentionProbe`).
+    """
+
+    def __init__(self, model: nn.Module, optimizer=None, *, attention: bool = True,
+                 output: nn.Module | bool | None = None, update_ratio: bool = True, every: int = 1) -> None:
+        base = getattr(model, "module", model)
+        self.optimizer = optimizer
+        self.params = [p for p in base.parameters() if p.requires_grad]
+        self.probes: list[AttentionProbe] = find_attention(base, every=every) if attention else []
+        self.output = (_find_output(base) if output is None else (output or None))
+        device = self.params[0].device if self.params else torch.device("cpu")
+        nan = torch.full((), math.nan, device=device)
+        self._out_max, self._out_lse = nan, nan
+        self._update, self._adam = nan.clone(), nan.clone()
+        self._prev = None
+        self._handle = self.output.register_forward_hook(self._on_output) if self.output is not None else None
+        self.update_ratio = update_ratio
+        self.names = ([M.attn_layer(i) for i in range(len(self.probes))]
+                      + ([M.ATTN_LOGIT_MAX] if self.probes else [])
+                      + ([M.OUTPUT_LOGIT_MAX, M.OUTPUT_LSE] if self.output is not None else [])
+                      + ([M.UPDATE_RATIO] if update_ratio else [])
+                      + ([M.ADAM_V_RATIO] if optimizer is not None else []))
+        """Metric names of :meth:`packed`'s entries, in order."""
+
+    def _on_output(self, module, args, out) -> None:
+        if not module.training:
+            return
+        with torch.no_grad():
+            z = out.detach()
+            lo, hi = torch.aminmax(z)  # one pass, no |z| tensor
+            self._out_max = torch.maximum(-lo, hi).float()
+            # log Z on every LSE_STRIDE-th row (an unbiased estimate of the mean): the exp pass over
+            # all V logits of every position was ~1.5% of a CPU step of the benchmark model alone.
+            rows = z.reshape(-1, z.shape[-1])[::LSE_STRIDE]
+            self._out_lse = torch.logsumexp(rows.float(), dim=-1).mean()
+
+    @torch.no_grad()
+    def before_step(self) -> None:
+        """After backward, before the optimizer step: Adam's ratio and the parameters' copy."""
+        if self.optimizer is not None:
+            g2, v = [], []
+            for group in self.optimizer.param_groups:
+                for p in group["params"]:
+                    st = self.optimizer.state.get(p, {})
+                    if p.grad is not None and "exp_avg_sq" in st:
+                        g2.append(p.grad)
+                        v.append(st["exp_avg_sq"])
+            if g2:
+                num = torch.stack(torch._foreach_norm(g2)).square().sum()
+                den = torch.stack(torch._foreach_norm(v, 1)).sum()  # v >= 0: its sum is its L1 norm
+                self._adam = num / den.clamp_min(1e-30)
+        if self.update_ratio and self.params:
+            if self._prev is None:
+                self._prev = [p.detach().clone() for p in self.params]
+            else:
+                torch._foreach_copy_(self._prev, [p.detach() for p in self.params])
+
+    @torch.no_grad()
+    def after_step(self) -> None:
+        """Right after the optimizer step: ``||theta_new - theta_old|| / ||theta_old||``."""
+        if self._prev is None:
+            return
+        diff = torch._foreach_sub([p.detach() for p in self.params], self._prev)
+        num = torch.stack(torch._foreach_norm(diff)).square().sum().sqrt()
+        den = torch.stack(torch._foreach_norm(self._prev)).square().sum().sqrt()
+        self._update = num / den.clamp_min(1e-30)
+
+    def head_max(self) -> list[torch.Tensor]:
+        """Per-head largest attention logit of each probed layer (device tensors)."""
+        return [p.head_max() for p in self.probes]
+
+    def packed(self) -> torch.Tensor:
+        """Every statistic in one float32 device tensor (no sync): the entries of :attr:`names`, then
+        every probed head's largest logit, layer by layer (:meth:`heads` splits them off)."""
+        parts, heads = [], []
+        if self.probes:
+            heads = [h.float().reshape(-1) for h in self.head_max()]
+            layer = torch.stack([h.amax() for h in heads])
+            parts += [layer, layer.amax().reshape(1)]
+        if self.output is not None:
+            parts.append(torch.stack([self._out_max, self._out_lse]))
+        if self.update_ratio:
+            parts.append(self._update.reshape(1))
+        if self.optimizer is not None:
+            parts.append(self._adam.reshape(1))
+        if not parts:
+            return torch.zeros(0)
+        return torch.cat([p.float().reshape(-1) for p in parts] + heads)
+
+    def heads(self, values) -> list[list[float]]:
+        """Per probed layer, the per-head largest logits from :meth:`packed`'s host values."""
+        vals = values.tolist() if hasattr(values, "tolist") else list(values)
+        out, i = [], len(self.names)
+        for p in self.probes:
+            n = int(p.head_max().numel())
+            out.append([float(v) for v in vals[i:i + n]])
+            i += n
+        return out
+
+    def decode(self, values) -> dict[str, float]:
+        """``{metric name: float}`` from :meth:`packed`'s values (a host list or tensor)."""
+        vals = values.tolist() if hasattr(values, "tolist") else list(values)
+        return {n: float(v) for n, v in zip(self.names, vals[:len(self.names)])}
+
+    def read(self) -> dict[str, float]:
+        """:meth:`packed` read to the host now (one transfer) and decoded."""
+        return self.decode(self.packed().cpu())
+
+    def header(self) -> dict[str, Any]:
+        """What is measured where (for the log): attention modules, output module."""
+        from .attention_probe import describe
+
+        return {"attention": describe(self.probes), "output": self.output is not None,
+                "update_ratio": self.update_ratio, "adam": self.optimizer is not None}
+
+    def remove(self) -> None:
+        """Detach every hook."""
+        for p in self.probes:
+            p.remove()
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None

@@ -1,0 +1,124 @@
+"""The analyser names a stall (issue 20): a long plateau far above the early trend, at the peak LR,
+resuming as the LR decays -- and not a converged run, a decelerating healthy curve or a real log."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lossguard import metrics as M
+from lossguard.analysis import analyze
+from lossguard.classify.incident import IncidentKind as K
+from lossguard.detect.stall import StallConfig, find_stalls
+from lossguard.io import read_log
+from lossguard.recovery.action import Action
+
+REAL = Path(__file__).parent / "data" / "real-logs"
+
+
+def cosine_lr(n: int, peak: float, warm: int) -> np.ndarray:
+    t = np.arange(n)
+    lr = peak * np.minimum(1.0, (t + 1) / warm)
+    after = t >= warm
+    lr[after] = peak * (0.1 + 0.45 * (1 + np.cos(np.pi * (t[after] - warm) / (n - warm))))
+    return lr
+
+
+def healthy(n: int, seed: int, floor: float = 2.0, noise: float = 0.04) -> np.ndarray:
+    """A power-law curve with an LR-decay bonus at the end (cosine), plus noise."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(1, n + 1)
+    return floor + 3.5 * t ** -0.45 - 0.15 * (t / n) ** 2 + rng.normal(0, noise, n)
+
+
+def stalled(n: int, seed: int, start: int, stop: int | None, noise: float = 0.04) -> np.ndarray:
+    """Healthy until ``start``, then flat until ``stop`` (None: to the end), then the healthy curve's
+    shape again from the plateau level (the LR decays and learning resumes)."""
+    x = healthy(n, seed, noise=0.0)
+    rng = np.random.default_rng(seed + 100)
+    y = x.copy()
+    y[start:] = x[start]
+    if stop is not None:
+        y[stop:] = x[start] - (x[start] - x[-1] + 0.1) * np.linspace(0, 1, n - stop) ** 0.7
+    return y + rng.normal(0, noise, n)
+
+
+def _write(path: Path, loss: np.ndarray, lr: np.ndarray | None = None, attn: np.ndarray | None = None,
+           every: int = 1) -> Path:
+    with open(path, "w") as fh:
+        for s in range(0, len(loss), every):
+            rec = {"step": s, "loss": float(loss[s])}
+            if lr is not None:
+                rec["lr"] = float(lr[s])
+            if attn is not None:
+                rec[M.ATTN_LOGIT_MAX] = float(attn[s])
+            fh.write(json.dumps(rec) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_stall_at_peak_lr_resuming_is_named_with_evidence_and_plan(tmp_path, seed):
+    n = 1200
+    loss = stalled(n, seed, start=100, stop=650)
+    attn = np.concatenate([np.linspace(5, 900, 200), np.full(n - 200, 900.0)])
+    rep = analyze(read_log(_write(tmp_path / "run.jsonl", loss, cosine_lr(n, 0.1, 60), attn)))
+    stalls = [(i, p) for i, p in zip(rep.incidents, rep.plans) if i.kind is K.STALL]
+    assert len(stalls) == 1
+    inc, plan = stalls[0]
+    assert 60 <= inc.onset <= 200 and 450 <= inc.peak <= 700
+    assert set(inc.details["tests"]) == {"resumed", "lr_at_peak", "attn_logits"}
+    assert "peak" in inc.evidence and "attention logit" in inc.evidence and "resumed" in inc.evidence
+    # the guard's policy does not act on a plateau (no spike, no rise): the plan is advice in words
+    assert plan.action is Action.WATCH
+    text = " ".join(plan.reasons)
+    assert "peak LR" in text and "QK-LayerNorm" in text and "warm-up" in text
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_stall_never_resumed_needs_the_attention_logits(tmp_path, seed):
+    n = 1000
+    loss = stalled(n, seed, start=120, stop=None)
+    lr = cosine_lr(n, 0.3, 50)
+    attn = np.geomspace(3, 5e3, n)
+    rep = analyze(read_log(_write(tmp_path / "run.jsonl", loss, lr, attn, every=5)))
+    stalls = [i for i in rep.incidents if i.kind is K.STALL]
+    assert len(stalls) == 1 and {"lr_at_peak", "attn_logits"} <= set(stalls[0].details["tests"])
+    assert stalls[0].end is None and "not resumed" in stalls[0].evidence
+    # from the loss and the LR alone a plateau that never ends is not told from convergence
+    for path in (_write(tmp_path / "lr.jsonl", loss, lr, every=5), _write(tmp_path / "bare.jsonl", loss, every=5)):
+        assert not [i for i in analyze(read_log(path)).incidents if i.kind is K.STALL]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_healthy_and_converged_runs_are_not_stalls(tmp_path, seed):
+    n = 1500
+    lr = cosine_lr(n, 3e-3, 100)
+    for loss in (healthy(n, seed), healthy(n, seed, noise=0.15)):
+        assert find_stalls(np.arange(n), loss, lr=(np.arange(n), lr)) == []
+    # converged early at a constant LR (flat for most of the run, never resuming): not a stall
+    t = np.arange(1, n + 1)
+    conv = 2.0 + 3.0 * np.exp(-t / 80) + np.random.default_rng(seed).normal(0, 0.03, n)
+    assert find_stalls(t, conv, lr=(t, np.full(n, 1e-3))) == []
+    # ... and with a cosine LR, converging during the peak: the LR alone does not make it a stall
+    assert find_stalls(t, conv, lr=(t, lr)) == []
+
+
+def test_short_logs_are_not_judged():
+    assert find_stalls(np.arange(50), np.ones(50), cfg=StallConfig()) == []
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in REAL.glob("*.csv")))
+def test_real_logs_raise_no_stall(name):
+    rep = analyze(read_log(REAL / name))
+    assert not [i for i in rep.incidents if i.kind is K.STALL]
+
+
+def test_a_spike_inside_the_plateau_does_not_end_it(tmp_path):
+    n = 1200
+    loss = stalled(n, 7, start=100, stop=650)
+    loss[300:330] += 1.5  # a burst of hard batches in the middle of the plateau
+    stalls = find_stalls(np.arange(n), loss, lr=(np.arange(n), cosine_lr(n, 0.1, 60)))
+    assert len(stalls) == 1 and stalls[0].onset <= 200 and stalls[0].end >= 500
+    assert "resumed" in stalls[0].reasons
