@@ -22,10 +22,11 @@ from typing import Any, Sequence
 
 from .checkpoint.names import checkpoint_step
 from .classify.incident import Incident, IncidentKind as K
+from .classify.short import RELATIVE_RULE
 from .errors import LossguardError, raise_all
 from .guard.config import GuardConfig
 from .recovery.action import Action
-from .recovery.finding import WHOLE_LOG_KINDS, WholeLogFinding
+from .recovery.finding import SHORT_LOG_KINDS, WHOLE_LOG_KINDS, WholeLogFinding
 from .recovery.recipe import RecoveryRecipe
 from .recovery.skip_range import SkipRange
 
@@ -129,8 +130,12 @@ def parse_checkpoints(spec: str | os.PathLike) -> list[int]:
 
 def findings(incidents: Sequence[Incident]) -> list[WholeLogFinding]:
     """The incidents that are whole-log evidence for the policy (:mod:`lossguard.recovery.finding`)."""
-    return [WholeLogFinding(kind=i.kind.value, step=i.onset, onset=i.onset) for i in incidents
-            if i.kind.value in WHOLE_LOG_KINDS]
+    out = []
+    for i in incidents:
+        short = i.details.get("rule") == RELATIVE_RULE and i.kind.value in SHORT_LOG_KINDS
+        if short or i.kind.value in WHOLE_LOG_KINDS:
+            out.append(WholeLogFinding(kind=i.kind.value, step=i.onset, onset=i.onset, peak=i.peak, short_log=short))
+    return out
 
 
 ADVICE = {

@@ -41,6 +41,9 @@ from .context import Context
 from .incident import Incident, IncidentKind as K
 from .settings import AnalyzeConfig
 
+RELATIVE_RULE = "short log, relative"
+"""``details["rule"]`` of an incident found by the relative rules (whole-log evidence for the policy:
+:mod:`lossguard.recovery.finding`)."""
 SHORT_LOG_POINTS = 32
 """Below this many finite points (a quarter of the default outlier window) the relative rules judge
 the whole log: the detectors' noise estimate from fewer first differences is too rough to trust."""
@@ -123,7 +126,7 @@ def _spike(ctx: Context, s: int) -> Incident:
     back = _back(x, peak, base, cfg.detectors.outlier.rel_threshold)
     what = (f"The {ctx.metric} jumped from {base:.4g} to {x[s]:.4g} at step {int(st[s])} and peaked at {x[peak]:.4g} "
             f"(+{rel:.0%}) at step {int(st[peak])}")
-    details = {"relative": rel, "rule": "short log, relative", "points": len(x)}
+    details = {"relative": rel, "rule": RELATIVE_RULE, "points": len(x)}
     if back is not None:
         rec = int(st[back] - st[peak])
         fast = rec <= cfg.fast_steps or back - peak <= 1
@@ -157,7 +160,7 @@ def _climb(ctx: Context, m: int, p: int) -> Incident:
     return Incident(kind=K.DIVERGENCE, metric=ctx.metric, onset=int(st[m]), peak=int(st[p]), end=None,
                     baseline=float(x[m]), peak_value=float(x[p]), magnitude=rise, magnitude_sigma=float("nan"),
                     streams=ctx.streams, severity=Severity.CRITICAL, evidence=evidence,
-                    details={"relative": rise / abs(x[m]), "rule": "short log, relative", "points": len(x)})
+                    details={"relative": rise / abs(x[m]), "rule": RELATIVE_RULE, "points": len(x)})
 
 
 def _drop_split(x: np.ndarray, first: int, stop: int, side: int) -> tuple[int, int, int] | None:

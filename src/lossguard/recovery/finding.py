@@ -18,15 +18,29 @@ findings -- the only place the three may differ, and why:
   against the whole log's noise before and after; no single step is an outlier, so a live guard
   never withholds one. The policy answers with a rollback the recipe's distance before the onset,
   skipping no data (which data is unknown: the pipeline must be checked first).
+- **an fp16 loss-scale collapse** (``loss_scale_collapse``): a live guard with a GradScaler checks
+  the scale every step; the replay over a log feeds the policy only the bad steps, so the
+  analyser's collapse stands in for those checks. A rollback before the onset (numerics, not data:
+  nothing skipped), with the loss-scale reset every rollback of an fp16 run brings.
+- **a short log's verdict** (``short_log``: a divergence or a spike without recovery found by the
+  relative rules of :mod:`lossguard.classify.short`): with fewer points than the judge's window a
+  live guard would not yet be warm, so it says nothing; the whole (short) log does. A climb is the
+  loss-rise rule's case (a rollback and the decisive LR cut from the turn on); a jump that stays up
+  is a bad-data spike (a rollback skipping the spike's batches plus the margin).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["WHOLE_LOG_KINDS", "WholeLogFinding"]
+from .suspect import Suspect
 
-WHOLE_LOG_KINDS = ("repeated_data", "regime_change")
+__all__ = ["WHOLE_LOG_KINDS", "SHORT_LOG_KINDS", "WholeLogFinding"]
+
+WHOLE_LOG_KINDS = ("repeated_data", "regime_change", "loss_scale_collapse")
 """Incident kinds (their string values) that are whole-log evidence for the policy."""
+SHORT_LOG_KINDS = ("divergence", "spike_no_recovery")
+"""Incident kinds that are whole-log evidence when a short log's relative rules found them."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,8 +48,51 @@ class WholeLogFinding:
     """One whole-log finding, as the policy reads it."""
 
     kind: str
-    """The incident kind's value (one of :data:`WHOLE_LOG_KINDS`)."""
+    """The incident kind's value (one of :data:`WHOLE_LOG_KINDS` or :data:`SHORT_LOG_KINDS`)."""
     step: int
-    """The step the policy decides at (the analyser's onset: the resume)."""
+    """The step the policy decides at (the analyser's onset)."""
     onset: int
     """First step of the finding."""
+    peak: int | None = None
+    """Step of the finding's peak (a short log's spike: the last batch it skips)."""
+    short_log: bool = False
+    """Found by a short log's relative rules (:data:`SHORT_LOG_KINDS`)."""
+
+    def answer(self, *, margin: int) -> tuple[dict[str, Any], list[str]] | None:
+        """The rollback's numbers and reasons the policy gives this finding (None: no action).
+
+        Args:
+            margin: the recipe's skip margin for this run (batches skipped past a spike).
+        """
+        onset = int(self.onset)
+        if self.kind == "repeated_data":
+            return ({"onset": onset, "rollback_distance": 0, "cause": "repeated_data",
+                     "suspect": Suspect.DATA_POSITION.value},
+                    [f"the data loader restarted from an earlier position at the resume at step {onset}: the low "
+                     "loss is memorised data, and the model is being trained on it twice (whole-log evidence)",
+                     "restore the checkpoint the resume started from and resume again with the data position saved "
+                     "in it; check the data loader state is saved and restored (`lossguard verify-resume`)"])
+        if self.kind == "regime_change":
+            return ({"onset": onset, "cause": "regime_change", "suspect": Suspect.DATA.value},
+                    [f"the loss changed regime at step {onset} (its noise and level moved together and stayed): "
+                     "the data or the loss changed underneath the run (whole-log evidence)",
+                     "check the data pipeline (shards, mixture, tokenizer) and the loss at the onset first, then "
+                     "restore a checkpoint from before it; no data is skipped, since which data is unknown"])
+        if self.kind == "loss_scale_collapse":
+            return ({"onset": onset, "cause": "loss_scale_collapse", "suspect": Suspect.NUMERICS.value},
+                    [f"the fp16 loss scale collapsed from step {onset}: most updates are being skipped (whole-log "
+                     "evidence)", "restore from before it; once the optimizer state is checked finite, reset the "
+                     "loss scale and its growth tracker (numerics, not data: nothing skipped)"])
+        if not self.short_log:
+            return None
+        if self.kind == "divergence":
+            return ({"onset": onset, "cause": "loss_rising", "suspect": Suspect.OPTIMIZER.value},
+                    [f"the loss climbs from its lowest point at step {onset} to the end of a short log (relative "
+                     "rule, whole-log evidence): the optimisation is unstable; skipping data will not help"])
+        if self.kind == "spike_no_recovery":
+            end = int(self.peak if self.peak is not None else onset) + 1
+            return ({"onset": onset, "cause": "spike", "suspect": Suspect.DATA.value,
+                     "skip_batches": [onset, end + int(margin)]},
+                    [f"the loss jumped at step {onset} and had not come back by the end of a short log (relative "
+                     "rule, whole-log evidence): restore from before it and skip the spike's batches"])
+        return None
