@@ -133,6 +133,18 @@ class ShardedCheckpointStore(CheckpointStore):
         """Rank 0 deletes what retention does not keep; other ranks do nothing and return []."""
         return super().prune() if self.rank == 0 else []
 
+    def supersede_after(self, step: int) -> list[int]:
+        """Remove every checkpoint newer than ``step`` (see :meth:`CheckpointStore.supersede_after`),
+        on every rank together: an asynchronous save in flight is waited for first (it could
+        publish an abandoned step after the removal), rank 0 removes, and the outcome is broadcast
+        so no rank lists the directory before the removal is done. Returns the removed steps."""
+        self.wait()
+        removed: list[Any] = [super().supersede_after(step) if self.rank == 0 else None]
+        dist = _dist()
+        if dist:
+            dist.broadcast_object_list(removed, src=0)
+        return list(removed[0])
+
     # ------------------------------------------------------------------ save
     def save(self, step: int, state: dict[str, Any]) -> Path:
         """Write a sharded checkpoint of ``step`` on every rank, atomically; returns its directory.

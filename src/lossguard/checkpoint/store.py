@@ -169,6 +169,26 @@ class CheckpointStore:
             deleted.append(step)
         return deleted
 
+    def supersede_after(self, step: int) -> list[int]:
+        """Remove every checkpoint newer than ``step`` (valid or damaged): a rollback to ``step``
+        abandoned the timeline they belong to, so :meth:`load` must never find them again.
+
+        Each one is renamed aside first (one atomic rename, so no half-removed directory keeps a
+        checkpoint's name), newest first, so a kill midway leaves a prefix of the old timeline that
+        the rollback's ``ledger.resume_from`` still overrides; calling it again finishes the job.
+
+        Returns:
+            The removed steps, newest first.
+        """
+        removed = []
+        for info in reversed(self.list()):
+            if info.step > int(step):
+                self._discard(info.path, "trash")
+                removed.append(info.step)
+        if removed:
+            fsync_dir(self.directory)
+        return removed
+
     def _discard(self, path: Path, kind: str) -> None:
         # Rename first so a half-deleted directory never carries a checkpoint's name.
         self._counter += 1

@@ -463,12 +463,23 @@ class StabilityGuard:
 
         Args:
             step: the checkpoint to load. None = the ledger's ``resume_from`` if a previous process
-                left one (a rollback it could not carry out; it is then cleared), else the newest valid.
+                left one (a rollback booked but not finished: a framework restart, or a crash in
+                the middle of an in-process rollback), else the newest valid.
+
+        A booked rollback is finished exactly as the in-process one would have: the checkpoints
+        newer than its target are removed (every rank calls this), the target is loaded, the
+        timeline is reset as a rollback leaves it, and only then is ``resume_from`` cleared -- so
+        a crash at any moment of a rollback, or of this resume, resumes on the new timeline.
         """
-        if step is None and self.ledger.resume_from is not None:
-            step, self.ledger.resume_from = self.ledger.resume_from, None
-            self.ledger.save()
+        pending = self.ledger.resume_from if step is None else None
+        if pending is not None:
+            step = pending
+            self.executor.abandon_newer(pending)
         self.state.restore(self.store, step)  # a sharded state loads into its own template (DCP)
+        if pending is not None:
+            self.executor.after_restore(pending)
+            self.ledger.resume_from = None
+            self.ledger.save()
         self.step_count = self.state.step
         self._reiter = True
         return self.step_count

@@ -265,12 +265,21 @@ class RecoveryPolicy:
         led.last_rollback = {"onset": int(decision.numbers.get("onset", decision.step)),
                              "onset_batch": None if rng is None else int(rng[0]), "to_step": int(to_step),
                              "skip_batches": None if rng is None else [int(rng[0]), int(rng[1])],
-                             "recurrence": int(decision.numbers.get("recurrence", 0))}
-        self.episode, self.overflow_streak, self.episode_tests = None, 0, {}
-        if decision.numbers.get("cause") == "loss_rising":
-            self.level = {"seen": 0, "best": None, "best_step": None}  # watch the new, cut LR afresh
+                             "recurrence": int(decision.numbers.get("recurrence", 0)),
+                             "cause": decision.numbers.get("cause")}
+        self.reset_timeline(led.last_rollback)
         cut = self.lr_cut_after_rollback(decision, to_step)
         return [] if cut is None else [cut]
+
+    def reset_timeline(self, rollback: dict[str, Any] | None) -> None:
+        """Put the timeline as a rollback leaves it: no open episode, no overflow streak (and, after
+        a rising-loss rollback, the level watch afresh). Called by :meth:`rolled_back` and again
+        after the target's timeline was loaded (in-process, or by a process resuming a rollback a
+        crash interrupted: ``ledger.last_rollback`` is the argument), so both timelines are equal.
+        """
+        self.episode, self.overflow_streak, self.episode_tests = None, 0, {}
+        if rollback is not None and rollback.get("cause") == "loss_rising":
+            self.level = {"seen": 0, "best": None, "best_step": None}  # watch the new, cut LR afresh
 
     # ---------------------------------------------------------------- queries
     def lr_factor(self, step: int) -> float:
