@@ -117,6 +117,9 @@ class ShardedCheckpointStore(CheckpointStore):
         # Counts saves, the same on every rank (every rank saves together); the base class's
         # _counter also counts rank 0's renames during pruning, so it cannot name temp dirs.
         self._saves = 0
+        if dist:  # at exit: finish an async save in flight, then destroy the groups (clean_exit.py)
+            from ..distributed.clean_exit import track_store
+            track_store(self)
 
     @property
     def asynchronous(self) -> bool:
