@@ -231,6 +231,12 @@ def plan_for(index: int, inc: Incident, incidents: Sequence[Incident], cfg: Plan
         rollback(False, "The loss changed regime (its noise and level moved together and stayed): the data or the "
                         "loss changed underneath the run. Check the data pipeline and the loss at the onset first; "
                         "then restore from before it.")
+    elif kind == K.UPDATES_STOPPED:
+        p.action = Action.HALT
+        p.reasons.append(f"No update was applied for {inc.details.get('steps')} steps: the run logged but did not "
+                         "train. The weights are those from before the stretch, so no rollback is needed; find why "
+                         "every step was skipped (non-finite gradients under bf16/fp16, a loss scale at its "
+                         "minimum, a guard withholding every step) before spending more compute.")
     elif kind == K.SUDDEN_DROP:
         p.action = Action.NONE
         p.reasons.append("A steep improvement after a slow stretch (grokking-like). Worth a check that it is not "

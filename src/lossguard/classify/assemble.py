@@ -14,7 +14,8 @@ passes, each over what the passes before it left unclaimed (:class:`.context.Cla
 8. the short-log rules where the detectors have too few points to judge (:mod:`.short`): jumps
    and climbs on fewer than 32 points, sudden drops on logs too short for the windowed test;
 9. the companion series (:mod:`.companions`): loss streams, grad norm, NaN, fp16 loss scale;
-10. one event, one incident (:mod:`.merge`).
+10. stretches where no update was applied (:mod:`.stalled`);
+11. one event, one incident (:mod:`.merge`).
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from .regime import regime_pass
 from .settings import AnalyzeConfig
 from .short import coverage_notes, short_pass
 from .short_spikes import short_spike_pass
+from .stalled import stalled_updates
 
 
 @dataclass
@@ -108,6 +110,7 @@ def find_incidents(log: RunLog, cfg: AnalyzeConfig) -> Found:
     grad_norm_spikes(log, ctx.dcfg, cfg, k, out)
     nonfinite_incidents(log, ctx.metric, out)
     loss_scale_collapses(log, cfg, out)
+    stalled_updates(log, ctx.metric, out)
     incidents = one_event_one_incident(ctx, out)
     incidents.sort(key=lambda i: (i.onset, i.kind.value))
     return Found(incidents, ctx.metric, k, ctx.notes + coverage_notes(ctx))

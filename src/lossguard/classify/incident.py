@@ -33,6 +33,10 @@ class IncidentKind(str, Enum):
     """fp16 loss scale falling to its minimum with repeated overflows / skipped iterations."""
     GRAD_NORM_SPIKE = "grad_norm_spike"
     """The gradient norm spikes, whether or not the loss has moved yet."""
+    UPDATES_STOPPED = "updates_stopped"
+    """The run kept logging but applied no update for a long stretch: a grad norm logged as a skip
+    sentinel (DeepSpeed's -1), a loss repeating the same float exactly, or the guard skipping every
+    step (:mod:`lossguard.detect.stalled`)."""
     REGIME_CHANGE = "regime_change"
     """The loss leaves its level and its noise jumps to a new, lasting level (or it becomes exactly
     zero): the data or the loss changed underneath the run, upward or suspiciously downward."""

@@ -157,6 +157,9 @@ class StabilityGuard:
                                          optimizer=optimizer, scaler=scaler,
                                          diagnosis_file=self._diagnosis_file(log_path, diagnosis_path, store),
                                          write_files=self.rank == 0, snapshot=self.snapshot)
+        from .withheld import WithheldStreak
+        self.withheld = WithheldStreak(None if cfg.shadow else cfg.max_withheld_streak)
+        """Consecutive withheld updates (timeline state); halts at ``max_withheld_streak``."""
         self.step_count = 0
         """The step the next batch feeds (skipped steps count; a rollback sets it back)."""
         self._judged = 0          # steps judged by this process (the first ones get the sanity bound's scale)
@@ -422,6 +425,10 @@ class StabilityGuard:
             if out.halted:
                 self.halted, self.restart_requested = True, out.restart
                 break
+        else:
+            halt = self.withheld.update(v.step, bool(v.bad) and not self.config.shadow)
+            if halt is not None:
+                self.halted = self.executor.carry_out(halt).halted
 
     def _copy_to_host(self, packed):
         """Start the one device-to-host copy of this step's verdict (pinned buffer + event on CUDA)."""
@@ -488,7 +495,7 @@ class StabilityGuard:
         """The timeline: detector windows, the policy's open episode, the data counter (JSON-safe).
         Goes into every checkpoint (TrainState extras) and is rolled back with it."""
         return {"format": GUARD_FORMAT, "judge": self.judge.state_dict(), "policy": self.policy.state_dict(),
-                "data_count": self._data_count}
+                "data_count": self._data_count, "withheld": self.withheld.state_dict()}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output (format 1, from before the ledger, is read too)."""
@@ -502,6 +509,7 @@ class StabilityGuard:
         self.judge.load_state_dict(sd["judge"])
         self.policy.load_state_dict(sd["policy"])
         self._data_count = int(sd["data_count"])
+        self.withheld.load_state_dict(sd.get("withheld"))
 
     def adopt_ledger(self, ledger: RunLedger) -> None:
         """Use ``ledger`` from now on (a framework callback restoring its own saved ledger)."""
