@@ -64,6 +64,11 @@ class PendingSave:
     def __init__(self, step: int, thread: threading.Thread | None, box: dict) -> None:
         self.step, self._thread, self._box = step, thread, box
 
+    @property
+    def seconds(self) -> float | None:
+        """Seconds from the save's call to its publication (None while in flight or after a failure)."""
+        return self._box.get("seconds")
+
     def done(self) -> bool:
         """True once the checkpoint is published (or the save failed); never blocks."""
         return self._thread is None or not self._thread.is_alive()
@@ -195,6 +200,7 @@ class ShardedCheckpointStore(CheckpointStore):
         tmp = self.directory / name
         self._in_flight.add(name)
         tmp.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
         # The rank's own state is serialised now: the RNG and data position of THIS moment.
         buf = io.BytesIO()
         torch.save(state["rank"], buf)
@@ -204,6 +210,7 @@ class ShardedCheckpointStore(CheckpointStore):
             try:
                 dcp.save(state["sharded"], checkpoint_id=tmp, no_dist=dist is None)
                 box["path"] = self._finish(step, tmp, rank_bytes, None)
+                box["seconds"] = time.perf_counter() - t0
             finally:
                 self._in_flight.discard(name)
             return PendingSave(step, None, box)
@@ -214,6 +221,7 @@ class ShardedCheckpointStore(CheckpointStore):
             try:
                 future.result()
                 box["path"] = self._finish(step, tmp, rank_bytes, group)
+                box["seconds"] = time.perf_counter() - t0
             except BaseException as exc:  # noqa: BLE001 - handed to wait() on the training thread
                 box["error"] = exc if isinstance(exc, CheckpointError) else CheckpointError(
                     f"asynchronous save of step {step} failed: {exc!r}", path=tmp,

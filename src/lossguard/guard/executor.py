@@ -13,6 +13,7 @@ restarted process (or a person) can carry it out.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,10 +162,13 @@ class RecoveryExecutor:
         # 2. The abandoned timeline's checkpoints become unreachable to restore().
         self.abandon_newer(target)
         # 3. The target's state (the timeline only: the ledger is in neither checkpoint nor snapshot).
+        t0 = time.perf_counter()
         if from_memory:
             self.snapshot.restore(target)
         else:
             self.state.restore(self.store, target)
+        self.log.timing({"step": target, "event": "checkpoint_load", "source": "memory" if from_memory else "disk",
+                         "seconds": round(time.perf_counter() - t0, 6)})
         # 4. As a rollback leaves the timeline; then the newest checkpoint is the target itself.
         self.after_restore(target)
         self.ledger.resume_from = None

@@ -31,6 +31,7 @@ one step late on CUDA (``defer_host_read``), where a rollback therefore acts one
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -171,6 +172,7 @@ class StabilityGuard:
         self._rng = None          # torch RNG when the batch in flight was drawn (replay check)
         self._pending = None      # deferred (packed host copy, meta) of the previous step
         self._reiter = False      # batches() must re-create its iterator (after a rollback)
+        self._inflight = None     # the asynchronous save whose completion is not logged yet
         self.last_record: Verdict | None = None
         """The verdict of the latest processed step."""
 
@@ -353,6 +355,8 @@ class StabilityGuard:
         if (self.store is not None and cfg.checkpoint_every and not self.halted
                 and self.step_count % cfg.checkpoint_every == 0 and not self._reiter):
             self.save()
+        elif self._inflight is not None:
+            self.poll_save()
 
     def before_optimizer_step(self, loss) -> bool:
         """Framework mode: judge this step when a framework (Lightning, HF, ...) calls
@@ -459,11 +463,40 @@ class StabilityGuard:
         if self.config.loss_rise is not None:  # the loss-rise rule's target must survive pruning
             self.executor.keep_target(self.policy.level.get("best_step"))
         self.state.step = self.step_count
+        self.poll_save()  # a previous async save finished: log it before the next one starts
+        t0 = time.perf_counter()
         if self.snapshot is not None:
             self.snapshot.take()  # the same state, kept in host memory for a fast rollback
-        if getattr(self.store, "asynchronous", False):  # a sharded store with its own gloo group
-            return self.store.async_save(self.step_count, self.state.state_dict())
-        return self.store.save(self.step_count, self.state.state_dict())
+        asynchronous = getattr(self.store, "asynchronous", False)  # a sharded store with its own gloo group
+        if asynchronous:
+            self.poll_save(wait=True)  # one save in flight (the store would wait for it anyway)
+            out = self._inflight = self.store.async_save(self.step_count, self.state.state_dict())
+        else:
+            out = self.store.save(self.step_count, self.state.state_dict())
+        self.log.timing({"step": self.step_count, "event": "checkpoint_save", "mode": "async" if asynchronous else "sync",
+                         "seconds": round(time.perf_counter() - t0, 6), "snapshot": self.snapshot is not None})
+        return out
+
+    @property
+    def pending_save(self):
+        """The asynchronous save in flight (a :class:`lossguard.checkpoint.PendingSave`: ``done()``,
+        ``wait()``, ``seconds``), or None when there is none or it was already logged as finished."""
+        return self._inflight
+
+    def poll_save(self, *, wait: bool = False) -> None:
+        """Log the completion of the asynchronous save in flight once it is done (``wait``: block
+        for it). Called at every step and save and at :meth:`close`; never blocks unless asked."""
+        pending = self._inflight
+        if pending is None or not (wait or pending.done()):
+            return
+        self._inflight = None
+        rec = {"step": pending.step, "event": "checkpoint_saved", "mode": "async"}
+        try:
+            pending.wait()
+            rec["seconds"] = round(pending.seconds, 6)
+        except Exception as exc:  # noqa: BLE001 - logged here, raised by the store's next wait()
+            rec["error"] = str(exc).splitlines()[0]
+        self.log.timing(rec)
 
     def restore(self, step: int | None = None) -> int:
         """Resume from the store; returns the step.
@@ -482,7 +515,10 @@ class StabilityGuard:
         if pending is not None:
             step = pending
             self.executor.abandon_newer(pending)
+        t0 = time.perf_counter()
         self.state.restore(self.store, step)  # a sharded state loads into its own template (DCP)
+        self.log.timing({"step": self.state.step, "event": "checkpoint_load", "source": "disk",
+                         "seconds": round(time.perf_counter() - t0, 6)})
         if pending is not None:
             self.executor.after_restore(pending)
             self.ledger.resume_from = None
@@ -522,6 +558,7 @@ class StabilityGuard:
     def close(self) -> None:
         """Process any deferred verdict, wait for an asynchronous save in flight, close the log."""
         self.flush()
+        self.poll_save(wait=True)
         if hasattr(self.store, "wait"):
             self.store.wait()
         self.log.close()
