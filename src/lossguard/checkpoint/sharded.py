@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError
-from .files import Checksum, HashingFile, file_crc
+from .dcp_io import ChecksumMismatch, hashing_writer, read_verified, verifying_reader
+from .files import Checksum, fast_checksum, file_crc
 from .store import MANIFEST, CheckpointStore
 
 __all__ = ["PendingSave", "ShardedCheckpointStore"]
@@ -56,6 +57,24 @@ def _dist():
     import torch.distributed as dist
 
     return dist if dist.is_available() and dist.is_initialized() else None
+
+
+_MISMATCH_TEXT = re.compile(r"\S+ (?:does not match its [\w-]+ in manifest\.json \(corrupted\)"
+                            r"|has \d+ bytes, the manifest recorded \S+)")
+
+
+def _mismatch_in(exc: BaseException) -> str | None:
+    """The message of a :class:`ChecksumMismatch` inside DCP's exception (its per-rank failures), or None."""
+    if isinstance(exc, ChecksumMismatch):
+        return str(exc)
+    failures = getattr(exc, "failures", None) or {}
+    for failure in failures.values():
+        inner = failure[0] if isinstance(failure, tuple) else failure
+        if isinstance(inner, ChecksumMismatch):
+            return str(inner)
+    # DCP folds some read errors (the .metadata read) into the text of another exception.
+    found = _MISMATCH_TEXT.search(str(exc))
+    return found.group(0) if found else None
 
 
 class PendingSave:
@@ -122,6 +141,8 @@ class ShardedCheckpointStore(CheckpointStore):
         # Counts saves, the same on every rank (every rank saves together); the base class's
         # _counter also counts rank 0's renames during pruning, so it cannot name temp dirs.
         self._saves = 0
+        self._algorithm = fast_checksum()  # CRC-32C when google-crc32c is installed, else CRC-32
+        self._rank_bytes: dict[int, bytes] = {}  # rank files read (and verified) before a load
         if dist:  # at exit: finish an async save in flight, then destroy the groups (clean_exit.py)
             from ..distributed.clean_exit import track_store
             track_store(self)
@@ -206,21 +227,22 @@ class ShardedCheckpointStore(CheckpointStore):
         torch.save(state["rank"], buf)
         rank_bytes = buf.getvalue()
         box: dict[str, Any] = {}
+        writer = hashing_writer(tmp, self._algorithm)  # checksums computed while DCP writes
         if not asynchronous:
             try:
-                dcp.save(state["sharded"], checkpoint_id=tmp, no_dist=dist is None)
-                box["path"] = self._finish(step, tmp, rank_bytes, None)
+                dcp.save(state["sharded"], storage_writer=writer, no_dist=dist is None)
+                box["path"] = self._finish(step, tmp, rank_bytes, None, writer.fs.table)
                 box["seconds"] = time.perf_counter() - t0
             finally:
                 self._in_flight.discard(name)
             return PendingSave(step, None, box)
         group = self._async_group
-        future = dcp.async_save(state["sharded"], checkpoint_id=tmp, process_group=group, no_dist=dist is None)
+        future = dcp.async_save(state["sharded"], storage_writer=writer, process_group=group, no_dist=dist is None)
 
         def finish() -> None:
             try:
                 future.result()
-                box["path"] = self._finish(step, tmp, rank_bytes, group)
+                box["path"] = self._finish(step, tmp, rank_bytes, group, writer.fs.table)
                 box["seconds"] = time.perf_counter() - t0
             except BaseException as exc:  # noqa: BLE001 - handed to wait() on the training thread
                 box["error"] = exc if isinstance(exc, CheckpointError) else CheckpointError(
@@ -234,22 +256,21 @@ class ShardedCheckpointStore(CheckpointStore):
         self._pending = PendingSave(step, thread, box)
         return self._pending
 
-    def _finish(self, step: int, tmp: Path, rank_bytes: bytes, group) -> Path:
-        """Steps 3 and 4 of the module docstring; runs on every rank, returns the published path."""
+    def _finish(self, step: int, tmp: Path, rank_bytes: bytes, group, written: dict[str, Any]) -> Path:
+        """Steps 3 and 4 of the module docstring; runs on every rank, returns the published path.
+        ``written``: the checksums of the files this rank's DCP writer wrote (hashed on the way)."""
         dist = _dist()
         mine: dict[str, Any] = {}
         try:
             rank_file = _RANK_FILE.format(self.rank)
+            crc = self._algorithm()
+            crc.update(rank_bytes)
             with open(tmp / rank_file, "wb") as raw:
-                hashing = HashingFile(raw)
-                hashing.write(rank_bytes)
+                raw.write(rank_bytes)
                 raw.flush()
                 os.fsync(raw.fileno())
-            files = {rank_file: {"size": hashing.size, Checksum.NAME: hashing.crc.hexdigest()}}
-            own = re.compile(rf"^__{self.rank}_\d+\.distcp$")
-            for entry in sorted(tmp.iterdir()):
-                if own.match(entry.name):
-                    files[entry.name] = {"size": entry.stat().st_size, Checksum.NAME: file_crc(entry)}
+            files = {rank_file: {"size": len(rank_bytes), crc.NAME: crc.hexdigest()}}
+            files.update(written)
             mine = {"files": files}
         except OSError as exc:
             mine = {"error": f"rank {self.rank}: {exc}"}
@@ -311,8 +332,8 @@ class ShardedCheckpointStore(CheckpointStore):
             step: the step to load; None: the newest checkpoint that verifies on every rank.
             template: ``ShardedTrainState.state_dict()`` of this run: its ``"sharded"`` tensors are
                 filled in place; its ``"rank"`` part is replaced by this rank's saved one.
-            verify: check every file's CRC-32 first (each rank reads ``1/world`` of the files);
-                False checks sizes only (faster; DCP still fails on a truncated shard).
+            verify: check every file's checksum as DCP reads it (:mod:`.dcp_io`: one read of each
+                file); False checks sizes only (DCP still fails on a truncated shard).
 
         Returns:
             ``{"format", "step", "sharded": template["sharded"], "rank": saved rank state}``.
@@ -346,7 +367,10 @@ class ShardedCheckpointStore(CheckpointStore):
                 problems = [problem]
             problems = [p for p in problems if p]
             if not problems:
-                return self._load_verified(candidate, template)
+                try:
+                    return self._load_verified(candidate, template, verify)
+                except ChecksumMismatch as exc:  # every rank: DCP gathers the read errors of all ranks
+                    problems = [str(exc)]
             damaged.append(f"step {candidate}: {problems[0]}")
             if step is None:
                 import warnings
@@ -376,20 +400,42 @@ class ShardedCheckpointStore(CheckpointStore):
                 return f"{name} is missing"
             if size != expected.get("size"):
                 return f"{name} has {size} bytes, the manifest recorded {expected.get('size')}"
-            if checksum and file_crc(path / name) != expected.get(Checksum.NAME):
-                return f"{name} does not match its CRC-32 in {MANIFEST} (corrupted)"
+        if checksum:  # this rank's own small file, read once here and kept for the load
+            name = _RANK_FILE.format(self.rank)
+            try:
+                self._rank_bytes[step] = read_verified(path / name, manifest["files"].get(name, {}))
+            except (OSError, ChecksumMismatch) as exc:
+                return str(exc)
         return None
 
-    def _load_verified(self, step: int, template: dict[str, Any]) -> dict[str, Any]:
+    def _load_verified(self, step: int, template: dict[str, Any], verify: bool = True) -> dict[str, Any]:
+        """DCP-load ``step`` into the template, each file's checksum verified as DCP reads it.
+
+        Raises:
+            ChecksumMismatch: a file DCP read is damaged (on every rank: DCP gathers read errors).
+        """
         import torch
         import torch.distributed.checkpoint as dcp
 
         path = self.path_of(step)
+        source: dict[str, Any] = {"checkpoint_id": path}
+        if verify:
+            files = json.loads((path / MANIFEST).read_text())["files"]
+            source = {"storage_reader": verifying_reader(path, files)}
+        from torch.distributed.checkpoint.api import CheckpointException
+
         try:
-            dcp.load(template["sharded"], checkpoint_id=path, no_dist=_dist() is None)
-        except Exception as exc:  # DCP raises CheckpointException / RuntimeError on a mismatch
+            dcp.load(template["sharded"], no_dist=_dist() is None, **source)
+        except (Exception, CheckpointException) as exc:  # CheckpointException is a BaseException
+            mismatch = _mismatch_in(exc)
+            if mismatch is not None:
+                raise ChecksumMismatch(mismatch) from exc
             raise CheckpointError(f"DCP load failed: {str(exc).splitlines()[0]}", path=path,
                                   fix="the checkpoint does not match this model/optimizer; use the same "
                                       "configuration as the run that saved it") from exc
-        rank_state = torch.load(path / _RANK_FILE.format(self.rank), map_location="cpu", weights_only=False)
+        raw = self._rank_bytes.pop(step, None)
+        if raw is None:
+            raw = (path / _RANK_FILE.format(self.rank)).read_bytes()
+        self._rank_bytes.clear()
+        rank_state = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=False)
         return {"format": SHARDED_FORMAT, "step": step, "sharded": template["sharded"], "rank": rank_state}

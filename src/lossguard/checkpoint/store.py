@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError, ConfigError, raise_all
-from .files import CheckpointInfo, Checksum, HashingFile, file_crc, fsync_dir, pid_alive
+from .files import CheckpointInfo, Checksum, HashingFile, entry_matches, fsync_dir, pid_alive
 
 __all__ = ["CheckpointInfo", "CheckpointStore"]
 
@@ -104,7 +104,7 @@ class CheckpointStore:
                 return bad(f"{name} has {size} bytes, the manifest recorded {recorded}", total)
         if checksum:
             for name, expected in sorted(files.items()):
-                if file_crc(path / name) != expected.get(Checksum.NAME):
+                if not entry_matches(path / name, expected):  # CRC-32, or a sharded store's CRC-32C
                     return bad(f"{name} does not match its CRC-32 in {MANIFEST} (corrupted)", total)
         return CheckpointInfo(step, path, True, "", total, step in self._protected)
 
