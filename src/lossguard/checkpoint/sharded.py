@@ -63,6 +63,18 @@ _MISMATCH_TEXT = re.compile(r"\S+ (?:does not match its [\w-]+ in manifest\.json
                             r"|has \d+ bytes, the manifest recorded \S+)")
 
 
+def _default_stager():
+    """The stager ``dcp.async_save`` uses when given only a checkpoint id. Given a writer, it stages
+    through the writer instead (``FileSystemWriter``'s blocking full copy: 0.2 s and +200 MiB for a
+    192 MiB checkpoint, against 0.08 s measured in benchmarks/checkpoint_dcp.py); None on a torch
+    without ``DefaultStager``."""
+    try:
+        from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+    except ImportError:
+        return None
+    return DefaultStager(StagingOptions(False, False, False, False))
+
+
 def _mismatch_in(exc: BaseException) -> str | None:
     """The message of a :class:`ChecksumMismatch` inside DCP's exception (its per-rank failures), or None."""
     if isinstance(exc, ChecksumMismatch):
@@ -129,6 +141,7 @@ class ShardedCheckpointStore(CheckpointStore):
         self.rank = dist.get_rank() if dist else 0
         self.world_size = dist.get_world_size() if dist else 1
         self._in_flight: set[str] = set()
+        self._deleting: list[threading.Thread] = []  # pruned checkpoints being deleted (_discard)
         super().__init__(directory, keep_last=keep_last, keep_every=keep_every,
                          min_keep_steps_back=min_keep_steps_back)  # rank 0 recovers leftovers
         owner = [os.getpid()]
@@ -196,9 +209,30 @@ class ShardedCheckpointStore(CheckpointStore):
         return self._start(step, state, asynchronous=True)
 
     def wait(self) -> Path | None:
-        """Wait for the asynchronous save in flight, if any; returns its path."""
+        """Wait for the asynchronous save in flight, if any, and for pruned checkpoints still being
+        deleted; returns the save's path."""
         pending, self._pending = self._pending, None
-        return pending.wait() if pending is not None else None
+        try:
+            return pending.wait() if pending is not None else None
+        finally:
+            for thread in self._deleting:
+                thread.join()
+            self._deleting = []
+
+    def _discard(self, path: Path, kind: str) -> None:
+        """As :meth:`CheckpointStore._discard`, but a pruned checkpoint is deleted in a background
+        thread after its (atomic) rename: deleting hundreds of MiB cost a sync save ~15% of its
+        time (profiled, issue 23). A ``.trash-*`` left by a killed process is removed by the next
+        store's ``_recover``; :meth:`wait` (every save, load and exit) joins the deletions."""
+        if kind != "trash":
+            return super()._discard(path, kind)
+        self._counter += 1
+        side = self.directory / f".trash-{path.name}-{os.getpid()}-{self._counter}"
+        os.rename(path, side)
+        thread = threading.Thread(target=shutil.rmtree, args=(side,), kwargs={"ignore_errors": True},
+                                  name="lossguard-prune", daemon=True)
+        thread.start()
+        self._deleting.append(thread)
 
     def _start(self, step: int, state: dict[str, Any], *, asynchronous: bool) -> PendingSave:
         import torch
@@ -237,11 +271,16 @@ class ShardedCheckpointStore(CheckpointStore):
                 self._in_flight.discard(name)
             return PendingSave(step, None, box)
         group = self._async_group
-        future = dcp.async_save(state["sharded"], storage_writer=writer, process_group=group, no_dist=dist is None)
+        stager = _default_stager()
+        extra = {} if stager is None else {"async_stager": stager}
+        future = dcp.async_save(state["sharded"], storage_writer=writer, process_group=group, no_dist=dist is None,
+                                **extra)
 
         def finish() -> None:
             try:
                 future.result()
+                if stager is not None:
+                    stager.close()
                 box["path"] = self._finish(step, tmp, rank_bytes, group, writer.fs.table)
                 box["seconds"] = time.perf_counter() - t0
             except BaseException as exc:  # noqa: BLE001 - handed to wait() on the training thread
