@@ -162,7 +162,7 @@ def _worker(rank: int, world: int, widths: list[int], repeat: int, root: str):
                 fn()
             rows[name] = [(time.perf_counter() - t0) / 20]
         opt.zero_grad(set_to_none=True)
-        ckpt_bytes = sum(f.stat().st_size for f in store.path_of(store.shared_steps()[-1]).iterdir())
+        ckpt_bytes = sum(f.stat().st_size for f in store.path_of(store.agreed_steps()[-1]).iterdir())
         results[width] = {"params": params, "bytes": ckpt_bytes, "snapshot_bytes": snap.nbytes,
                           "times": {k: statistics.median(v) for k, v in rows.items()}, "mem": mem}
         dist.barrier()

@@ -21,6 +21,9 @@ the clean run of the same seed: mean and the largest in absolute value), diverge
 rollbacks, steps lost to rollbacks, steps skipped (means per run), wall time. Raw per-run results go to ``--out`` (JSON lines).
 
     python benchmarks/recovery.py --seeds 5 --jobs 2 --out /tmp/recovery.jsonl
+
+The rows behind the tables of ``benchmarks/RESULTS.md`` are checked in under ``benchmarks/results/``
+(``recovery_runs*.jsonl``).
 """
 from __future__ import annotations
 

@@ -29,6 +29,10 @@ the summary of a saved file without training).
     python benchmarks/zoo.py --scenarios bad_pocket,lr_jump --scenario-seeds 0,1,2 --guarded-only \
         --config guard.toml --out /tmp/z3b.jsonl          # another guard configuration, same references
     python benchmarks/zoo.py --summary /tmp/z3.jsonl /tmp/z3b.jsonl
+
+The rows behind the tables of ``benchmarks/RESULTS.md`` are checked in under ``benchmarks/results/``
+(``zoo_runs*.jsonl``); ``--summary`` re-prints them, e.g.
+``python benchmarks/zoo.py --summary benchmarks/results/zoo_runs_3seeds.jsonl``.
 """
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ def main(argv=None) -> int:
     specs = [s for s in grid(tuned, [a.scenario]) if not s.guarded and not s.oracle and s.scenario.value == a.scenario]
     with ProcessPoolExecutor(a.jobs) as ex:
         results = list(ex.map(one, [_spec_dict(s) for s in specs]))
-    from lossguard.guard.evidence import EvidenceConfig
+    from lossguard.guard.judge.evidence import EvidenceConfig
 
     window = EvidenceConfig().shift_window  # the loss-shift test is opt-in; SHIFT_Z_ON is its documented value
     shift_max: dict[float, list] = {1.5: [], 2.0: [], 3.0: []}

@@ -23,9 +23,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
-from lossguard.checkpoint.store import CheckpointStore
-from lossguard.data.sampler import ResumableSampler
-from lossguard.guard import GuardConfig, StabilityGuard
+from lossguard import CheckpointStore, GuardConfig, ResumableSampler, StabilityGuard
 
 
 class Teacher(torch.utils.data.Dataset):

@@ -35,7 +35,9 @@ def test_analyze_finds_known_incidents_and_plans():
     assert ("grad_norm_spike", 2000) in got
     assert len(a.plans) == len(a.incidents)
     nan_plan = a.plans[[i.kind.value for i in a.incidents].index("non_finite")]
-    assert nan_plan.rollback_to_step == 4000 and nan_plan.checkpoint_exists
+    # One NaN step: the guard's policy withholds that update and goes on (issue 19: the plan is the
+    # policy's decision; version 2 planned a rollback to checkpoint 4000 here).
+    assert nan_plan.action == "watch" and nan_plan.skipped_steps == [4500] and nan_plan.rollback_to_step is None
     assert a.guard_actions == [{"step": 4500, "event": "skip", "reason": "non-finite loss"}]
 
 

@@ -67,7 +67,7 @@ def _scenario(rank: int, world: int, tmpdir: str):
     out["async_path"] = str(pending.wait())
     state.save(store)                                   # step 12, sync; prunes step 4 (keep_last=2)
     out["straight"], out["end"] = straight, _shards(model, opt)
-    out["steps_after_prune"] = store.shared_steps()
+    out["steps_after_prune"] = store.agreed_steps()
 
     # rollback from memory: back to step 4, train 8 steps again
     out["snap_step"] = snap.restore()
@@ -85,10 +85,10 @@ def _scenario(rank: int, world: int, tmpdir: str):
     for _ in range(2):
         _train(model, opt, sched, sampler, data, state, 1)
         state.save(store2)
-    out["steps_protected"] = store2.shared_steps()      # 8 protected + the two newest
+    out["steps_protected"] = store2.agreed_steps()      # 8 protected + the two newest
 
     # damage rank 1's shard of the newest checkpoint: both ranks pass over it to the older one
-    newest = store2.shared_steps()[-1]
+    newest = store2.agreed_steps()[-1]
     if rank == 0:
         shard = store2.path_of(newest) / "__1_0.distcp"
         raw = bytearray(shard.read_bytes())

@@ -42,8 +42,26 @@ _SEEDS = {
 }
 
 
+# Console shapes only the text grammar (lossguard.io.text) reads: colours between label and number,
+# record headers with indented lines, progress-bar redraws, a crash line, numbers without labels.
+_GRAMMAR_SEEDS = {
+    "titan.log": b"".join(b"[rank0]:\x1b[31mstep: \x1b[32m%2d  \x1b[33mloss: \x1b[34m%7.4f  grad_norm: %7.4f\x1b[39m\n"
+                          % (k, 10 - k / 10, 1.5) for k in range(1, 12)),
+    "olmo.log": b"".join(b"[step=%d/100,epoch=1]\n    train/CE loss=%.3f\n    optim/total grad norm=1.2\n" % (k, 9 - k / 10)
+                         for k in range(1, 10)),
+    "keras.log": b"Epoch 1/2\n" + b"".join(b"\r%3d/100 [====>....] - ETA: 2s - loss: %.4f" % (b, 1 - b / 1000)
+                                          for b in range(10, 101, 10)) + b"\nEpoch 2/2\n100/100 [=====] - loss: 0.5\n",
+    "lightning.log": b"".join(b"\rEpoch %d: %d%%|###| %d/1000 [00:01<00:10, 9.0it/s, loss=%.3f, v_num=0]" % (e, b // 10, b, 3 - b / 1e4)
+                              for e in range(2) for b in range(100, 1001, 100)) + b"\n",
+    "crash.log": b"".join(b"step %d | loss %.2f\n" % (k, 3 - k / 100) for k in range(1, 9))
+                 + b"RuntimeError: Rank 0, iteration 12: Unexpected result nan (found NaN in local forward loss)\n",
+    "numbers.txt": b"".join(b"%d %.4f\n" % (76930 + 10 * k, 2.6 - k / 100) for k in range(12)),
+}
+
+
 def _seeds() -> dict[str, bytes]:
     seeds = dict(_SEEDS)
+    seeds.update(_GRAMMAR_SEEDS)
     for p in sorted((DATA / "pasted").iterdir()):
         if p.suffix in (".txt", ".log", ".md"):
             seeds[p.name] = p.read_bytes()[:6000]
@@ -104,6 +122,8 @@ def _adversarial() -> dict[str, bytes]:
         "surrogate_key.jsonl": b'{"step": 1, "\\udc80": 2.0, "loss": 1}\n{"step": 2, "\\udc80": 2.1, "loss": 1}\n',
         "huge_numbers.csv": b"step,loss\n1,1e308\n2,1e999\n3,-1e999\n99999999999999999999999,2\n",
         "nul.csv": b"step,loss\n1,2\x00\n2,3\n",
+        # 5,000 lines of distinct templates (each parsed once, none repeating): not claimed, no hang
+        "many_templates.log": b"".join(b"k%dx: 1.0 loss: %.3f\n" % (i, 2 - i * 1e-5) for i in range(5_000)),
     }
 
 

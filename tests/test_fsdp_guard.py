@@ -49,7 +49,7 @@ def _fsdp_guard_worker(rank: int, world: int, tmpdir: str, gate: str, asynchrono
     return {"decisions": decisions, "step": guard.step_count, "skipped": guard.sampler.skipped,
             "ledger": guard.ledger.to_dict()["skip_ranges"],
             "finite": all(bool(torch.isfinite(_local(p)).all()) for p in model.parameters()),
-            "ckpts": store.shared_steps(),
+            "ckpts": store.agreed_steps(),
             "sources": [e.get("source") for e in guard.log.records if e["event"] == "rollback"],
             "shards": [_local(p).detach().clone() for p in model.parameters()]}
 

@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
 from lossguard.detect.outlier import OnlineOutlier, OutlierConfig, score  # noqa: E402
-from lossguard.guard.device_stats import DeviceOutlier  # noqa: E402
+from lossguard.guard.judge.device_stats import DeviceOutlier  # noqa: E402
 
 
 def _series(rng: np.random.Generator, n: int) -> np.ndarray:

@@ -16,7 +16,7 @@ torch.set_num_threads(1)
 
 from lossguard.detect.outlier import OutlierConfig, score  # noqa: E402
 from lossguard.guard import GuardConfig  # noqa: E402
-from lossguard.guard.evidence import EvidenceConfig, evidence_series  # noqa: E402
+from lossguard.guard.judge.evidence import EvidenceConfig, evidence_series  # noqa: E402
 from lossguard.guard.judge import DeviceJudge, HostJudge, Judgement  # noqa: E402
 from lossguard.recovery.verdict import Evidence  # noqa: E402
 
@@ -138,7 +138,7 @@ def test_judge_state_round_trips_between_twins(cut):
 def test_tail_series_equals_the_online_tail_bit_for_bit(window, stride):
     """The vectorised tail (strided rows of full windows, one quantile each) is the online one, exactly,
     while the window fills and after, with non-finite values left out as the online twin does."""
-    from lossguard.guard.tail import OnlineTail, tail_series
+    from lossguard.guard.judge.tail import OnlineTail, tail_series
 
     cfg = OutlierConfig(window=window, stride=stride)
     x = np.exp(np.random.default_rng(window).normal(0, 0.5, 3000))

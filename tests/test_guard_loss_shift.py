@@ -7,7 +7,7 @@ import numpy as np
 
 from lossguard.guard import GuardConfig
 from lossguard.guard.config_file import load_config
-from lossguard.guard.evidence import EvidenceConfig
+from lossguard.guard.judge.evidence import EvidenceConfig
 from lossguard.io import read_log
 from lossguard.recovery import PolicyConfig, RecoveryPolicy
 from lossguard.recovery.verdict import Evidence, Verdict

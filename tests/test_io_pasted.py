@@ -28,18 +28,27 @@ def _live(log, metric):
     return steps.tolist(), values
 
 
-def test_hf_trainer_capture_numbers_dicts_by_order_and_keeps_nan():
+def test_hf_trainer_capture_numbers_dicts_by_the_bar_above_them_and_keeps_nan():
     log = read_log(PASTED / "hf_trainer_grad_norm_nan.log")
-    assert log.format == "pasted"
+    assert log.format == "text"  # issue 18: the dicts take their step from the tqdm bar's N/750 (the grammar)
     steps, loss = _live(log, "loss")
-    assert steps == list(range(1, 16))  # no logging_steps shown: order, with a warning saying so
-    assert any("pass --logging-steps N (TrainingArguments.logging_steps)" in w for w in log.metadata["warnings"])
+    assert steps == list(range(10, 151, 10))  # what --logging-steps 10 gives (the next test), read from the bar
+    assert any("pass --logging-steps N" in w and "counter" in w for w in log.metadata["warnings"])
     assert loss[:3].tolist() == pytest.approx([2.85, 2.8, 2.75])
     assert np.isnan(loss[3:]).all()
     _, grad = _live(log, "grad_norm")
     assert int(np.isnan(grad).sum()) == 12
     _, epoch = _live(log, "epoch")
     assert epoch[-1] == pytest.approx(0.2)
+
+
+def test_hf_dicts_without_a_counter_are_numbered_by_order_with_a_warning(tmp_path):
+    p = tmp_path / "hf.log"
+    p.write_text("".join(f"{{'loss': {2.5 - k / 10}, 'learning_rate': 1e-05, 'epoch': {k / 100}}}\n" for k in range(1, 6)))
+    log = read_log(p)
+    assert log.format == "pasted"
+    assert _live(log, "loss")[0] == [1, 2, 3, 4, 5]
+    assert any("pass --logging-steps N (TrainingArguments.logging_steps)" in w for w in log.metadata["warnings"])
 
 
 def test_hf_trainer_capture_with_logging_steps_option():

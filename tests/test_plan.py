@@ -1,53 +1,95 @@
-"""Recovery plans: rollback target, batches to skip, LR and loss-scale advice, checkpoint parsing."""
+"""Recovery plans are the guard's policy's decisions, replayed (issue 19): same action, step and words
+as ``simulate``; checkpoint rule, recipe, whole-log findings, filing under incidents, checkpoint parsing."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+from lossguard.analysis import analyze
 from lossguard.classify.incident import Incident, IncidentKind as K
 from lossguard.errors import ConfigError, LossguardError
+from lossguard.io import read_log
 from lossguard.plan import PlanConfig, make_plans, parse_checkpoints
+from lossguard.recovery import RecoveryRecipe
+from lossguard.simulate import simulate
 
 
-def _inc(kind, onset, peak=None, end=None, evidence="x"):
-    peak = onset if peak is None else peak
-    return Incident(kind, "loss", onset, peak, end, 2.0, 3.0, 1.0, 10.0, evidence=evidence)
+def _csv(tmp_path, *, spikes=(), nan=(), n=3000, seed=0):
+    """A power-law loss curve with 1% noise; ``spikes``: (step, [factors...]) multiplied in."""
+    rng = np.random.default_rng(seed)
+    s = np.arange(n)
+    loss = (3.0 * (1 + s / 200) ** -0.3 + 0.5) * (1 + 0.01 * rng.standard_normal(n))
+    for at, factors in spikes:
+        loss[at:at + len(factors)] *= factors
+    loss[list(nan)] = np.nan
+    path = tmp_path / "run.csv"
+    path.write_text("step,loss\n" + "".join(f"{i},{float(v)!r}\n" for i, v in enumerate(loss)))
+    return read_log(path)
 
 
-def test_slow_spike_rolls_back_100_steps_and_skips_a_palm_sized_window():
-    (p,) = make_plans([_inc(K.SPIKE_SLOW, 5000, 5005, 5400)])
-    assert p.action == "rollback" and p.rollback_to_step == 4900 and not p.checkpoint_exists
-    r = p.skip_batches                             # half-open [start, stop): the guard's convention
-    assert (r.start, r.stop) == (5000, 5400 + 1 + 200)   # the episode's batches plus the recipe's margin
-    assert p.to_dict()["skip_batches"] == [5000, 5601] and p.to_dict()["action"] == "rollback"
-    assert p.lr_factor == 1.0 and p.reasons
+def test_the_issue_example_analyze_and_simulate_name_the_same_action_in_the_same_words(tmp_path):
+    """A 4-step 2.2x spike at 1500, back on trend 3 steps later: the plan is the policy's decision."""
+    log = _csv(tmp_path, spikes=[(1500, [2.2, 2.0, 1.6, 1.2])])
+    a = analyze(log)
+    sim = simulate(log)
+    (rb,) = sim.of("rollback")
+    heavy = [p for p in a.plans if p.step is not None]
+    assert len(heavy) == 1
+    p = heavy[0]
+    assert (p.action, p.step, p.rollback_to_step) == ("rollback", rb["step"], rb["to_step"])
+    assert p.skip_batches.to_json() == rb["skip_batches"]
+    assert p.reasons == rb["reasons"]                      # word for word
+    assert a.incidents[p.incident].onset == 1500 and not p.checkpoint_exists
 
 
-def test_checkpoints_pick_the_newest_at_least_100_steps_before_onset():
-    (p,) = make_plans([_inc(K.NON_FINITE, 5000)], checkpoints=[1000, 4800, 4950, 6000])
-    assert p.rollback_to_step == 4800 and p.checkpoint_exists
-    # One rule with the guard (choose_checkpoint): a checkpoint closer than rollback_distance is not used.
-    (p,) = make_plans([_inc(K.NON_FINITE, 5000)], checkpoints=[4950, 6000])
-    assert p.action == "halt" and p.rollback_to_step is None and any("scratch" in r for r in p.reasons)
-    (p,) = make_plans([_inc(K.NON_FINITE, 5000)], checkpoints=[6000])
+def test_known_checkpoints_pick_the_newest_at_least_100_steps_before_onset_or_halt(tmp_path):
+    log = _csv(tmp_path, spikes=[(1500, [2.2, 2.0, 1.6, 1.2])])
+    (p,) = [p for p in analyze(log, checkpoints=[1000, 1380, 1450, 2000]).plans if p.step is not None]
+    assert p.action == "rollback" and p.rollback_to_step == 1380 and p.checkpoint_exists
+    (p,) = [p for p in analyze(log, checkpoints=[1450, 2000]).plans if p.step is not None]
     assert p.action == "halt" and p.rollback_to_step is None
+    assert any("no checkpoint at least 100 steps before the episode onset (step 1500)" in r for r in p.reasons)
 
 
-def test_kind_specific_advice():
-    plans = make_plans([_inc(K.DIVERGENCE, 3000), _inc(K.LOSS_SCALE_COLLAPSE, 8000), _inc(K.SPIKE_FAST, 12000, end=12010),
-                        _inc(K.SUDDEN_DROP, 20000), _inc(K.REPEATED_DATA, 30000)])
-    div, ls, fast, drop, rep = plans
-    assert div.action == "rollback" and div.lr_factor == 0.5 and div.skip_batches is None
-    assert ls.reset_loss_scale and ls.action == "rollback"
-    assert fast.action == "watch" and fast.rollback_to_step is None
-    assert drop.action == "none"
-    assert rep.action == "rollback" and rep.rollback_to_step == 30000
+def test_one_nan_step_is_withheld_not_rolled_back(tmp_path):
+    log = _csv(tmp_path, nan=[1800])
+    a = analyze(log)
+    (p,) = [p for p, i in zip(a.plans, a.incidents) if i.kind is K.NON_FINITE]
+    assert p.action == "watch" and p.step is None and p.skipped_steps == [1800]
+    assert any("withhold the update of 1 step(s) (step 1800)" in r for r in p.reasons)
+    assert not simulate(log).of("rollback")
 
 
-def test_repeated_spikes_are_planned_once():
-    incs = [_inc(K.SPIKE_SLOW, s, end=s + 300) for s in (1000, 1500, 2000, 2500)]
-    plans = make_plans(incs)
-    assert [p.action for p in plans] == ["rollback", "rollback", "rollback", "watch"]
-    assert plans[2].lr_factor == 0.5 and "cluster" in plans[3].reasons[0]
+def test_plan_and_guard_share_one_recipe(tmp_path):
+    from lossguard.guard.config import GuardConfig
+
+    recipe = RecoveryRecipe(rollback_distance=40, skip_margin=10, lr_cut_factor=0.25)
+    cfg = PlanConfig(recipe=recipe)
+    assert cfg.guard_config().recipe is recipe
+    assert PlanConfig(guard=GuardConfig(recipe=recipe)).recipe is recipe
+    log = _csv(tmp_path, spikes=[(1500, [2.2, 2.0, 1.6, 1.2])])
+    (p,) = [p for p in analyze(log, checkpoints=[1400, 1450, 1470], plan=cfg).plans if p.step is not None]
+    assert p.rollback_to_step == 1450 and p.skip_batches.to_json() == [1500, 1502 + 1 + 10]
+
+
+def _inc(kind, onset):
+    return Incident(kind, "loss", onset, onset, onset + 5, 2.0, 3.0, 1.0, 10.0)
+
+
+def test_decisions_are_filed_under_the_incident_they_are_about():
+    incs = [_inc(K.SPIKE_FAST, 100), _inc(K.SPIKE_SLOW, 500), _inc(K.SUDDEN_DROP, 900)]
+    decisions = [{"step": 50, "event": "skip"}, {"step": 501, "event": "skip"},
+                 {"step": 503, "event": "rollback", "onset": 500, "to_step": 400, "skip_batches": [500, 704],
+                  "reasons": ["r"]},
+                 {"step": 400, "event": "lr_cut", "factor": 0.5, "reasons": ["cut"]},
+                 {"step": 950, "event": "halt", "onset": 940, "reasons": ["h"]}]
+    a, b, c = make_plans(incs, decisions)
+    assert a.action == "watch" and a.skipped_steps == [50]       # before any incident: the first one's
+    assert (b.action, b.step, b.rollback_to_step, b.lr_factor) == ("rollback", 503, 400, 0.5)
+    assert b.reasons == ["r", "cut"] and b.skipped_steps == [501] and len(b.decisions) == 2
+    assert c.action == "halt" and c.step == 950
+    (orphan,) = make_plans([], decisions)[:1]
+    assert orphan.incident is None and orphan.action == "rollback"
 
 
 def test_parse_checkpoints_directory_and_list(tmp_path):
@@ -70,23 +112,5 @@ def test_parse_checkpoints_ignores_checkpoints_still_being_written(tmp_path):
 
 
 def test_plan_config_validation():
-    with pytest.raises(ConfigError, match="repeat_count"):
-        PlanConfig(repeat_count=1)
-
-
-def test_divergence_advice_comes_from_the_structured_field_not_the_words():
-    words_only = _inc(K.SPIKE_NO_RECOVERY, 5000, evidence="turning into divergence")
-    flagged = _inc(K.SPIKE_NO_RECOVERY, 5000, evidence="no such words")
-    flagged.details["turning_into_divergence"] = True
-    a, b = make_plans([words_only]) + make_plans([flagged])
-    assert a.lr_factor == 1.0 and b.lr_factor == 0.5
-
-
-def test_plan_and_guard_share_one_recipe():
-    from lossguard.guard.config import GuardConfig
-    from lossguard.plan import PlanConfig
-    from lossguard.recovery import RecoveryRecipe
-    recipe = RecoveryRecipe(rollback_distance=40, skip_margin=10, lr_cut_factor=0.25)
-    (p,) = make_plans([_inc(K.DIVERGENCE, 1000)], cfg=PlanConfig(recipe=recipe), checkpoints=[900, 960, 990])
-    assert GuardConfig(recipe=recipe).recipe is recipe
-    assert p.rollback_to_step == 960 and p.lr_factor == 0.25
+    with pytest.raises(ConfigError, match="recipe"):
+        PlanConfig(recipe=3)

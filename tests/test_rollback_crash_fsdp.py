@@ -39,7 +39,7 @@ def _worker(rank: int, world: int, ckpt: str, kill: str | None):
                       recipe=RecoveryRecipe(rollback_distance=10, skip_margin=10))
     store = Store(ckpt, keep_last=10)
     guard = StabilityGuard(model, opt, store=store, sampler=sampler, scheduler=sched, config=cfg)
-    if store.shared_steps():
+    if store.agreed_steps():
         guard.restore()
     rollbacks = []
     for step, ids in guard.batches(sampler, steps=STEPS):

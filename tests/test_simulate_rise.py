@@ -43,7 +43,7 @@ def _every_step(loss, gn, cfg) -> Simulation:
     ck = list(range(0, len(loss), cfg.checkpoint_every))
     for i, (a, b) in enumerate(zip(loss, gn)):
         v = Judgement.verdict(judge.judge(float(a), float(b)).packed, step=i, batch_index=i)
-        if _play(policy, v, [c for c in ck if c <= i], cfg, sim):
+        if _play(policy.observe(v), [c for c in ck if c <= i], cfg, sim, policy):
             break
     return sim
 

@@ -57,7 +57,8 @@ def test_hf_trainer_state_in_every_checkpoint(tmp_path):
     same_as_analyze(tmp_path, watch)
 
 
-@pytest.mark.parametrize("kind", ["deepspeed", "jsonl_guard", "csv_segments", "tsv", "lightning"])
+@pytest.mark.parametrize("kind", ["deepspeed", "jsonl_guard", "csv_segments", "tsv", "lightning", "grammar_colours",
+                                  "grammar_records"])
 def test_text_formats(tmp_path, kind):
     rnd = random.Random(0)
     if kind == "deepspeed":
@@ -77,6 +78,16 @@ def test_text_formats(tmp_path, kind):
         path = tmp_path / "log.csv"
         lines = ["step,loss,segment\n"] + [f"{s},{loss(rnd, s, 250):.5f},0\n" for s in range(1, 601)]
         lines += [f"{s},{loss(rnd, s):.5f},1\n" for s in range(501, 901)]
+    elif kind == "grammar_colours":  # torchtitan-style: colours between labels and numbers, a restart at 601
+        path = tmp_path / "console.log"
+        lines = ["starting up...\n"] + [f"[rank0]: \x1b[31mstep: {s:4d}  \x1b[32mloss: {loss(rnd, s, 300):7.4f}  "
+                                         f"\x1b[33mgrad_norm: 1.0000\x1b[39m\n" for s in range(1, 701)]
+        lines += [f"[rank0]: \x1b[31mstep: {s:4d}  \x1b[32mloss: {loss(rnd, s):7.4f}  \x1b[33mgrad_norm: 1.0000\x1b[39m\n"
+                  for s in range(601, 901)]
+    elif kind == "grammar_records":  # OLMo-core-style record header then indented metric lines
+        path = tmp_path / "olmo.log"
+        lines = [f"[step={s}/900]\n    train/CE loss={loss(rnd, s, 450):.4f}\n    optim/total grad norm=1.0\n"
+                 for s in range(1, 901)]
     elif kind == "tsv":
         path = tmp_path / "log.tsv"
         lines = ["iteration\tlm loss\tgrad_norm\n"] + [f"{s}\t{loss(rnd, s, 450):.5f}\t1.0\n" for s in range(1, 801)]

@@ -129,7 +129,7 @@ def test_a_pocket_no_single_step_sees_is_caught_by_the_opt_in_loss_shift_test():
     on, half of 16 steps elevated opens an episode back-dated to the window's start; the rollback
     skips the pocket."""
     from lossguard.guard import GuardConfig
-    from lossguard.guard.evidence import EvidenceConfig
+    from lossguard.guard.judge.evidence import EvidenceConfig
 
     spec = RunSpec(family="encoder", batch_size=16, optimizer=Optim.ADAMW, scenario=Scenario.BAD_POCKET)
     out = run(spec.with_(guarded=True), config=GuardConfig(evidence=EvidenceConfig(shift_z=2.0)))

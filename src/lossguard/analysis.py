@@ -8,22 +8,26 @@ events into incidents (:mod:`lossguard.classify`) and suggests a recovery for ea
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from . import __version__
 from .classify.assemble import find_incidents
 from .classify.incident import Incident, IncidentKind
 from .classify.settings import AnalyzeConfig
 from .jsonsafe import strict_json
-from .plan import PlanConfig, RecoveryPlan, make_plans
+from .plan import PlanConfig, RecoveryPlan, findings, make_plans
 from .recovery.severity import Severity
 from .runlog import RunLog
 from .stitch import stitch
 
-SCHEMA_VERSION = 2
+if TYPE_CHECKING:
+    from .simulate import Simulation
+
+SCHEMA_VERSION = 3
 """Version of the JSON document written by ``lossguard analyze --json``; bumped on breaking change
 (2: plans use the recovery core's words -- ``action`` ``"halt"`` instead of ``"stop"``,
-``skip_batches`` half-open ``[start, stop)``, ``settings.plan.recipe``; see docs/analysis-json.md)."""
+``skip_batches`` half-open ``[start, stop)``, ``settings.plan.recipe``; 3: plans are the guard's policy's
+decisions, replayed: ``step``, ``decisions``, ``skipped_steps``; see docs/analysis-json.md)."""
 
 
 @dataclass
@@ -51,6 +55,8 @@ class Analysis:
     log_interval: int = 1
     checkpoints: list[int] | None = None
     notes: list[str] = field(default_factory=list)
+    replay: "Simulation | None" = None
+    """The guard's policy replayed over the log (:func:`guard_replay`), or None (no single loss)."""
 
     def of_kind(self, *kinds: IncidentKind | str) -> list[Incident]:
         """Incidents of the given kinds (members or their string values)."""
@@ -58,11 +64,10 @@ class Analysis:
         return [i for i in self.incidents if i.kind in want]
 
     @property
-    def worst_severity(self) -> str | None:
-        """``"critical"``, ``"warning"``, ``"info"`` or None when nothing was found."""
-        if not self.incidents:
-            return None
-        return Severity.worst(i.severity for i in self.incidents).value
+    def worst_severity(self) -> Severity | None:
+        """The worst incident's :class:`Severity` (a ``str`` enum: compares equal to ``"critical"``...),
+        or None when nothing was found."""
+        return Severity.worst(i.severity for i in self.incidents)
 
     def to_dict(self) -> dict[str, Any]:
         """The versioned JSON document (see ``docs/analysis-json.md``)."""
@@ -108,20 +113,24 @@ def analyze(log: RunLog, *, checkpoints: Sequence[int] | None = None, settings: 
     log = stitch(log)
     found = find_incidents(log, settings)
     ck = sorted(int(c) for c in checkpoints) if checkpoints is not None else None
+    replay = guard_replay(log, found.metric, found.incidents, plan, ck)
     return Analysis(
-        log=log, incidents=found.incidents, plans=make_plans(found.incidents, checkpoints=ck, cfg=plan,
-                                                          run_steps=_run_steps(log, found.metric)),
+        log=log, incidents=found.incidents,
+        plans=make_plans(found.incidents, replay.decisions if replay else [], checkpoints_known=ck is not None),
         guard_actions=[dict(e) for e in log.events], settings={"analyze": settings.to_dict(), "plan": _plan_dict(plan)},
-        metric=found.metric, log_interval=found.interval, checkpoints=ck, notes=found.notes)
+        metric=found.metric, log_interval=found.interval, checkpoints=ck, notes=found.notes, replay=replay)
 
 
-def _run_steps(log: RunLog, metric: str | None) -> int | None:
-    """The log's length in steps (its last step + 1), standing for the run's: it bounds the plans'
-    skip margin as the run's length bounds the guard's."""
-    if metric is None or metric not in log.metrics:
+def guard_replay(log: RunLog, metric: str | None, incidents: Sequence[Incident], plan: PlanConfig,
+                 checkpoints: Sequence[int] | None) -> "Simulation | None":
+    """The guard's policy replayed over the log with the analyser's whole-log findings: the decisions
+    the plans are made of (the same call ``lossguard simulate`` makes). None when the log has no
+    single loss series to replay."""
+    if metric is None or metric not in log.series:
         return None
-    steps, _ = log.live(metric)
-    return int(steps[-1]) + 1 if len(steps) else None
+    from .simulate import simulate  # imported on use: `import lossguard` stays light
+
+    return simulate(log, plan.guard_config(), checkpoints=checkpoints, metric=metric, findings=findings(incidents))
 
 
 def _plan_dict(plan: PlanConfig) -> dict[str, Any]:

@@ -36,6 +36,7 @@ STREAM_SEPARATOR = "/"
 _ALIASES: dict[str, str] = {
     "loss": LOSS, "lm_loss": LOSS, "train_loss": LOSS, "training_loss": LOSS, "trl": LOSS,
     "loss_step": LOSS, "train_loss_step": LOSS, "lm_loss_train": LOSS, "total_loss": LOSS,
+    "reduced_train_loss": LOSS,
     "val_loss": VAL_LOSS, "eval_loss": VAL_LOSS, "validation_loss": VAL_LOSS, "valid_loss": VAL_LOSS,
     "lm_loss_validation": VAL_LOSS, "tel": VAL_LOSS, "test_loss": VAL_LOSS,
     "grad_norm": GRAD_NORM, "gradient_norm": GRAD_NORM, "grad_norm_total": GRAD_NORM,
@@ -56,10 +57,10 @@ _PREFIXES = ("train/", "train_", "training/", "trainer/", "metrics/", "optim/", 
 _FOLD = re.compile(r"[\s\-]+")
 
 STEP_ALIASES = ("step", "steps", "iteration", "iter", "global_step", "trainer/global_step",
-                "train/global_step", "_step", "it", "s", "iterations", "consumed_steps")
+                "train/global_step", "_step", "it", "s", "iterations", "consumed_steps", "current_steps")
 """Column or key names that hold the optimizer step (first match wins, in this order).
 
-``train/global_step`` (HF's ``WandbCallback``) comes before W&B's ``_step``: ``_step`` counts
+``current_steps`` is LLaMA-Factory's ``trainer_log.jsonl``. ``train/global_step`` (HF's ``WandbCallback``) comes before W&B's ``_step``: ``_step`` counts
 ``wandb.log`` calls, and the Trainer logs eval results and its summary as calls of their own."""
 
 _GLOBAL_STEPS = frozenset({"step", "global_step", "trainer/global_step", "train/global_step", "_step"})

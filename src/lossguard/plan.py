@@ -1,55 +1,73 @@
-"""Recovery plans: what the OPT, PaLM and WeLM teams did by hand, suggested for each incident.
+"""Recovery plans: for each incident, what the guard's recovery policy decides about it.
 
-Every recovery concept comes from :mod:`lossguard.recovery`, the same definitions the live guard
-uses: the recipe (:class:`RecoveryRecipe`), the rollback target (:func:`choose_checkpoint`: the
-newest checkpoint at step <= max(onset - rollback_distance, 0)), the skipped data (an
-:class:`Episode`'s :meth:`~Episode.skip_range`, half-open ``[onset, last bad batch + 1 +
-skip_margin)`` with batch index == step) and the :class:`Action`. Plans are suggestions with
-reasons, never executed here; the guard (:mod:`lossguard.guard`) carries them out in a live run.
+There is one decision function, :class:`lossguard.recovery.RecoveryPolicy`. ``analyze`` replays it
+over the log exactly as ``lossguard simulate`` and the live guard run it (the same judge, policy,
+rollback resolver and words: :func:`lossguard.simulate.simulate`), with the analyser's whole-log
+findings as extra evidence (:mod:`lossguard.recovery.finding`: the only place where the analyser
+may know more than a live guard). :func:`make_plans` then files each decision under the incident it
+is about. So the plan's first heavy action (rollback, LR cut, halt) is the guard's, at the same step,
+with the same reasons; an incident the policy does not act on gets advice in words only
+(:data:`ADVICE`) and the number of updates the guard would have withheld in it.
+
+Cost: linear in incidents and decisions (a binary search per decision), so a log with hundreds of
+incidents plans in milliseconds (``benchmarks/analyze_speed.py``).
 """
 from __future__ import annotations
 
+import bisect
 import os
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from .checkpoint.names import checkpoint_step
 from .classify.incident import Incident, IncidentKind as K
 from .errors import LossguardError, raise_all
+from .guard.config import GuardConfig
 from .recovery.action import Action
-from .recovery.checkpoint_choice import choose_checkpoint, rollback_limit
-from .recovery.episode import Episode
+from .recovery.finding import WHOLE_LOG_KINDS, WholeLogFinding
 from .recovery.recipe import RecoveryRecipe
 from .recovery.skip_range import SkipRange
+
+HEAVY = frozenset((Action.ROLLBACK.value, Action.LR_CUT.value, Action.HALT.value))
+"""The decisions that change a run's future enough to count as *heavy* (skips and loss-scale resets do not)."""
+# Record words, looked up once (an enum's .value is a descriptor call: planning reads them per decision).
+_SKIP, _ROLLBACK = Action.SKIP.value, Action.ROLLBACK.value
+_FOLLOW_UPS = frozenset((Action.LR_CUT.value, Action.LOSS_SCALE_RESET.value))
 
 
 @dataclass
 class RecoveryPlan:
-    """A suggested recovery for one incident, with its reasons.
+    """The policy's decision about one incident, with its reasons.
 
     Attributes:
-        incident: index of the incident in :attr:`lossguard.analysis.Analysis.incidents`.
-        action: :attr:`Action.NONE`, :attr:`Action.WATCH`, :attr:`Action.ROLLBACK` or
-            :attr:`Action.HALT` (no checkpoint to roll back to: restart from scratch).
-        rollback_to_step: checkpoint step to restore (None when no rollback is advised).
+        incident: index of the incident in :attr:`lossguard.analysis.Analysis.incidents` (None for a
+            decision of the policy that no incident explains).
+        action: the first heavy decision (:attr:`Action.ROLLBACK`, :attr:`Action.LR_CUT`,
+            :attr:`Action.HALT`), else :attr:`Action.WATCH` or :attr:`Action.NONE`.
+        step: the step the policy decided at (None when it did not act).
+        rollback_to_step: checkpoint step to restore (None when no rollback is decided).
         checkpoint_exists: True when ``rollback_to_step`` is a checkpoint known to exist
-            (``--checkpoints`` was given), False when it is only the step to look for.
-        skip_batches: batch indices (= optimizer steps) to skip after restoring, half-open
-            ``[start, stop)``, or None.
+            (``--checkpoints`` was given), False when it is one assumed at every ``checkpoint_every``.
+        skip_batches: batch indices (= optimizer steps) to skip after restoring, half-open, or None.
         lr_factor: multiply the LR by this after restoring (1.0 = unchanged).
         reset_loss_scale: reset the fp16 loss scale (and its growth tracker) after restoring.
-        reasons: the reasons, in words, one sentence each.
+        reasons: the reasons, in words (for a decision: the policy's own, as the guard logs them).
+        decisions: the policy's decision records filed under this incident (as ``simulate`` writes them).
+        skipped_steps: steps whose update the guard would withhold in this incident.
     """
 
-    incident: int
+    incident: int | None
     action: Action
+    step: int | None = None
     rollback_to_step: int | None = None
     checkpoint_exists: bool = False
     skip_batches: SkipRange | None = None
     lr_factor: float = 1.0
     reset_loss_scale: bool = False
     reasons: list[str] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    skipped_steps: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (``action`` as its string, ``skip_batches`` as ``[start, stop]``, half-open)."""
@@ -61,35 +79,34 @@ class RecoveryPlan:
 
 @dataclass(kw_only=True)
 class PlanConfig:
-    """How plans are made: the shared recovery recipe, plus when spikes count as a cluster."""
+    """Which policy plans: the guard's, with this recipe."""
 
     recipe: RecoveryRecipe = field(default_factory=RecoveryRecipe)
     """Rollback distance, skip margin, LR cut, loss-scale reset -- the guard's own recipe."""
-    repeat_window: int = 2000
-    """Spikes this close together (steps) count as repeated."""
-    repeat_count: int = 3
-    """...when there are at least this many."""
+    guard: GuardConfig | None = None
+    """The guard configuration whose policy decides (None: the guard's defaults with ``recipe``;
+    when given, its recipe is the plan's)."""
 
     def __post_init__(self) -> None:
         problems = []
         if not isinstance(self.recipe, RecoveryRecipe):
             problems.append(f"recipe must be a RecoveryRecipe, got {type(self.recipe).__name__}")
-        if self.repeat_window < 0:
-            problems.append(f"repeat_window must be >= 0, got {self.repeat_window}")
-        if self.repeat_count < 2:
-            problems.append(f"repeat_count must be >= 2, got {self.repeat_count}")
+        if self.guard is not None and not isinstance(self.guard, GuardConfig):
+            problems.append(f"guard must be a GuardConfig or None, got {type(self.guard).__name__}")
         raise_all(problems)
+        if self.guard is not None:
+            self.recipe = self.guard.recipe
 
-
-_CKPT = re.compile(r"(?:checkpoint|iter|step|global_step|ckpt)[-_=]?0*(\d+)", re.IGNORECASE)
-# Checkpoints still being written (or left by a killed writer) are not restorable: lossguard's own
-# store writes ``.tmp-step-N-...``, HF Trainer ``tmp-checkpoint-N``.
-_IN_PROGRESS = re.compile(r"^(?:\.|tmp)", re.IGNORECASE)
+    def guard_config(self) -> GuardConfig:
+        """The configuration the replay runs (the same object every call)."""
+        if self.guard is None:
+            self.guard = GuardConfig(recipe=self.recipe)
+        return self.guard
 
 
 def parse_checkpoints(spec: str | os.PathLike) -> list[int]:
-    """Checkpoint steps from a directory (``checkpoint-1200``, ``iter_0001200``, ``step_1200``...)
-    or a comma-separated list of steps.
+    """Checkpoint steps from a directory (``checkpoint-1200``, ``iter_0001200``, ``step_1200``...;
+    :func:`lossguard.checkpoint.names.checkpoint_step`) or a comma-separated list of steps.
 
     Raises:
         LossguardError: neither a directory with checkpoints nor a list of integers.
@@ -97,8 +114,7 @@ def parse_checkpoints(spec: str | os.PathLike) -> list[int]:
     text = os.fspath(spec)
     path = Path(text)
     if path.is_dir():
-        steps = sorted({int(m.group(1)) for p in path.iterdir()
-                        if not _IN_PROGRESS.match(p.name) and (m := _CKPT.search(p.name))})
+        steps = sorted({s for p in path.iterdir() if (s := checkpoint_step(p.name)) is not None})
         if not steps:
             raise LossguardError("no checkpoint sub-directories found (looked for names like checkpoint-1200, "
                                  "iter_0001200, step_1200)", path=text,
@@ -111,143 +127,115 @@ def parse_checkpoints(spec: str | os.PathLike) -> list[int]:
                              fix="pass a checkpoint directory or steps like 1000,2000,3000") from None
 
 
-def _rollback(onset: int, cfg: PlanConfig, checkpoints: Sequence[int] | None) -> tuple[int | None, bool, str]:
-    dist = cfg.recipe.rollback_distance
-    if checkpoints is None:
-        step = rollback_limit(onset, dist)
-        return step, False, (f"restore the newest checkpoint at or before step {step} "
-                             f"(at least {dist} steps before the onset at {onset}).")
-    step = choose_checkpoint(onset, checkpoints, dist)
-    if step is not None:
-        return step, True, f"restore checkpoint {step}, the newest at least {dist} steps before the onset at {onset}."
-    return None, False, (f"no checkpoint at least {dist} steps before the onset at {onset} (a newer one may carry "
-                         "the damage already): the run has to restart from scratch.")
+def findings(incidents: Sequence[Incident]) -> list[WholeLogFinding]:
+    """The incidents that are whole-log evidence for the policy (:mod:`lossguard.recovery.finding`)."""
+    return [WholeLogFinding(kind=i.kind.value, step=i.onset, onset=i.onset) for i in incidents
+            if i.kind.value in WHOLE_LOG_KINDS]
 
 
-def _episode(inc: Incident) -> Episode:
-    """The incident as an episode: batch index == step; the last bad batch is its end (or peak)."""
-    last = inc.end if inc.end is not None else inc.peak
-    ep = Episode.open(inc.onset, inc.onset)
-    if last > inc.onset:
-        ep.add(last, last)
-    return ep
+ADVICE = {
+    K.SPIKE_FAST: "The loss came back by itself within the fast budget.",
+    K.SPIKE_SLOW: "The spike took many steps to recover: check the data around the onset.",
+    K.SPIKE_NO_RECOVERY: "The loss never came back to its pre-spike level: check what changed at the onset.",
+    K.DIVERGENCE: "The loss trend turned upward: lower the LR (or lengthen warm-up) if it keeps rising; "
+                  "skipping data does not help a divergence that has no spike.",
+    K.LEVEL_SHIFT: "The loss moved to a higher level and stayed: check what changed at that step "
+                   "(data shard or mix, LR schedule, a resumed optimizer state).",
+    K.STREAM_SPIKE: "Only some stream(s) spiked: inspect that stream's data around the onset.",
+    K.RESUME_SPIKE: "A bump right after a resume that recovered: often optimizer state, RNG or data position "
+                    "not restored exactly. Run `lossguard verify-resume` before the next long run.",
+    K.REPEATED_DATA: "The data loader restarted from an earlier position at the resume: check its state is saved "
+                     "and restored (`lossguard verify-resume`).",
+    K.NON_FINITE: "A NaN/Inf loss or gradient: the guard withholds such an update (weights and Adam moments "
+                  "stay finite).",
+    K.LOSS_SCALE_COLLAPSE: "The fp16 loss scale collapsed: check the optimizer state is finite, then reset the "
+                           "loss scale and its growth tracker.",
+    K.GRAD_NORM_SPIKE: "The grad norm spiked while the loss held: tighter clipping or a lower LR if it repeats.",
+    K.REGIME_CHANGE: "The loss changed regime (noise and level moved together and stayed): check the data "
+                     "pipeline and the loss at the onset.",
+    K.SUDDEN_DROP: "A steep improvement after a slow stretch (grokking-like). Worth a check that it is not an "
+                   "evaluation or data bug (e.g. repeated or leaked data).",
+    K.UPDATES_STOPPED: "No update was applied for a long stretch: the run logged but did not train. Find why every "
+                       "step was skipped (non-finite gradients under bf16/fp16, a loss scale at its minimum, a "
+                       "guard withholding every step) before spending more compute.",
+}
+"""Advice in words for an incident the policy does not act on (never an action of its own)."""
 
 
-def plan_for(index: int, inc: Incident, incidents: Sequence[Incident], cfg: PlanConfig,
-             checkpoints: Sequence[int] | None, run_steps: int | None = None) -> RecoveryPlan:
-    """The suggested recovery for one incident (``run_steps``, the log's length, bounds the skip
-    margin: :meth:`RecoveryRecipe.margin_for`)."""
-    p = RecoveryPlan(incident=index, action=Action.WATCH)
-    kind = inc.kind
-    loss_spikes = (K.SPIKE_FAST, K.SPIKE_SLOW, K.SPIKE_NO_RECOVERY)
-    # Spikes within the window *before* this one (inclusive): the cluster is planned once, at the
-    # spike that completes it; later members point back to it.
-    spikes = [i for i in incidents if i.kind in loss_spikes and 0 <= inc.onset - i.onset <= cfg.repeat_window]
-    first = next((j for j, i in enumerate(incidents) if i.kind in loss_spikes and
-                  sum(0 <= i.onset - o.onset <= cfg.repeat_window for o in incidents if o.kind in loss_spikes)
-                  >= cfg.repeat_count and 0 <= inc.onset - i.onset <= cfg.repeat_window), None)
-    repeated = kind in loss_spikes and len(spikes) >= cfg.repeat_count
-    if repeated and first is not None and first != index:
-        p.reasons.append(f"Part of the cluster of spikes planned at incident [{first + 1}].")
-        return p
-
-    def rollback(skip: bool, why: str) -> None:
-        step, exists, how = _rollback(inc.onset, cfg, checkpoints)
-        p.action = Action.ROLLBACK if step is not None else Action.HALT
-        p.rollback_to_step, p.checkpoint_exists = step, exists
-        p.reasons.append(why)
-        p.reasons.append(how[0].upper() + how[1:])
-        if skip and step is not None:
-            margin = cfg.recipe.margin_for(run_steps)
-            r = p.skip_batches = _episode(inc).skip_range(margin)
-            scaled = "" if margin == cfg.recipe.skip_margin else (
-                f", {cfg.recipe.max_skip_fraction:g} of the run's {run_steps} steps")
-            p.reasons.append(f"Skip batches [{r.start}, {r.stop}) ({len(r)} batches): the episode's data plus a "
-                             f"margin of {margin}{scaled} (PaLM skipped 200-500).")
-
-    if kind == K.SPIKE_FAST and not repeated:
-        p.reasons.append("The loss came back by itself within the fast budget; no action needed. "
-                         "If it recurs, the guard's skip-step would have dropped this update.")
-    elif repeated and all(i.kind == K.SPIKE_FAST for i in spikes):
-        p.reasons.append(f"{len(spikes)} spikes within {cfg.repeat_window} steps, each back by itself within the fast "
-                         f"budget: no rollback needed, but if they keep coming lower the LR (e.g. {cfg.recipe.lr_cut_factor:g}x) "
-                         "or tighten gradient clipping; the guard's skip-step would have dropped these updates.")
-    elif repeated:
-        rollback(True, f"{len(spikes)} spikes within {cfg.repeat_window} steps, not all recovering fast: the run is "
-                       "unstable at this LR.")
-        p.lr_factor = cfg.recipe.lr_cut_factor
-        p.reasons.append(f"Lower the LR to {cfg.recipe.lr_cut_factor:g}x for a while after restoring (repeated spikes).")
-    elif kind == K.SPIKE_SLOW:
-        rollback(True, "The spike took hundreds of steps to recover: those steps were wasted and the weights "
-                       "may carry the damage.")
-    elif kind == K.SPIKE_NO_RECOVERY:
-        rollback(True, "The loss never came back to its pre-spike level.")
-        if inc.details.get("turning_into_divergence"):
-            p.lr_factor = cfg.recipe.lr_cut_factor
-            p.reasons.append(f"It is turning into divergence: lower the LR to {cfg.recipe.lr_cut_factor:g}x after restoring.")
-    elif kind == K.DIVERGENCE:
-        rollback(False, "The loss trend turned upward and kept rising: the optimisation itself is unstable.")
-        p.lr_factor = cfg.recipe.lr_cut_factor
-        p.reasons.append(f"Lower the LR to {cfg.recipe.lr_cut_factor:g}x (or lengthen warm-up); skipping data will not help "
-                         "a divergence that has no spike.")
-    elif kind == K.LEVEL_SHIFT:
-        rollback(True, "The loss moved to a higher level and stayed: check what changed at that step "
-                       "(data shard or mix, LR schedule, a resumed optimizer state).")
-    elif kind == K.STREAM_SPIKE:
-        if inc.end is not None and inc.details.get("recovery") == K.SPIKE_FAST.value:
-            p.reasons.append(f"Only stream(s) {', '.join(inc.streams)} spiked and recovered: inspect that stream's "
-                             f"data around step {inc.onset}.")
-        else:
-            rollback(True, f"Only stream(s) {', '.join(inc.streams)} spiked: bad data in that stream is the "
-                           "likely cause.")
-    elif kind == K.RESUME_SPIKE:
-        p.reasons.append("A bump right after a resume that recovered: often optimizer state, RNG or data position "
-                         "not restored exactly. Run `lossguard verify-resume` before the next long run.")
-    elif kind == K.REPEATED_DATA:
-        # The resume itself is the fault, not the data: go back to the checkpoint the resume used (the
-        # newest at or before it) and resume again with the right data position.
-        # choose_checkpoint with distance 0: the newest checkpoint at or before the resume.
-        step = choose_checkpoint(inc.onset, checkpoints, 0) if checkpoints is not None else inc.onset
-        p.action = Action.ROLLBACK if step is not None else Action.HALT
-        p.rollback_to_step, p.checkpoint_exists = step, checkpoints is not None and step is not None
-        p.reasons.append("The data loader restarted from an earlier position at the resume: the low loss is "
-                         "memorised data, and the model is being trained on it twice.")
-        p.reasons.append(f"Restore the checkpoint the resume at step {inc.onset} started from"
-                         + (f" (step {step})" if step is not None else " (none found before it)")
-                         + " and resume again with the data position saved in it; check the data loader "
-                         "state is saved and restored (`lossguard verify-resume`).")
-    elif kind == K.NON_FINITE:
-        rollback(True, "A NaN/Inf loss or gradient that reached the optimizer poisons the weights and both Adam "
-                       "moments; restore state from before it.")
-    elif kind == K.LOSS_SCALE_COLLAPSE:
-        rollback(True, "The fp16 loss scale collapsed: most updates are being skipped.")
-        p.reset_loss_scale = True
-        p.reasons.append("After restoring, check the optimizer state is finite (a NaN-poisoned state is why scale "
-                         "resets alone fail), then reset the loss scale and its growth tracker.")
-    elif kind == K.GRAD_NORM_SPIKE:
-        p.reasons.append("The grad norm spiked while the loss held: watch for a loss spike in the next steps; "
-                         "tighter clipping or a lower LR if it repeats.")
-    elif kind == K.REGIME_CHANGE:
-        rollback(False, "The loss changed regime (its noise and level moved together and stayed): the data or the "
-                        "loss changed underneath the run. Check the data pipeline and the loss at the onset first; "
-                        "then restore from before it.")
-    elif kind == K.UPDATES_STOPPED:
-        p.action = Action.HALT
-        p.reasons.append(f"No update was applied for {inc.details.get('steps')} steps: the run logged but did not "
-                         "train. The weights are those from before the stretch, so no rollback is needed; find why "
-                         "every step was skipped (non-finite gradients under bf16/fp16, a loss scale at its "
-                         "minimum, a guard withholding every step) before spending more compute.")
-    elif kind == K.SUDDEN_DROP:
-        p.action = Action.NONE
-        p.reasons.append("A steep improvement after a slow stretch (grokking-like). Worth a check that it is not "
-                         "an evaluation or data bug (e.g. repeated or leaked data).")
-    return p
+def _actions(decisions: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The heavy decisions, each with its follow-ups (the LR cut / loss-scale reset a rollback brings)."""
+    out: list[list[dict[str, Any]]] = []
+    for d in decisions:
+        ev = d["event"]
+        follows = out and ev in _FOLLOW_UPS and out[-1][0]["event"] == _ROLLBACK \
+            and d["step"] == out[-1][0].get("to_step")
+        if follows:
+            out[-1].append(d)
+        elif ev in HEAVY:
+            out.append([d])
+    return out
 
 
-def make_plans(incidents: Sequence[Incident], *, checkpoints: Sequence[int] | None = None,
-               cfg: PlanConfig | None = None, run_steps: int | None = None) -> list[RecoveryPlan]:
-    """One plan per incident, in the same order; ``run_steps`` (the log's length, when known)
-    bounds the skip margin as it does in the guard."""
-    cfg = cfg or PlanConfig()
-    ck = sorted(checkpoints) if checkpoints is not None else None
-    return [plan_for(i, inc, incidents, cfg, ck, run_steps) for i, inc in enumerate(incidents)]
+def _owner(starts: list[int], step: int) -> int:
+    """Index of the incident a decision at ``step`` is about: the latest one begun by then (the
+    first one when the decision comes before any)."""
+    return max(bisect.bisect_right(starts, step) - 1, 0)
+
+
+def make_plans(incidents: Sequence[Incident], decisions: Sequence[dict[str, Any]], *,
+               checkpoints_known: bool = False) -> list[RecoveryPlan]:
+    """One plan per incident (same order), plus one per policy decision that no incident explains.
+
+    Args:
+        incidents: the analysis's incidents, in onset order.
+        decisions: the replayed policy's decision records (:attr:`Simulation.decisions`).
+        checkpoints_known: the replay ran against checkpoints that exist (``--checkpoints``).
+    """
+    order = sorted(range(len(incidents)), key=lambda i: incidents[i].onset)
+    starts = [incidents[i].onset for i in order]
+    none, watch, drop = Action.NONE, Action.WATCH, K.SUDDEN_DROP
+    plans = [RecoveryPlan(incident=i, action=none if inc.kind is drop else watch) for i, inc in enumerate(incidents)]
+    orphans: list[RecoveryPlan] = []
+    for d in decisions:  # withheld updates, filed under their incident
+        if d["event"] == _SKIP and incidents:
+            plans[order[_owner(starts, int(d["step"]))]].skipped_steps.append(int(d["step"]))
+    for group in _actions(decisions):
+        head = group[0]
+        at = int(head.get("onset", head["step"]))
+        p = plans[order[_owner(starts, at)]] if incidents else None
+        if p is None:
+            p = RecoveryPlan(incident=None, action=Action.WATCH)
+            orphans.append(p)
+        p.decisions.extend(group)
+        if p.step is None:
+            _adopt(p, group, checkpoints_known)
+    for i, (p, inc) in enumerate(zip(plans, incidents)):
+        if p.step is None:
+            p.reasons.append(ADVICE.get(inc.kind, ""))
+            if p.skipped_steps:
+                s = p.skipped_steps
+                p.reasons.append(f"The guard would withhold the update of {len(s)} step(s) ({_steps(s)}) and go on: "
+                                 "no rollback, LR cut or halt.")
+    return plans + orphans
+
+
+def _adopt(p: RecoveryPlan, group: list[dict[str, Any]], checkpoints_known: bool) -> None:
+    """Make the plan the policy's first heavy decision about its incident (same words)."""
+    head = group[0]
+    p.action, p.step = Action(head["event"]), int(head["step"])
+    p.reasons = list(head.get("reasons", []))
+    if p.action is Action.ROLLBACK:
+        p.rollback_to_step = head.get("to_step")
+        p.checkpoint_exists = checkpoints_known and p.rollback_to_step is not None
+        sb = head.get("skip_batches")
+        p.skip_batches = SkipRange.from_json(sb) if sb else None
+    for f in group[1:]:
+        p.reasons += list(f.get("reasons", []))
+        if f["event"] == Action.LR_CUT.value:
+            p.lr_factor = float(f.get("factor", 1.0))
+        elif f["event"] == Action.LOSS_SCALE_RESET.value:
+            p.reset_loss_scale = True
+
+
+def _steps(s: list[int]) -> str:
+    return f"step {s[0]}" if len(s) == 1 else f"steps {s[0]}..{s[-1]}"

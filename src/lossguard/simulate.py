@@ -11,6 +11,8 @@ Assumptions about a log (the log cannot say what a live guard knows):
 - **batch index == step**, unless the log has a ``batch_index`` series, which is used instead;
 - **checkpoints** at step 0 and every ``config.checkpoint_every`` steps (None: only step 0), unless
   a list is given (``checkpoints=``, e.g. from ``--checkpoints``);
+- the LR-ramp evidence (``lr_ramp_window``: is the LR still rising?) comes from the log's ``lr``
+  series; a log without one is never in the ramp (a live guard reads the optimizer's LR);
 - the grad-norm test runs only where the log has a grad norm (a log without one is judged on its
   loss alone, plus a note); loss-scale resets are not simulated (no GradScaler to watch);
 - a **skip** is taken not to change what follows (one withheld update; the recorded next step is
@@ -31,13 +33,15 @@ import numpy as np
 
 from .detect.outlier import score
 from .guard.config import GuardConfig
-from .guard.evidence import evidence_series, onset_lag
+from .guard.judge.evidence import evidence_series, onset_lag
 from .jsonsafe import strict_json
-from .metrics import GRAD_NORM, LOSS
+from .metrics import GRAD_NORM, LOSS, LR
 from .recovery.action import Action
-from .recovery.checkpoint_choice import choose_checkpoint
 from .recovery.decision import Decision
+from .recovery.finding import WholeLogFinding
+from .recovery.lr_phase import lr_ramp_series
 from .recovery.policy import RecoveryPolicy
+from .recovery.resolve import halt_resume_point, resolve_rollback
 from .recovery.rise_series import LossRiseSeries
 from .recovery.verdict import Evidence, Verdict
 from .runlog import RunLog
@@ -114,7 +118,7 @@ def _aligned(log: RunLog, metric: str, steps: np.ndarray) -> tuple[np.ndarray, n
 
 
 def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Sequence[int] | None = None,
-             metric: str = LOSS) -> Simulation:
+             metric: str = LOSS, findings: Sequence[WholeLogFinding] = ()) -> Simulation:
     """Replay the guard's judge and policy over ``log`` (see the module docstring).
 
     Args:
@@ -122,6 +126,10 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
         config: the guard configuration (default: the guard's defaults).
         checkpoints: checkpoint steps that exist; default step 0 and every ``checkpoint_every``.
         metric: the loss series to judge.
+        findings: whole-log evidence for the policy (:mod:`lossguard.recovery.finding`: what the
+            analyser found that a live guard cannot see, e.g. repeated data after a resume). Empty
+            (the default): exactly what a live guard decides. ``analyze`` and ``lossguard simulate``
+            pass the analyser's findings, so they name the same actions.
 
     Returns:
         The :class:`Simulation`.
@@ -153,8 +161,11 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
         if cfg.grad_norm is not None:
             gs = score(gn_vals[present], cfg.grad_norm)  # the test sees only the points it was fed
             gn_z[present] = gs.z
-    # The judge's calibrated rule (guard/evidence.py), vectorised: the live judge's twin.
+    # The judge's calibrated rule (guard/judge/evidence.py), vectorised: the live judge's twin.
     bad, gn_out, gn_ratio, evidence = evidence_series(loss, ls, gn_vals, present, gs, cfg)
+    lr_log = _aligned(log, LR, steps)
+    ramp = (np.zeros(len(steps), dtype=bool) if lr_log is None else
+            lr_ramp_series(steps, np.where(lr_log[1], lr_log[0], np.nan), cfg.lr_ramp_window))
     bidx = _aligned(log, "batch_index", steps)
     batch = steps.astype(np.int64) if bidx is None else np.where(bidx[1], bidx[0], steps).astype(np.int64)
     if bidx is None:
@@ -178,19 +189,30 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
                        loss_z=float(ls.z[i]), grad_norm_z=float(gn_z[i]), loss_baseline=float(ls.baseline[i]),
                        loss_outlier=bool(ls.outlier[i]), grad_norm_outlier=bool(gn_out[i]), overflow=False,
                        bad=bool(bad[i]), grad_norm_ratio=float(gn_ratio[i]), evidence=ev,
-                       onset_lag=onset_lag(ev, cfg.evidence))
+                       onset_lag=onset_lag(ev, cfg.evidence), in_lr_ramp=bool(ramp[i]),
+                       lr=float(lr_log[0][i]) if lr_log is not None else float("nan"))
 
     # The policy changes state on bad verdicts and, through its loss-rise rule, on good ones where
     # that rule fires. Both are found vectorised; the policy is fed only those steps, in order, and
     # stays the one definition of the decision. (The good verdicts in between are accounted for by
     # the episode gap, which compares step numbers, and by the rule's level, set from its twin.)
     bad_idx = np.flatnonzero(bad)
+    found = sorted(findings, key=lambda f: f.step)
+    found_idx = np.searchsorted(steps, [f.step for f in found]) if found else np.zeros(0, np.int64)
+    nxt = 0
     eligible = ~bad & np.isfinite(ls.baseline) if cfg.loss_rise is not None else np.zeros(len(steps), dtype=bool)
     rise = LossRiseSeries(ls.baseline, eligible, cfg, start=0)
     b = 0
     while True:
         nb = int(bad_idx[b]) if b < len(bad_idx) else len(steps)
         nf = rise.next_fire()
+        nw = int(found_idx[nxt]) if nxt < len(found) else len(steps)
+        if nw < min(nb, nf):  # a whole-log finding first: the same policy decides about it
+            step = int(steps[nw])
+            nxt += 1
+            if _play(policy.observe_finding(found[nxt - 1]), [c for c in ck if c <= step], cfg, sim, policy):
+                break
+            continue
         i = min(nb, nf)
         if i >= len(steps):
             break
@@ -199,15 +221,16 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
         else:
             policy.level = rise.level_before(nf, steps)  # what the policy holds there, fed every step
         # Only checkpoints up to here exist.
-        if _play(policy, verdict(i), [c for c in ck if c <= int(steps[i])], cfg, sim):
+        if _play(policy.observe(verdict(i)), [c for c in ck if c <= int(steps[i])], cfg, sim, policy):
             break
         if nb > nf and policy.level["seen"] == 0:  # the rule rolled back: it watches afresh from here
             rise = LossRiseSeries(ls.baseline, eligible, cfg, start=i + 1)
     return sim
 
 
-def _play(policy: RecoveryPolicy, v: Verdict, checkpoints: list[int], cfg: GuardConfig, sim: Simulation) -> bool:
-    """Decide and book one bad verdict; returns True once the simulated run halted."""
+def _play(decisions: list[Decision], checkpoints: list[int], cfg: GuardConfig, sim: Simulation,
+          policy: RecoveryPolicy) -> bool:
+    """Book the policy's decisions for one step; returns True once the simulated run halted."""
     def emit(d: Decision, **extra: Any) -> None:
         rec = {**d.record(), **extra}
         if sim.first_change is not None:
@@ -216,22 +239,19 @@ def _play(policy: RecoveryPolicy, v: Verdict, checkpoints: list[int], cfg: Guard
         if d.action.changes_future and sim.first_change is None:
             sim.first_change = d.step
 
-    for d in policy.observe(v):
+    for d in decisions:
         if d.action is Action.ROLLBACK:
-            target = choose_checkpoint(d.numbers["onset"], checkpoints, cfg.recipe.rollback_distance)
-            if target is None:
-                d = Decision(Action.HALT, d.step, d.reasons + [
-                    f"no checkpoint at least {cfg.recipe.rollback_distance} steps before the episode onset "
-                    f"(step {d.numbers['onset']})"], d.numbers)
-            else:
-                follow = policy.rolled_back(d, target)
-                emit(d, to_step=target)
+            # The executor's own resolver (recovery/resolve.py): the same target, halt and words.
+            r = resolve_rollback(d, checkpoints, cfg.recipe)
+            if not r.halts:
+                follow = policy.rolled_back(d, r.target)
+                emit(d, to_step=r.target)
                 for f in follow:
                     emit(f)
                 continue
+            d = r.decision
         if d.action is Action.HALT:
-            resume = choose_checkpoint(d.numbers.get("onset", d.step), checkpoints, cfg.recipe.rollback_distance)
-            emit(d, resume_from=resume)
+            emit(d, resume_from=halt_resume_point(d, checkpoints, cfg.recipe))
             return True
         emit(d)
     return False

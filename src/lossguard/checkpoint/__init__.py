@@ -3,6 +3,7 @@ for sharded runs ShardedCheckpointStore (DCP) and ShardedTrainState; HostSnapsho
 
 Importing this package does not import torch; saving and loading do.
 """
+from .protocol import GuardStore
 from .rng import capture_rng, restore_rng
 from .sharded import PendingSave, ShardedCheckpointStore
 from .sharded_state import ShardedTrainState
@@ -10,5 +11,5 @@ from .snapshot import HostSnapshot
 from .state import TrainState
 from .store import CheckpointInfo, CheckpointStore
 
-__all__ = ["CheckpointInfo", "CheckpointStore", "HostSnapshot", "PendingSave", "ShardedCheckpointStore",
+__all__ = ["CheckpointInfo", "CheckpointStore", "GuardStore", "HostSnapshot", "PendingSave", "ShardedCheckpointStore",
            "ShardedTrainState", "TrainState", "capture_rng", "restore_rng"]

@@ -354,7 +354,7 @@ class ShardedCheckpointStore(CheckpointStore):
             shutil.rmtree(tmp, ignore_errors=True)
             return str(exc)
 
-    def shared_steps(self) -> list[int]:
+    def agreed_steps(self) -> list[int]:
         """Rank 0's list of valid checkpoint steps, the same on every rank (a collective)."""
         listing: list[Any] = [self.steps() if self.rank == 0 else None]
         dist = _dist()

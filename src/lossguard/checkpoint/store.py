@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import time
 from pathlib import Path
@@ -25,11 +24,11 @@ from typing import Any
 
 from ..errors import CheckpointError, ConfigError, raise_all
 from .files import CheckpointInfo, Checksum, HashingFile, entry_matches, fsync_dir, pid_alive
+from .names import STORE_NAME, STORE_SIDE, store_name
 
 __all__ = ["CheckpointInfo", "CheckpointStore"]
 
-_NAME = re.compile(r"^step-(\d{8,})$")
-_SIDE = re.compile(r"^\.(tmp|old|trash)-step-(\d{8,})-(\d+)-\d+$")
+_NAME, _SIDE = STORE_NAME, STORE_SIDE  # the store's own names (checkpoint/names.py)
 PAYLOAD, MANIFEST, FORMAT = "state.pt", "manifest.json", 1
 
 
@@ -71,9 +70,21 @@ class CheckpointStore:
         self._recover()
 
     # ------------------------------------------------------------------ paths and listing
+    sharded = False
+    """One ``torch.save`` payload per step (:class:`~lossguard.checkpoint.protocol.GuardStore`)."""
+    asynchronous = False
+    """Saves are synchronous (:class:`~lossguard.checkpoint.protocol.GuardStore`)."""
+
+    def agreed_steps(self) -> list[int]:
+        """:meth:`steps`: every rank keeps its own store, so its own listing is the agreed one."""
+        return self.steps()
+
+    def wait(self) -> None:
+        """Nothing to wait for: every save is synchronous."""
+
     def path_of(self, step: int) -> Path:
         """The directory a checkpoint of ``step`` has (whether or not it exists)."""
-        return self.directory / f"step-{int(step):08d}"
+        return self.directory / store_name(step)
 
     def _inspect(self, step: int, path: Path, *, checksum: bool) -> CheckpointInfo:
         def bad(reason: str, size: int = 0) -> CheckpointInfo:

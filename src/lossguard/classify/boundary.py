@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..detect.resume import dead_vs_live, repeated_after, repeated_ids, resume_spike
+from ..recovery.severity import Severity
 from .context import Context
 from .incident import Incident, IncidentKind as K
 
@@ -57,7 +58,7 @@ def repeated_data_pass(ctx: Context) -> None:
             kind=K.REPEATED_DATA, metric=ctx.metric, onset=ctx.step(b), peak=ctx.step(f.peak),
             end=None if f.end is None else ctx.step(f.end), baseline=f.level, peak_value=float(ev.values[f.peak]),
             magnitude=f.excess, magnitude_sigma=f.excess / f.noise if f.noise > 0 else float("-inf"),
-            streams=ctx.streams, severity="warning",
+            streams=ctx.streams, severity=Severity.WARNING,
             evidence="The data stream seems to have restarted at the resume: " + "; ".join(evidence) + ".",
             details={"segment": seg, "dead_vs_live": dl, **f.details}))
         ctx.claims.repeated.add(b)
@@ -68,7 +69,7 @@ def repeated_data_pass(ctx: Context) -> None:
     for name, first, count in repeated_ids(ctx.log):
         ctx.incidents.append(Incident(
             kind=K.REPEATED_DATA, metric=name, onset=first, peak=first, end=None, baseline=float("nan"),
-            peak_value=float("nan"), magnitude=float(count), magnitude_sigma=float("nan"), severity="warning",
+            peak_value=float("nan"), magnitude=float(count), magnitude_sigma=float("nan"), severity=Severity.WARNING,
             evidence=f"{count} steps saw a {name} that an earlier step had already seen, first at step {first}.",
             details={"repeats": count}))
 
@@ -86,6 +87,6 @@ def resume_spike_pass(ctx: Context) -> None:
         ctx.incidents.append(Incident(
             kind=K.RESUME_SPIKE, metric=ctx.metric, onset=ctx.step(f.onset), peak=ctx.step(f.peak), end=end,
             baseline=f.level, peak_value=f.level + f.excess, magnitude=f.excess, magnitude_sigma=f.excess / f.noise,
-            recovery_steps=None if end is None else end - ctx.step(f.peak), streams=ctx.streams, severity="info",
+            recovery_steps=None if end is None else end - ctx.step(f.peak), streams=ctx.streams, severity=Severity.INFO,
             evidence=f"The {ctx.metric} rose " + f.evidence[0] + ".", details=f.details))
         ctx.claims.events.append((ctx.step(f.onset), ctx.step(f.end if f.end is not None else f.peak)))

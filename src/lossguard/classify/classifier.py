@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..detect.episode import Episode
+from ..detect.episode import Excursion
 from ..detect.knot import best_bend
 from ..detect.series import SeriesEvents
 from ..detect.trend import Divergence
+from ..recovery.severity import Severity
 from .incident import Incident, IncidentKind as K
 from .settings import AnalyzeConfig
 
 
-def refine_onset(ev: SeriesEvents, ep: Episode, sign: float, lookback: int) -> int:
+def refine_onset(ev: SeriesEvents, ep: Excursion, sign: float, lookback: int) -> int:
     """Move an episode's onset back to where the departure began (> 2 frozen sigma from the baseline)."""
     x = ev.values
     lo = max(0, ep.onset - lookback)
@@ -40,7 +41,7 @@ def refine_onset(ev: SeriesEvents, ep: Episode, sign: float, lookback: int) -> i
     return lo + (int(inside[-1]) + 1 if len(inside) else 0)
 
 
-def expected_level(ev: SeriesEvents, ep: Episode, step) -> float | np.ndarray:
+def expected_level(ev: SeriesEvents, ep: Excursion, step) -> float | np.ndarray:
     """The pre-event trend extrapolated to ``step`` (scalar or array): linear in log(step), declining only.
 
     The frozen baseline is the median of the window before onset, centred half a window earlier.
@@ -71,7 +72,7 @@ POINT_BAND_Z = 3.0
 """A single point is back on the trend within this many (frozen) noise units of it..."""
 
 
-def _points_to_recover(ev: SeriesEvents, ep: Episode, end: int, end_rel: float) -> int:
+def _points_to_recover(ev: SeriesEvents, ep: Excursion, end: int, end_rel: float) -> int:
     """Logged points from the peak to the first single point back within the band of the pre-event
     trend (at most ``end - peak``, where the smoothed test confirmed the recovery)."""
     x, st = ev.values, ev.steps
@@ -84,12 +85,12 @@ def _points_to_recover(ev: SeriesEvents, ep: Episode, end: int, end_rel: float) 
     return int(back[0]) + 1 if len(back) else end - ep.peak
 
 
-def _magnitude(ep: Episode) -> tuple[float, float]:
+def _magnitude(ep: Excursion) -> tuple[float, float]:
     excess = ep.peak_value - ep.base
     return excess, excess / ep.noise if ep.noise > 0 else float("inf")
 
 
-def spike_incident(ev: SeriesEvents, ep: Episode, metric: str, cfg: AnalyzeConfig, interval: int,
+def spike_incident(ev: SeriesEvents, ep: Excursion, metric: str, cfg: AnalyzeConfig, interval: int,
                    streams: list[str]) -> Incident:
     """Classify one upward loss episode."""
     st = ev.steps
@@ -149,7 +150,7 @@ def spike_incident(ev: SeriesEvents, ep: Episode, metric: str, cfg: AnalyzeConfi
                         "resolved below the logging interval).")
         else:
             evidence = f"The {metric} {what} and was back on its pre-event trend {rec} steps later ({'within' if fast else 'beyond'} the {cfg.fast_steps}-step fast budget)."
-        sev = "warning" if (not fast or rel >= 0.5) else "info"
+        sev = Severity.WARNING if (not fast or rel >= 0.5) else Severity.INFO
         return Incident(kind=kind, metric=metric, onset=int(st[onset]), peak=int(st[ep.peak]), end=int(st[end]),
                         baseline=ep.base, peak_value=ep.peak_value, magnitude=excess, magnitude_sigma=sigma,
                         recovery_steps=rec, streams=streams, severity=sev, evidence=evidence, details=details)
@@ -179,18 +180,18 @@ def spike_incident(ev: SeriesEvents, ep: Episode, metric: str, cfg: AnalyzeConfi
         evidence = f"The {metric} {what}; the log ends {followed} steps later, before it came back."
         return Incident(kind=K.SPIKE_NO_RECOVERY, metric=metric, onset=int(st[onset]), peak=int(st[ep.peak]),
                         end=None, baseline=ep.base, peak_value=ep.peak_value, magnitude=excess, magnitude_sigma=sigma,
-                        streams=streams, severity="critical", evidence=evidence, details=details)
+                        streams=streams, severity=Severity.CRITICAL, evidence=evidence, details=details)
     if kept >= cfg.shift_ratio and not rising:
         kind = K.LEVEL_SHIFT
         evidence = (f"The {metric} {what} and stayed there: {followed} steps later it still sits "
                     f"{settled_excess:.3g} ({kept:.0%} of the jump) above its pre-event trend, which is flat.")
-        sev = "warning"
+        sev = Severity.WARNING
     else:
         kind = K.SPIKE_NO_RECOVERY
         tail = "and is rising again (turning into divergence)" if rising else f"settling {settled_excess:.3g} higher"
         evidence = (f"The {metric} {what}, came partly back, but {followed} steps later it is still not "
                     f"on its pre-event trend, {tail}.")
-        sev = "critical"
+        sev = Severity.CRITICAL
     return Incident(kind=kind, metric=metric, onset=int(st[onset]), peak=int(st[ep.peak]), end=None,
                     baseline=ep.base, peak_value=ep.peak_value, magnitude=excess, magnitude_sigma=sigma,
                     streams=streams, severity=sev, evidence=evidence, details=details)
@@ -241,12 +242,12 @@ def divergence_incident(ev: SeriesEvents, d: Divergence, metric: str, lag: int,
             return Incident(kind=K.SPIKE_NO_RECOVERY, metric=metric, onset=int(st[onset]), peak=int(st[peak_i]),
                             end=None, baseline=pre, peak_value=float(x[peak_i]), magnitude=early,
                             magnitude_sigma=early / d.noise if d.noise > 0 else float("inf"), streams=streams,
-                            severity="critical", evidence=evidence, details=details)
+                            severity=Severity.CRITICAL, evidence=evidence, details=details)
         evidence = (f"The {metric} stepped up by {step_up:.3g} around step {int(st[at])} and stayed on the new "
                     f"level: one step carries {step_up / rise_total:.0%} of the rise of its baseline.")
         return Incident(kind=K.LEVEL_SHIFT, metric=metric, onset=int(st[onset]), peak=int(st[at]),
                         end=None if d.end is None else int(st[d.end]), baseline=d.minimum, peak_value=float(x[at]),
-                        magnitude=rise_total, magnitude_sigma=sigma, streams=streams, severity="warning",
+                        magnitude=rise_total, magnitude_sigma=sigma, streams=streams, severity=Severity.WARNING,
                         evidence=evidence, details=details)
     onset = d.onset
     lo = max(0, d.minimum_at - max(d.trigger - d.minimum_at, 2 * lag))
@@ -266,7 +267,7 @@ def divergence_incident(ev: SeriesEvents, d: Divergence, metric: str, lag: int,
     return Incident(kind=K.DIVERGENCE, metric=metric, onset=int(st[onset]), peak=int(st[peak]),
                     end=None if d.end is None else int(st[d.end]), baseline=d.minimum, peak_value=float(x[peak]),
                     magnitude=rise_total, magnitude_sigma=sigma, streams=streams,
-                    severity="critical" if d.end is None else "warning", evidence=evidence, details=details)
+                    severity=Severity.CRITICAL if d.end is None else Severity.WARNING, evidence=evidence, details=details)
 
 
 def running_median(y: np.ndarray, h: int = 9) -> np.ndarray:

@@ -10,10 +10,11 @@ from dataclasses import replace
 import numpy as np
 
 from .. import metrics as M
-from ..detect.loss_scale import find_bursts, find_collapses
+from ..detect.loss_scale import find_bursts, find_collapses, is_static
 from ..detect.nonfinite import find_nonfinite
 from ..detect.series import detect_series
 from ..runlog import RunLog
+from ..recovery.severity import Severity
 from .classifier import spike_incident
 from .incident import Incident, IncidentKind as K
 from .settings import AnalyzeConfig
@@ -84,7 +85,7 @@ def grad_norm_spikes(log: RunLog, dcfg, cfg: AnalyzeConfig, k: int, out: list[In
             continue
         spike = spike_incident(gev, e, M.GRAD_NORM, cfg, k, [])
         out.append(replace(spike, kind=K.GRAD_NORM_SPIKE, magnitude=excess,
-                           severity="warning" if e.peak_value >= 10 * e.base else "info",
+                           severity=Severity.WARNING if e.peak_value >= 10 * e.base else Severity.INFO,
                            evidence=spike.evidence + " The loss did not move (yet): grad-norm spikes often build "
                                                      "up before a loss spike."))
 
@@ -106,7 +107,7 @@ def nonfinite_incidents(log: RunLog, metric: str, out: list[Incident]) -> None:
                   (f"; finite again at step {end}." if end is not None else " to the end of the log."))
             out.append(Incident(kind=K.NON_FINITE, metric=name, onset=a, peak=a, end=end, baseline=float("nan"),
                                 peak_value=float("nan"), magnitude=float("nan"), magnitude_sigma=float("nan"),
-                                severity="critical", evidence=ev, details={"points": n, "nan": r.nan}))
+                                severity=Severity.CRITICAL, evidence=ev, details={"points": n, "nan": r.nan}))
     if M.NAN_ITERS in log.series:
         steps, values = log.live(M.NAN_ITERS)
         for i in np.flatnonzero(np.nan_to_num(values) > 0):
@@ -114,7 +115,7 @@ def nonfinite_incidents(log: RunLog, metric: str, out: list[Incident]) -> None:
             if not any(x.kind == K.NON_FINITE and abs(x.onset - a) <= 0 for x in out):
                 out.append(Incident(kind=K.NON_FINITE, metric=M.NAN_ITERS, onset=a, peak=a, end=None,
                                     baseline=float("nan"), peak_value=float("nan"), magnitude=float(values[i]),
-                                    magnitude_sigma=float("nan"), severity="critical",
+                                    magnitude_sigma=float("nan"), severity=Severity.CRITICAL,
                                     evidence=f"The log counts {int(values[i])} NaN iteration(s) at step {a}."))
 
 
@@ -127,6 +128,8 @@ def loss_scale_collapses(log: RunLog, cfg: AnalyzeConfig, out: list[Incident]) -
     if M.SKIPPED_ITERS in log.series:
         ss, sv = log.live(M.SKIPPED_ITERS)
         skipped = (ss, np.nan_to_num(sv))
+    if is_static(scale) and (skipped is None or not skipped[1].any()):
+        return  # bf16's "loss scale: 1.0" on every line: no dynamic scale, nothing collapsed
     floor = find_collapses(scale, cfg.loss_scale)
     # A burst of halvings that runs into a collapse to the floor is that collapse's beginning.
     bursts = [b for b in find_bursts(steps, scale, cfg.loss_scale)
@@ -152,7 +155,7 @@ def loss_scale_collapses(log: RunLog, cfg: AnalyzeConfig, out: list[Incident]) -
         out.append(Incident(kind=K.LOSS_SCALE_COLLAPSE, metric=M.LOSS_SCALE, onset=a, peak=int(steps[c.trigger]),
                             end=int(steps[c.stop + 1]) if c.recovered else None, baseline=float(c.peak_scale),
                             peak_value=c.min_scale, magnitude=c.min_scale - c.peak_scale,
-                            magnitude_sigma=float("nan"), severity="critical",
+                            magnitude_sigma=float("nan"), severity=Severity.CRITICAL,
                             evidence=(f"The fp16 loss scale {what}{note}: overflows on most steps, updates are "
                                       "being skipped."),
                             details={"floor": cfg.loss_scale.floor}))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..detect.episode import Episode
+from ..detect.episode import Excursion
 from ..detect.trend import Divergence
 from .classifier import divergence_incident, expected_level
 from .context import Context, overlap
@@ -23,7 +23,7 @@ GRADUAL_JUMP_SHARE = 0.5
 """An episode whose jump at onset carries less than this share of its early excess rose gradually."""
 
 
-def is_gradual(ctx: Context, ep: Episode) -> bool:
+def is_gradual(ctx: Context, ep: Excursion) -> bool:
     """True when less than half of an episode's early excess arrived in a jump at its onset, or when
     it keeps climbing at least as fast after its onset as up to it (an accelerating climb outruns its
     trailing baseline before any single step is large)."""
@@ -69,7 +69,7 @@ def divergence_pass(ctx: Context) -> None:
         ctx.incidents.append(divergence_incident(ev, d, ctx.metric, lag, ctx.streams, ctx.cfg.shift_ratio))
 
 
-def gradual_divergence(ctx: Context, ep: Episode) -> bool:
+def gradual_divergence(ctx: Context, ep: Excursion) -> bool:
     """Report an unrecovered, gradually rising spike episode as the divergence it is.
 
     Returns True when the episode is accounted for (reported as a divergence, or part of an earlier

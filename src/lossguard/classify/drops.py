@@ -10,14 +10,15 @@ from __future__ import annotations
 import numpy as np
 
 from ..detect.drop import DropConfig, WideDrop
-from ..detect.episode import Episode
+from ..detect.episode import Excursion
 from ..detect.knot import best_knot
 from ..detect.series import SeriesEvents
+from ..recovery.severity import Severity
 from .classifier import refine_onset, running_median
 from .incident import Incident, IncidentKind as K
 
 
-def drop_incident(ev: SeriesEvents, ep: Episode, metric: str, cfg: DropConfig, streams: list[str],
+def drop_incident(ev: SeriesEvents, ep: Excursion, metric: str, cfg: DropConfig, streams: list[str],
                   window: int = 0) -> Incident:
     """A steep, persistent fall after a slow stretch.
 
@@ -42,7 +43,7 @@ def drop_incident(ev: SeriesEvents, ep: Episode, metric: str, cfg: DropConfig, s
                 f"{ep.base:.4g} within {int(st[peak] - st[onset])} steps, after a slow stretch, and stayed down.")
     return Incident(kind=K.SUDDEN_DROP, metric=metric, onset=int(st[onset]), peak=int(st[peak]), end=int(st[peak]),
                     baseline=ep.base, peak_value=float(x[peak]), magnitude=-fall, magnitude_sigma=-sigma,
-                    recovery_steps=int(st[peak] - st[onset]), streams=streams, severity="info", evidence=evidence,
+                    recovery_steps=int(st[peak] - st[onset]), streams=streams, severity=Severity.INFO, evidence=evidence,
                     details={"relative": -fall / abs(ep.base) if ep.base else None, "detected_at": int(st[ep.onset])})
 
 
@@ -64,5 +65,5 @@ def wide_drop_incident(ev: SeriesEvents, w: WideDrop, metric: str, streams: list
                 f"stretch before, and stayed down: a drop wider than the {w.scale}-point scale it was measured on.")
     return Incident(kind=K.SUDDEN_DROP, metric=metric, onset=int(st[onset]), peak=int(st[peak]), end=int(st[peak]),
                     baseline=w.level_before, peak_value=float(x[peak]), magnitude=-fall, magnitude_sigma=-sigma,
-                    recovery_steps=int(st[peak] - st[onset]), streams=streams, severity="info", evidence=evidence,
+                    recovery_steps=int(st[peak] - st[onset]), streams=streams, severity=Severity.INFO, evidence=evidence,
                     details={"relative": -fall / abs(w.level_before), "scale_points": w.scale, "test": "wide drop"})

@@ -5,6 +5,8 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
+from ..recovery.severity import Severity
+
 
 class IncidentKind(str, Enum):
     """Every pattern lossguard names. The value is the stable identifier used in JSON and the CLI."""
@@ -58,7 +60,7 @@ class Incident:
         magnitude_sigma: the same in units of the local noise.
         recovery_steps: ``end - peak``, or None.
         streams: the loss streams that took part (empty for single-stream runs).
-        severity: ``"info"``, ``"warning"`` or ``"critical"``.
+        severity: how bad (:class:`~lossguard.recovery.Severity`).
         evidence: one or two sentences, in words, of what decided the kind.
         details: extra numbers behind the evidence (JSON-ready).
     """
@@ -74,7 +76,7 @@ class Incident:
     magnitude_sigma: float
     recovery_steps: int | None = None
     streams: list[str] = field(default_factory=list)
-    severity: str = "warning"
+    severity: Severity = Severity.WARNING
     evidence: str = ""
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -82,6 +84,7 @@ class Incident:
         """JSON-ready form (``kind`` as its string value, non-finite floats as None)."""
         d = asdict(self)
         d["kind"] = self.kind.value
+        d["severity"] = Severity(self.severity).value
         for k, v in list(d.items()):
             if isinstance(v, float) and v != v or v in (float("inf"), float("-inf")):
                 d[k] = None

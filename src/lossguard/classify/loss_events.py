@@ -15,6 +15,7 @@ from .. import metrics as M
 from ..detect.drop import drop_threshold, find_wide_drops, is_drop
 from ..detect.outlier import refresh_counts
 from ..detect.shift import find_shifts
+from ..recovery.severity import Severity
 from .classifier import spike_incident
 from .drops import drop_incident, wide_drop_incident
 from .context import Context, overlap
@@ -68,7 +69,7 @@ def spike_pass(ctx: Context) -> None:
         d = claims.turned.get(id(ep))
         if d is not None:
             inc = replace(
-                inc, kind=K.SPIKE_NO_RECOVERY, end=None, recovery_steps=None, severity="critical",
+                inc, kind=K.SPIKE_NO_RECOVERY, end=None, recovery_steps=None, severity=Severity.CRITICAL,
                 evidence=(f"The {ctx.metric} rose {inc.magnitude:.3g} ({inc.magnitude_sigma:.1f} sigma) above its "
                           f"pre-event level {ep.base:.4g} at step {int(st[ep.peak])}, came back part of the way, but "
                           f"never to its pre-event trend: from step {int(st[d.minimum_at])} (at {d.minimum:.4g}) it "
@@ -78,7 +79,7 @@ def spike_pass(ctx: Context) -> None:
             continue  # "settled higher" than a trend that was already diverging: part of the divergence
         b = ctx.boundary_near(ep.onset, ctx.cfg.resume.spike_points)
         if b is not None and inc.end is not None:
-            inc = replace(inc, kind=K.RESUME_SPIKE, severity="info",
+            inc = replace(inc, kind=K.RESUME_SPIKE, severity=Severity.INFO,
                           evidence=inc.evidence + f" It began {int(st[ep.onset] - st[b])} steps after a resume at "
                                                   f"step {int(st[b])}.")
             claims.resumed.add(b)
@@ -155,7 +156,7 @@ def shift_pass(ctx: Context) -> None:
             kind=K.LEVEL_SHIFT, metric=ctx.metric, onset=int(st[onset]), peak=int(st[sh.at]), end=None,
             baseline=sh.level_before, peak_value=sh.level_before + sh.jump, magnitude=sh.jump,
             magnitude_sigma=sh.jump / sh.noise if sh.noise > 0 else float("inf"), streams=ctx.streams,
-            severity="warning",
+            severity=Severity.WARNING,
             evidence=(f"The {ctx.metric} stepped up by {sh.jump:.3g} ({sh.jump / abs(sh.level_before):.0%}) against "
                       f"its trend around step {int(st[sh.at])} and stayed there a window later: a new level, too "
                       "small for a spike, seen in the medians of whole windows."),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..detect.regime import D2_TO_SIGMA, RegimeChange, find_regime_changes
+from ..recovery.severity import Severity
 from .context import Context, overlap
 from .incident import Incident, IncidentKind as K
 
@@ -49,7 +50,7 @@ def _regime_incident(ctx: Context, r: RegimeChange, w: int) -> Incident:
     return Incident(kind=K.REGIME_CHANGE, metric=ctx.metric, onset=ctx.step(r.onset), peak=ctx.step(peak), end=end,
                     baseline=r.level_before, peak_value=r.level_after, magnitude=change,
                     magnitude_sigma=change / r.noise_before if r.noise_before > 0 else float("inf"),
-                    streams=ctx.streams, severity="critical", evidence=evidence,
+                    streams=ctx.streams, severity=Severity.CRITICAL, evidence=evidence,
                     details={"noise_ratio": r.ratio, "noise_before": r.noise_before, "noise_after": r.noise_after,
                              "level_after": r.level_after, "relative": rel, "test": "noise regime"})
 
@@ -73,7 +74,7 @@ def _zero_loss(ctx: Context) -> Incident | None:
                 f"or replaced after an overflow; {PLAN_HINT}.")
     return Incident(kind=K.REGIME_CHANGE, metric=ctx.metric, onset=ctx.step(a), peak=ctx.step(a), end=None,
                     baseline=level, peak_value=0.0, magnitude=-level, magnitude_sigma=float("-inf"),
-                    streams=ctx.streams, severity="critical", evidence=evidence,
+                    streams=ctx.streams, severity=Severity.CRITICAL, evidence=evidence,
                     details={"zero_points": n, "test": "exact zero"})
 
 

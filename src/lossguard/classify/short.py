@@ -36,6 +36,7 @@ import numpy as np
 from ..detect.drop import MEDIAN_SE
 from ..detect.regime import D2_TO_SIGMA
 from ..detect.series import DetectorConfig
+from ..recovery.severity import Severity
 from .context import Context
 from .incident import Incident, IncidentKind as K
 from .settings import AnalyzeConfig
@@ -132,7 +133,7 @@ def _spike(ctx: Context, s: int) -> Incident:
         return Incident(kind=K.SPIKE_FAST if fast else K.SPIKE_SLOW, metric=ctx.metric, onset=int(st[s]),
                         peak=int(st[peak]), end=int(st[back]), baseline=base, peak_value=float(x[peak]),
                         magnitude=float(x[peak] - base), magnitude_sigma=float("nan"), recovery_steps=rec,
-                        streams=ctx.streams, severity="warning" if not fast or rel >= 0.5 else "info",
+                        streams=ctx.streams, severity=Severity.WARNING if not fast or rel >= 0.5 else Severity.INFO,
                         evidence=evidence, details=details)
     left = len(x) - 1 - peak
     details["too_short_to_judge"] = "recovery"
@@ -142,7 +143,7 @@ def _spike(ctx: Context, s: int) -> Incident:
     evidence = f"{what}; {ends}: {len(x)} points are too short to tell a slow recovery from none."
     return Incident(kind=K.SPIKE_NO_RECOVERY, metric=ctx.metric, onset=int(st[s]), peak=int(st[peak]), end=None,
                     baseline=base, peak_value=float(x[peak]), magnitude=float(x[peak] - base),
-                    magnitude_sigma=float("nan"), streams=ctx.streams, severity="critical", evidence=evidence,
+                    magnitude_sigma=float("nan"), streams=ctx.streams, severity=Severity.CRITICAL, evidence=evidence,
                     details=details)
 
 
@@ -155,7 +156,7 @@ def _climb(ctx: Context, m: int, p: int) -> Incident:
                 "estimate).")
     return Incident(kind=K.DIVERGENCE, metric=ctx.metric, onset=int(st[m]), peak=int(st[p]), end=None,
                     baseline=float(x[m]), peak_value=float(x[p]), magnitude=rise, magnitude_sigma=float("nan"),
-                    streams=ctx.streams, severity="critical", evidence=evidence,
+                    streams=ctx.streams, severity=Severity.CRITICAL, evidence=evidence,
                     details={"relative": rise / abs(x[m]), "rule": "short log, relative", "points": len(x)})
 
 
@@ -230,7 +231,7 @@ def _short_drop(ctx: Context) -> Incident | None:
     return Incident(kind=K.SUDDEN_DROP, metric=ctx.metric, onset=int(st[onset]), peak=int(st[bottom]),
                     end=int(st[bottom]), baseline=level, peak_value=low, magnitude=-fall,
                     magnitude_sigma=-fall / noise if noise > 0 else float("-inf"),
-                    recovery_steps=int(st[bottom] - st[onset]), streams=ctx.streams, severity="info",
+                    recovery_steps=int(st[bottom] - st[onset]), streams=ctx.streams, severity=Severity.INFO,
                     evidence=evidence, details={"relative": -fall / abs(level), "rule": "short log, two medians",
                                                 "points": n})
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..detect.outlier import DIFF_TO_SIGMA
+from ..recovery.severity import Severity
 from .classifier import POINT_BAND_Z
 from .context import Context, overlap
 from .incident import Incident, IncidentKind as K
@@ -82,7 +83,7 @@ def _incident(ctx: Context, i: int, level: float, noise: float) -> tuple[Inciden
         fast = rec <= cfg.fast_steps or pts <= 1
         resumed = ctx.boundary_near(i, cfg.resume.spike_points) is not None
         kind = K.RESUME_SPIKE if resumed else K.SPIKE_FAST if fast else K.SPIKE_SLOW
-        sev = "info" if resumed else "warning" if (not fast or height >= 0.5 * abs(level)) else "info"
+        sev = Severity.INFO if resumed else Severity.WARNING if (not fast or height >= 0.5 * abs(level)) else Severity.INFO
         evidence = (f"{what}; it was back within {band:.3g} of that level's trend at step {int(st[j])}, {rec} steps "
                     f"({pts} logged point(s)) after its peak" + (", right after a resume." if resumed else "."))
         return Incident(kind=kind, end=int(st[j]), recovery_steps=rec, severity=sev, evidence=evidence,
@@ -98,7 +99,7 @@ def _incident(ctx: Context, i: int, level: float, noise: float) -> tuple[Inciden
                 "above the trend before it"
                 + (" (a new level)." if shift else "."))
     return Incident(kind=K.LEVEL_SHIFT if shift else K.SPIKE_NO_RECOVERY, end=None,
-                    severity="warning" if shift else "critical", evidence=evidence, details=details, **common), n - 1
+                    severity=Severity.WARNING if shift else Severity.CRITICAL, evidence=evidence, details=details, **common), n - 1
 
 
 def short_spike_pass(ctx: Context) -> None:

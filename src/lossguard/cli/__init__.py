@@ -14,7 +14,7 @@ from ..errors import LossguardError
 
 # Verb modules, in the order `lossguard --help` lists them. A verb whose module is missing is
 # simply not offered, so optional parts can ship later without touching this file's logic.
-VERBS = ("info", "analyze", "report", "demo", "watch", "simulate", "verify_resume")
+VERBS = ("info", "analyze", "report", "demo", "watch", "simulate", "verify_resume", "skiplist")
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 

@@ -29,6 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH",
                    help="log files or run directories (one run); '-' reads a log or paste from standard input")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of tables")
+    p.add_argument("--explain", action="store_true",
+                   help="text logs: show the line templates read, their columns, the step and loss chosen and "
+                        "the alternatives (override with --step-key / --loss-key)")
     add_reader_options(p)
     p.set_defaults(handler=run)
 
@@ -80,7 +83,27 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(summary_of(log), indent=2, default=str, allow_nan=False))
         return 0
     write_safely(render(log))
+    if getattr(args, "explain", False):
+        write_safely(explain(log))
     return 0
+
+
+def explain(log) -> str:
+    """What the text grammar read and chose (``info --explain``), or which reader read the log."""
+    doc = log.metadata.get("text")
+    if not doc:
+        return (f"\nexplain: read by the '{log.format}' reader, a known format whose columns are named; "
+                "--loss-key NAME picks another series as the loss\n")
+    out = [f"\nexplain: {doc['lines']:,} lines, {doc['numeric_lines']:,} with labelled numbers",
+           f"  step: {doc['step']} ({doc['step_rule']})"
+           + (f"; other counters: {', '.join(doc['other_steps'])}" if doc["other_steps"] else ""),
+           f"  loss: {doc['loss']}" + (f"; other losses: {', '.join(doc['other_losses'])}" if doc["other_losses"] else ""),
+           "  templates (most frequent first; * = read):"]
+    for t in doc["templates"]:
+        out.append(f"  {'*' if t['read'] else ' '} {t['rows']:>8,}  {t['example'][:110]}")
+        out.append(f"              columns: {', '.join(c if c and not c.startswith(' ') else '(counter)' + c for c in t['columns'])}")
+    out.append("  override: --step-key LABEL (or 'order', 'epoch*batch'), --loss-key LABEL")
+    return "\n".join(out) + "\n"
 
 
 def write_safely(text: str, stream=None) -> None:

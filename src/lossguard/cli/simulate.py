@@ -51,7 +51,9 @@ def run(args: argparse.Namespace) -> int:
                           fix="pass a UTF-8 TOML file of GuardConfig fields (layout: docs/guard.md)") from None
     checkpoints = parse_checkpoints(args.checkpoints) if args.checkpoints else None
     log = read_inputs(args)
-    sim = simulate(log, cfg, checkpoints=checkpoints, metric=args.metric)
+    # The analyser's whole-log findings are evidence for the policy too (recovery/finding.py), so
+    # `simulate` names the actions `analyze` plans, at the same steps, in the same words.
+    sim = simulate(log, cfg, checkpoints=checkpoints, metric=args.metric, findings=_findings(log, args.metric))
     print_read_warnings(log)  # after simulate(): bad input gets one message, the error alone
     if args.json:
         print(json.dumps(sim.to_dict(), indent=2, allow_nan=False))
@@ -62,6 +64,22 @@ def run(args: argparse.Namespace) -> int:
 
         from ..analysis import analyze
         from ..report.html import write_html
-        written = write_html(analyze(log, checkpoints=checkpoints), args.html, simulation=sim)
+        from ..plan import PlanConfig
+        written = write_html(analyze(log, checkpoints=checkpoints, plan=PlanConfig(guard=cfg)), args.html,
+                             simulation=sim)
         print(f"lossguard: wrote {written}", file=sys.stderr)
     return 0
+
+
+def _findings(log, metric: str) -> list:
+    """The analyser's whole-log findings on ``metric`` (none when it cannot classify the log)."""
+    from ..classify.assemble import find_incidents
+    from ..classify.settings import AnalyzeConfig
+    from ..errors import LossguardError
+    from ..plan import findings
+    from ..stitch import stitch
+
+    try:
+        return findings(find_incidents(stitch(log), AnalyzeConfig(metric=metric)).incidents)
+    except LossguardError:
+        return []  # simulate() itself reports a missing loss series

@@ -20,7 +20,8 @@ import sys
 
 from ..classify.incident import IncidentKind
 from ..errors import LossguardError
-from .analyze import SEVERITIES, parse_fail_on
+from ..recovery.severity import Severity
+from .analyze import parse_fail_on
 
 
 def _positive(text: str) -> float:
@@ -125,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     from ..watch.engine import WatchConfig
     from ..watch.events import EventKind, WatchEvent
     from ..watch.loop import LoopConfig, follow
-    from ..watch.session import RunWatch, severity_name
+    from ..watch.session import RunWatch
     from ..watch.sweep import Sweep, run_dirs
 
     kinds, severity = parse_fail_on(args.fail_on)
@@ -159,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     hooks.close(timeout=5.0 if interrupted else 30.0)
     incidents = [i for r in runs for i in r.engine.incidents()]
     hit = [i for i in incidents if i.kind in kinds or (
-        severity and SEVERITIES.index(severity_name(i.severity)) >= SEVERITIES.index(severity))]
+        severity is not None and Severity(i.severity) >= severity)]
     summary = {"runs": [r.summary() for r in runs], "interrupted": interrupted,
                "hooks": {"delivered": hooks.delivered, "failed": hooks.failed}, "fail_on_matched": len(hit)}
     if args.json:

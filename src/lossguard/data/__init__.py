@@ -4,6 +4,8 @@ Importing this package does not import torch; ResumableLoader and the StatefulDa
 when they are used.
 """
 from .loader import ResumableLoader
+from .sample_ids import DatasetMix, SampleKey, StepSamples, step_samples
 from .sampler import ResumableSampler
+from .skiplist import SkipList
 
-__all__ = ["ResumableLoader", "ResumableSampler"]
+__all__ = ["DatasetMix", "ResumableLoader", "ResumableSampler", "SampleKey", "SkipList", "StepSamples", "step_samples"]

@@ -61,15 +61,19 @@ class ResumableLoader:
         s = self.sampler
         start = s.position
         self._generator.manual_seed(s.seed * 1_000_003 + start)
-        generation = s._generation
+        version = s._stream_version  # a skip-list edit also voids prefetched batches
         it = iter(self._loader)
         try:
             for k, batch in enumerate(it):
-                if s._generation != generation:
+                if s._stream_version != version:
+                    if s._generation == version[0]:
+                        s.seek(start + k)  # same position, batches fetched afresh without the listed samples
                     return
                 s._commit(start + k + 1, s.batch_ids(start + k))
                 yield batch
-                if s._generation != generation:  # the loop skipped/rolled back while holding the batch
+                if s._stream_version != version:  # skipped/rolled back/listed while holding the batch
+                    if s._generation == version[0]:
+                        s.seek(s.position)
                     return
         finally:
             del it  # shuts the workers down and drops prefetched batches

@@ -42,10 +42,14 @@ class ResumableSampler:
             batch is ``batch_size * num_replicas`` consecutive samples of the order; each rank takes
             its slice, so the position (and the state every rank saves) is the same on all ranks.
         rank: this process's rank, ``0 <= rank < num_replicas``.
+        skiplist: a :class:`lossguard.data.skiplist.SkipList`; its samples are left out of the
+            batches they fall in (a batch is then that much smaller), so positions, and with them
+            resumes and skip ranges, mean the same with or without it. Settable later
+            (``sampler.skiplist = ...``; the guard attaches its own when none is set).
     """
 
     def __init__(self, dataset_len: int, *, batch_size: int, seed: int, shuffle: bool = True,
-                 drop_last: bool = True, num_replicas: int = 1, rank: int = 0) -> None:
+                 drop_last: bool = True, num_replicas: int = 1, rank: int = 0, skiplist=None) -> None:
         problems = []
         if not isinstance(dataset_len, (int, np.integer)) or dataset_len < 1:
             problems.append(f"dataset_len must be an int >= 1, got {dataset_len!r}")
@@ -78,6 +82,7 @@ class ResumableSampler:
         self._generation = 0  # bumped by skip/seek/load: live iterators stop, loaders restart
         self._cache: tuple[int, np.ndarray] | None = None
         self._deferred = False  # set by ResumableLoader: it commits on delivery instead
+        self.skiplist = skiplist
 
     # ------------------------------------------------------------------ order and provenance
     def order(self, epoch: int) -> np.ndarray:
@@ -93,12 +98,19 @@ class ResumableSampler:
         return perm
 
     def batch_ids(self, position: int) -> list[int]:
-        """Sample ids of this rank's batch at global batch index ``position``."""
-        ids = self.global_batch_ids(position)
-        return ids[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]
+        """Sample ids of this rank's batch at global batch index ``position`` (skip list honoured)."""
+        return self.rank_batch_ids(position, self.rank)
+
+    def rank_batch_ids(self, position: int, rank: int) -> list[int]:
+        """Sample ids rank ``rank`` gets at ``position``: its slice of the global batch, less the
+        skip list's samples (each rank's slice is fixed first, so a listed sample never moves
+        another sample to a different rank)."""
+        ids = self.global_batch_ids(position)[rank * self.batch_size:(rank + 1) * self.batch_size]
+        return ids if not self.skiplist else self.skiplist.filter(ids)
 
     def global_batch_ids(self, position: int) -> list[int]:
-        """Sample ids of every rank's batch at ``position``, rank 0's first."""
+        """Sample ids of every rank's batch at ``position``, rank 0's first (before the skip list;
+        :func:`lossguard.data.sample_ids.step_samples` gives what each rank really got)."""
         epoch, b = divmod(int(position), self.batches_per_epoch)
         width = self.batch_size * self.num_replicas
         return self.order(epoch)[b * width:(b + 1) * width].tolist()
@@ -137,6 +149,11 @@ class ResumableSampler:
             raise ConfigError(f"seek needs a batch index >= 0, got {position!r}", fix="pass a global batch index")
         self._position = int(position)
         self._generation += 1
+
+    @property
+    def _stream_version(self) -> tuple[int, int]:
+        """Changes when delivered batches may differ from prefetched ones (a seek, a skip-list edit)."""
+        return self._generation, (self.skiplist.version if self.skiplist is not None else 0)
 
     def _commit(self, position: int, ids: list[int]) -> None:
         self._position, self._last = position, ids

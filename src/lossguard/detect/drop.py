@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import raise_all
-from .episode import Episode
+from .episode import Excursion
 from .outlier import OutlierConfig, thresholds
 
 MEDIAN_SE = 1.2533  # sqrt(pi / 2): standard error of a median of Gaussian samples, per sigma / sqrt(n)
@@ -183,7 +183,7 @@ class OnlineDropGate:
                     + float(_gate_margin(self.cfg, noise)))
 
 
-def is_drop(ep: Episode, cfg: DropConfig) -> bool:
+def is_drop(ep: Excursion, cfg: DropConfig) -> bool:
     """A down-episode that never came back up and was followed for at least ``persist_points`` points."""
     return ep.end is None and ep.closed - ep.onset >= cfg.persist_points
 

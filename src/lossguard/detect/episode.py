@@ -1,4 +1,7 @@
-"""Episodes: flagged points grouped into one event with onset, peak and end.
+"""Excursions: flagged points of one series grouped into one event with onset, peak and end.
+
+(The detector's unit is an :class:`Excursion`, in point indices of one series; the recovery ladder's
+unit, bad *steps* close together, is :class:`lossguard.recovery.Episode` -- one class per concept.)
 
 An episode opens at the first outlier point. Its baseline and noise are *frozen* at onset (the
 trailing-median statistics of the point that opened it), so neither a long spike nor a new plateau
@@ -74,8 +77,8 @@ class EpisodeConfig:
 
 
 @dataclass
-class Episode:
-    """One event, in finite-point indices of the series it was found on.
+class Excursion:
+    """One excursion of a series away from its baseline (one event), in finite-point indices of the series it was found on.
 
     Attributes:
         onset: index of the first outlier point.
@@ -113,7 +116,7 @@ def _tail_stats(tail: np.ndarray, sign: float) -> tuple[float, float]:
 
 
 def find_episodes(x: np.ndarray, outlier: np.ndarray, base: np.ndarray, noise: np.ndarray,
-                  cfg: EpisodeConfig | None = None) -> list[Episode]:
+                  cfg: EpisodeConfig | None = None) -> list[Excursion]:
     """All episodes of a series of finite points (vectorised twin of :class:`OnlineEpisodes`).
 
     Args:
@@ -125,7 +128,7 @@ def find_episodes(x: np.ndarray, outlier: np.ndarray, base: np.ndarray, noise: n
     sign = 1.0 if cfg.side == "up" else -1.0
     m = len(x)
     flagged = np.flatnonzero(outlier)
-    episodes: list[Episode] = []
+    episodes: list[Excursion] = []
     free_from = 0  # first index at which a new onset may open
     k = 0
     while True:
@@ -147,7 +150,7 @@ def find_episodes(x: np.ndarray, outlier: np.ndarray, base: np.ndarray, noise: n
             span = x[i:end]
             peak = i + int(np.argmax(span * sign))
             status = "fast" if end - i <= cfg.fast_points else "slow"
-            ep = Episode(i, peak, end, closed, b, s, float(x[peak]), status)
+            ep = Excursion(i, peak, end, closed, b, s, float(x[peak]), status)
             free_from = closed + 1
         else:
             closed = limit - 1
@@ -156,7 +159,7 @@ def find_episodes(x: np.ndarray, outlier: np.ndarray, base: np.ndarray, noise: n
             status = "none" if i + cfg.budget_points < m else "open"
             tail = x[max(i, closed - cfg.tail_points + 1):closed + 1]
             settled, rise = _tail_stats(tail, sign)
-            ep = Episode(i, peak, None, closed, b, s, float(x[peak]), status, settled, rise)
+            ep = Excursion(i, peak, None, closed, b, s, float(x[peak]), status, settled, rise)
             free_from = closed + 1 + cfg.refractory
         episodes.append(ep)
 
@@ -171,7 +174,7 @@ class OnlineEpisodes:
 
     config: EpisodeConfig = field(default_factory=EpisodeConfig)
     _i: int = field(init=False, default=-1)
-    _active: Episode | None = field(init=False, default=None)
+    _active: Excursion | None = field(init=False, default=None)
     _tail: deque = field(init=False, repr=False)
     _free_from: int = field(init=False, default=0)
 
@@ -179,11 +182,11 @@ class OnlineEpisodes:
         self._tail = deque(maxlen=self.config.tail_points)
 
     @property
-    def active(self) -> Episode | None:
+    def active(self) -> Excursion | None:
         """The episode in progress (its ``end``/``status`` are not final), or None."""
         return self._active
 
-    def update(self, value: float, outlier: bool, base: float, noise: float) -> Episode | None:
+    def update(self, value: float, outlier: bool, base: float, noise: float) -> Excursion | None:
         """Advance by one finite point; returns the episode closed at this point, if any."""
         cfg = self.config
         sign = 1.0 if cfg.side == "up" else -1.0
@@ -192,7 +195,7 @@ class OnlineEpisodes:
         ep = self._active
         if ep is None:
             if outlier and i >= self._free_from:
-                self._active = Episode(i, i, None, i, float(base), float(noise), float(value), "open")
+                self._active = Excursion(i, i, None, i, float(base), float(noise), float(value), "open")
                 self._tail.clear()
                 self._tail.append(value)
             return None
@@ -221,7 +224,7 @@ class OnlineEpisodes:
         if (value - ep.peak_value) * sign > 0:
             ep.peak, ep.peak_value = j, float(value)
 
-    def _close_unrecovered(self, status: str) -> Episode:
+    def _close_unrecovered(self, status: str) -> Excursion:
         cfg = self.config
         ep = self._active
         sign = 1.0 if cfg.side == "up" else -1.0
@@ -236,6 +239,6 @@ class OnlineEpisodes:
         self._active = None
         return ep
 
-    def finish(self) -> Episode | None:
+    def finish(self) -> Excursion | None:
         """Close and return the episode still open at the end of the log (status ``"open"``)."""
         return self._close_unrecovered("open") if self._active is not None else None

@@ -84,6 +84,16 @@ def collapsed_mask(scale: np.ndarray, cfg: LossScaleConfig) -> tuple[np.ndarray,
     return mask & ~np.isnan(s), runmax
 
 
+def is_static(scale: np.ndarray) -> bool:
+    """True for a loss scale that never moves: bf16 runs print ``loss scale: 1.0`` on every line, and a
+    static fp16 scale stays where it was set. Such a scale cannot collapse (it never fell), even when
+    its value is the floor; a dynamic scale pasted from its floor on still shows its overflows
+    (skipped iterations), which the caller checks."""
+    s = np.asarray(scale, dtype=np.float64)
+    s = s[np.isfinite(s)]
+    return len(s) > 0 and bool(s.min() == s.max())
+
+
 def find_collapses(scale: np.ndarray, cfg: LossScaleConfig | None = None) -> list[Collapse]:
     """Collapsed stretches of a loss-scale series (array operations plus one step per stretch)."""
     cfg = cfg or LossScaleConfig()

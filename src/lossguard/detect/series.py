@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import raise_all
 from .drop import DropConfig, OnlineDropGate, smoothed_down, steep_gate_at
-from .episode import Episode, EpisodeConfig, OnlineEpisodes, find_episodes
+from .episode import Excursion, EpisodeConfig, OnlineEpisodes, find_episodes
 from .nonfinite import NonFiniteRun, OnlineNonFinite, find_nonfinite
 from .outlier import OnlineOutlier, OutlierConfig, score_finite
 from .trend import Divergence, OnlineTrend, TrendConfig, find_divergences
@@ -66,8 +66,8 @@ class SeriesEvents:
     values: np.ndarray
     baseline: np.ndarray
     noise: np.ndarray
-    spikes: list[Episode]
-    dips: list[Episode]
+    spikes: list[Excursion]
+    dips: list[Excursion]
     divergences: list[Divergence]
     nonfinite: list[NonFiniteRun]
     all_steps: np.ndarray
@@ -89,7 +89,7 @@ def detect_series(steps: np.ndarray, values: np.ndarray, cfg: DetectorConfig | N
     sc = score_finite(x, cfg.outlier)
     base, noise = sc.baseline, sc.noise
     spikes = find_episodes(x, sc.up, base, noise, cfg.spike)
-    found_dips: list[Episode] = []
+    found_dips: list[Excursion] = []
     if dips:
         warm = np.arange(len(x)) < cfg.outlier.window
         cand, _ = smoothed_down(x, base, noise, warm, cfg.outlier, cfg.drop)
@@ -122,8 +122,8 @@ class OnlineSeriesDetector:
         self._values: list[float] = []
         self._base: list[float] = []
         self._noise: list[float] = []
-        self._spikes: list[Episode] = []
-        self._dips: list[Episode] = []
+        self._spikes: list[Excursion] = []
+        self._dips: list[Excursion] = []
         self._div: list[Divergence] = []
         self._runs: list[NonFiniteRun] = []
 

@@ -12,8 +12,8 @@ from .config import GuardConfig
 
 StepRecord = Verdict  # the old name
 
-__all__ = ["Action", "Decision", "GuardConfig", "RecoveryPolicy", "SkipStepAdamW", "StabilityGuard",
-           "StepRecord", "TrainingHalted", "Verdict"]
+__all__ = ["Action", "Decision", "GuardConfig", "NameMethod", "RecoveryPolicy", "SampleAttribution", "SkipStepAdamW",
+           "StabilityGuard", "StepRecord", "TrainingHalted", "Verdict"]
 
 _LAZY = {"SkipStepAdamW": ".gate", "StabilityGuard": ".guard", "TrainingHalted": ".executor"}
 
@@ -24,4 +24,7 @@ def __getattr__(name: str):
         require("torch", "torch", "lossguard.guard")
         import importlib
         return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    if name in ("SampleAttribution", "NameMethod"):  # torch-free until a batch is replayed
+        from . import sample_namer
+        return getattr(sample_namer, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

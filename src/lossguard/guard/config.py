@@ -17,7 +17,7 @@ from ..detect.outlier import OutlierConfig
 from ..detect.stalled import STALL_STEPS
 from ..errors import raise_all
 from ..recovery.config import PolicyConfig
-from .evidence import EvidenceConfig
+from .judge.evidence import EvidenceConfig
 
 GATES = ("auto", "host", "device")
 STATS = ("auto", "device", "host")
@@ -33,7 +33,7 @@ class GuardConfig(PolicyConfig):
     """Outlier test on the global gradient norm (before clipping); None watches only the loss (and
     non-finite gradients). Its verdict alone does not withhold a step: see ``evidence``."""
     evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
-    """What counts as evidence of trouble (:mod:`lossguard.guard.evidence`): a grad-norm outlier
+    """What counts as evidence of trouble (:mod:`lossguard.guard.judge.evidence`): a grad-norm outlier
     together with the loss, a grad norm far beyond its own recent tail, and the first steps'
     sanity bound. Healthy heavy-tailed grad norms of small batches cost a run nothing."""
     gate: str = "auto"

@@ -31,7 +31,7 @@ from typing import Any
 from ..detect.outlier import OutlierConfig
 from ..errors import LossguardError
 from ..recovery.recipe import RecoveryRecipe
-from .evidence import EvidenceConfig
+from .judge.evidence import EvidenceConfig
 from .config import GuardConfig
 
 _NESTED = {"recipe": RecoveryRecipe, "loss": OutlierConfig, "grad_norm": OutlierConfig,

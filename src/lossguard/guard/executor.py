@@ -23,6 +23,7 @@ from ..recovery.action import Action
 from ..recovery.checkpoint_choice import choose_checkpoint
 from ..recovery.decision import Decision
 from ..recovery.policy import RecoveryPolicy
+from ..recovery.resolve import halt_resume_point, resolve_rollback
 from .config import GuardConfig
 from .events import EventLog
 
@@ -112,13 +113,15 @@ class RecoveryExecutor:
         if d.action.changes_future:
             self.ledger.note(rec)
 
+    def checkpoints(self) -> list[int] | None:
+        """The checkpoint steps every rank agrees on (a sharded store's come from rank 0, so every
+        rank picks the same target); None without a store."""
+        return None if self.store is None else self.store.agreed_steps()
+
     def target(self, onset: int) -> int | None:
         """The rollback target for an episode starting at ``onset`` (:func:`choose_checkpoint`)."""
-        if self.store is None:
-            return None
-        # A sharded store's listing comes from rank 0 so every rank picks the same target.
-        steps = self.store.shared_steps() if hasattr(self.store, "shared_steps") else self.store.steps()
-        return choose_checkpoint(onset, steps, self.config.recipe.rollback_distance)
+        steps = self.checkpoints()
+        return None if steps is None else choose_checkpoint(onset, steps, self.config.recipe.rollback_distance)
 
     def keep_target(self, onset: int | None) -> None:
         """Keep the rollback target of a possible episode at ``onset`` safe from pruning.
@@ -139,22 +142,20 @@ class RecoveryExecutor:
 
     # ---------------------------------------------------------------- actions
     def _rollback(self, d: Decision) -> Outcome:
-        target = self.target(d.numbers["onset"])
+        # The one resolver (recovery/resolve.py), as in ``lossguard simulate``: target or halt, same words.
+        r = resolve_rollback(d, self.checkpoints(), self.config.recipe,
+                             can_restore=self.state is not None or not self.in_process_rollback,
+                             framework=not self.in_process_rollback)
         if self.config.shadow:
-            self.emit(d, would_roll_back_to=target)
+            self.emit(d, would_roll_back_to=r.target)
             for f in self.policy.rolled_back(d, d.step):
                 self.emit(f)
             return Outcome()
+        if r.halts:
+            return self._halt(r.decision)
+        target = r.target
         if not self.in_process_rollback:
-            if target is None:
-                return self._halt(Decision(Action.HALT, d.step, d.reasons + [
-                    "a rollback is needed, the framework owns the data loader, and no checkpoint at least "
-                    f"{self.config.recipe.rollback_distance} steps before the onset exists"], d.numbers))
             return self._rollback_by_restart(d, target)
-        if target is None or self.state is None:
-            return self._halt(Decision(Action.HALT, d.step, d.reasons + [
-                f"no checkpoint at least {self.config.recipe.rollback_distance} steps before the episode "
-                f"onset (step {d.numbers['onset']})"], d.numbers))
         from_memory = self.snapshot is not None and target in self.snapshot.steps
         # 1. Book it, before anything changes: a crash from here on resumes at the target with
         #    the skip range, budget and LR cut in force (guard.restore() reads resume_from).
@@ -222,7 +223,7 @@ class RecoveryExecutor:
 
     def _halt(self, d: Decision) -> Outcome:
         onset = d.numbers.get("onset", d.step)
-        resume = self.target(onset)
+        resume = halt_resume_point(d, self.checkpoints(), self.config.recipe)
         led = self.ledger
         lines = [f"lossguard halted the run at step {d.step}.", "Why:"] + [f"  - {r}" for r in d.reasons] + [
             f"Episode onset: step {onset}; rollbacks done: {led.rollbacks}; steps skipped: {led.skips} "

@@ -39,12 +39,14 @@ from typing import Any, Callable, Iterable, Iterator
 from ..data.iterate import iter_rng_neutral
 from ..errors import require
 from ..recovery.ledger import LEDGER_FILE, RunLedger
+from ..recovery.lr_phase import LrRamp
 from ..recovery.policy import RecoveryPolicy
 from ..recovery.verdict import Verdict
 from .config import GuardConfig
 from .events import EventLog
 from .executor import RecoveryExecutor, TrainingHalted
-from .judge import DeviceJudge, HostJudge, Judgement
+from .judge.twins import DeviceJudge, HostJudge, Judgement
+from .timeline import TimelineSlot
 
 GUARD_FORMAT = 2
 """Version of :meth:`StabilityGuard.state_dict` (2: timeline only; the ledger lives apart)."""
@@ -101,6 +103,11 @@ class StabilityGuard:
             N checkpoints the guard saves; a rollback to one of them reads no file. A rollback
             ``rollback_distance`` back needs ``N >= rollback_distance // checkpoint_every + 2``.
             Memory: N copies of this rank's model + optimizer state. 0: off.
+        attribution: a :class:`lossguard.guard.sample_namer.SampleAttribution`: on every withheld
+            step, replay its batch, name the samples carrying the excess and put them on the skip
+            list (``<store>/skiplist.json``, honoured by the sampler). On CUDA it turns the deferred
+            host read off unless ``defer_host_read=True`` (a deferred verdict arrives after the
+            next update, when the batch can no longer be replayed on the weights that saw it).
 
     Raises:
         TrainingHalted: the ledger says this run was halted (a relaunch after a halt); the message
@@ -110,15 +117,19 @@ class StabilityGuard:
 
     def __init__(self, model, optimizer, *, store=None, sampler=None, scheduler=None, scaler=None,
                  config: GuardConfig | None = None, log_path=None, diagnosis_path=None,
-                 ledger: RunLedger | None = None, snapshots: int = 0) -> None:
+                 ledger: RunLedger | None = None, snapshots: int = 0, attribution=None) -> None:
         torch = require("torch", "torch", "StabilityGuard")
+        from ..checkpoint.protocol import check_store
         from ..checkpoint.state import TrainState
         from .gate import supports_device_gate
 
+        check_store(store)
         self.config = cfg = config or GuardConfig()
         self.model, self.optimizer, self.scheduler, self.scaler = model, optimizer, scheduler, scaler
         self.store, self.sampler = store, sampler
         self._params = [p for p in model.parameters() if p.requires_grad]
+        self._timeline = TimelineSlot(self)
+        self._lr_ramp = LrRamp((config or GuardConfig()).lr_ramp_window)
         device = self._params[0].device if self._params else torch.device("cpu")
         if cfg.gate == "device" and not supports_device_gate(optimizer):
             from ..errors import ConfigError
@@ -135,7 +146,8 @@ class StabilityGuard:
         self.judge = (HostJudge(cfg.loss, cfg.grad_norm, **judge_args) if host
                       else DeviceJudge(cfg.loss, cfg.grad_norm, device=device, **judge_args))
         # Deferring the host read only makes sense when the statistics live on the device.
-        self._defer = not host and (cfg.defer_host_read if cfg.defer_host_read is not None else device.type == "cuda")
+        self._defer = not host and (cfg.defer_host_read if cfg.defer_host_read is not None
+                                    else device.type == "cuda" and attribution is None)
         if ledger is None:
             ledger = RunLedger.open(Path(store.directory) / LEDGER_FILE if store is not None else None)
         if ledger.halted:  # a relaunch after a halt: the halt is final until a person clears it
@@ -145,13 +157,19 @@ class StabilityGuard:
         # FSDP2: parameters are DTensors (each rank holds shards). Statistics then come from the
         # local shards in one packed all-reduce, and checkpoints go through DCP (a sharded store).
         self._sharded = any(hasattr(p, "to_local") for p in self._params)
-        if store is not None and getattr(store, "sharded", False):
+        self.namer = None
+        """The :class:`SampleNamer` (None without ``attribution``); ``namer.records`` lists the suspects."""
+        if attribution is not None:
+            from .sample_namer import SampleNamer
+            self.namer = SampleNamer.build(attribution, model=model, sampler=sampler, store=store, log=self.log,
+                                           ledger=lambda: self.policy.ledger, world=self._world, sharded=self._sharded)
+        if store is not None and store.sharded:
             from ..checkpoint.sharded_state import ShardedTrainState
             self.state = ShardedTrainState(model, optimizer, scheduler=scheduler, scaler=scaler, data=sampler,
-                                           extras={"guard": self})
+                                           extras={"guard": self._timeline})
         else:
             self.state = TrainState(getattr(model, "module", model), optimizer, scheduler=scheduler, scaler=scaler,
-                                    data=sampler, extras={"guard": self})
+                                    data=sampler, extras={"guard": self._timeline})
         from ..checkpoint.snapshot import HostSnapshot
         self.snapshot = HostSnapshot(self.state, every=1, keep=snapshots) if snapshots else None
         self.executor = RecoveryExecutor(config=cfg, policy=self.policy, log=self.log, state=self.state, store=store,
@@ -170,6 +188,8 @@ class StabilityGuard:
         self._data_count = 0      # batches drawn from the stream (the data position without a sampler)
         self._batch_index = 0     # data-stream index of the batch in flight
         self._rng = None          # torch RNG when the batch in flight was drawn (replay check)
+        self._batch = None        # the batch in flight (a reference, for naming its samples)
+        self._held: list = []     # framework mode: the step's micro-batches so far (references)
         self._pending = None      # deferred (packed host copy, meta) of the previous step
         self._reiter = False      # batches() must re-create its iterator (after a rollback)
         self._inflight = None     # the asynchronous save whose completion is not logged yet
@@ -251,9 +271,10 @@ class StabilityGuard:
                     break
             self._batch_index = int(self.sampler.position) - 1 if self.sampler is not None else self._data_count
             self._data_count += 1
-            if cfg.replay and not self._defer:
+            if (cfg.replay or self.namer is not None) and not self._defer:
                 from .replay import capture_torch_rng
                 self._rng = capture_torch_rng()
+            self._batch = batch
             yield self.step_count, batch
         self.flush()
         if self.halted and cfg.halt_raises:
@@ -343,7 +364,8 @@ class StabilityGuard:
                     self.scheduler.step()
             opt.zero_grad(set_to_none=True)
         meta = {"step": self.step_count, "batch_index": self._batch_index, "lr": lr_used, "loss_scale": scale,
-                "rng": self._rng, "replay": None if self._defer else replay}
+                "rng": self._rng, "replay": None if self._defer else replay,
+                "batch": None if self._defer else self._batch}
         self._advance()
         if self._defer:
             host = self._copy_to_host(j.packed)
@@ -375,6 +397,7 @@ class StabilityGuard:
 
         if self.halted:
             return True
+        held, self._held = self._held, []
         self.executor.in_process_rollback = False
         if not self.config.shadow and self.policy.skip_to(self.step_count) is not None:
             # A batch in a range the ledger skips (booked by a rollback before a restart): the
@@ -389,12 +412,20 @@ class StabilityGuard:
         lr = float(self.optimizer.param_groups[0]["lr"]) if self.optimizer.param_groups else math.nan
         meta = {"step": self.step_count, "batch_index": self.step_count, "lr": lr,
                 "loss_scale": float(self.scaler.get_scale()) if self.scaler is not None else math.nan,
-                "rng": None, "replay": None}
+                "rng": None, "replay": None, "batch": None}
+        if held:
+            from .micro_batches import MicroBatches
+            meta["batch"] = held[0] if len(held) == 1 else MicroBatches(held)
         self._advance()
         self._process(j.packed, meta)
         if bad and not self.config.shadow:
             self.optimizer.zero_grad(set_to_none=True)
         return not bad or self.config.shadow
+
+    def hold_batch(self, batch) -> None:
+        """Framework mode: a (micro-)batch of the step in flight (a reference; a callback passes
+        each one at batch start), so a withheld step's samples can be named (``attribution``)."""
+        self._held.append(batch)
 
     def _advance(self) -> None:
         self.step_count += 1
@@ -404,6 +435,7 @@ class StabilityGuard:
         """Host side of one step: verdict -> log -> (replay check) -> policy -> executor."""
         v = Judgement.verdict(packed, step=meta["step"], batch_index=meta["batch_index"], lr=meta["lr"],
                               loss_scale=meta["loss_scale"])
+        v.in_lr_ramp = self._lr_ramp.update(v.step, v.lr)  # the policy's LR-schedule evidence
         self.last_record = v
         if self.config.log_metrics:
             m = {"loss": v.loss, "grad_norm": v.grad_norm, "lr": v.lr}
@@ -417,22 +449,44 @@ class StabilityGuard:
             from .replay import replay_check
             transient = replay_check(v, meta, world=self._world, log=self.log, rtol=self.config.replay_rtol,
                                      device=self._params[0].device if self._params else "cpu")
-        for d in self.policy.observe(v, transient=transient):
-            data_count = self._data_count
-            out = self.executor.carry_out(d)
-            if out.rolled_back_to is not None:
-                self.step_count = self.state.step
-                if self.sampler is None:
-                    self._data_count = data_count  # the stream itself was not rewound
-                self._reiter, self._pending = True, None
-                break
-            if out.halted:
-                self.halted, self.restart_requested = True, out.restart
-                break
-        else:
-            halt = self.withheld.update(v.step, bool(v.bad) and not self.config.shadow)
-            if halt is not None:
-                self.halted = self.executor.carry_out(halt).halted
+        if v.bad and not transient and self.namer is not None and not self.config.shadow:
+            self.namer.name(step=v.step, batch_index=v.batch_index, batch=meta.get("batch"), rng=meta.get("rng"),
+                            baseline=v.loss_baseline, loss_flagged=v.loss_outlier or not math.isfinite(v.loss)
+                            or v.loss_z >= self.config.evidence.joint_loss_z)
+        with self._timeline.parked():  # a rollback's restore must not reload this guard mid-decision
+            for d in self.policy.observe(v, transient=transient):
+                data_count = self._data_count
+                out = self.executor.carry_out(d)
+                if out.rolled_back_to is not None:
+                    rollback = d
+                    break
+                if out.halted:
+                    self.halted, self.restart_requested = True, out.restart
+                    if self.namer is not None and self.namer.records and self.executor.diagnosis:
+                        self._add_to_diagnosis(self.namer.summary())
+                    break
+            else:
+                halt = self.withheld.update(v.step, bool(v.bad) and not self.config.shadow)
+                if halt is not None and self.executor.carry_out(halt).halted:
+                    self.halted = True
+                return
+        if out.rolled_back_to is not None:
+            # The decision is over: now the restored timeline (detector windows, episode, data
+            # counter) replaces this guard's, and the policy starts afresh after the rollback.
+            self._timeline.apply()
+            self.policy.restart_timeline(rollback)
+            self.step_count = self.state.step
+            if self.sampler is None:
+                self._data_count = data_count  # the stream itself was not rewound
+            self._reiter, self._pending = True, None
+
+    def _add_to_diagnosis(self, text: str) -> None:
+        """Append ``text`` (the named samples) to the halt diagnosis and its file."""
+        ex = self.executor
+        ex.diagnosis = f"{ex.diagnosis}\n{text}"
+        f = ex.diagnosis_file
+        if f is not None and self.rank == 0 and f.exists():
+            f.write_text(ex.diagnosis + "\n", encoding="utf-8")
 
     def _copy_to_host(self, packed):
         """Start the one device-to-host copy of this step's verdict (pinned buffer + event on CUDA)."""
@@ -531,7 +585,8 @@ class StabilityGuard:
         """The timeline: detector windows, the policy's open episode, the data counter (JSON-safe).
         Goes into every checkpoint (TrainState extras) and is rolled back with it."""
         return {"format": GUARD_FORMAT, "judge": self.judge.state_dict(), "policy": self.policy.state_dict(),
-                "data_count": self._data_count, "withheld": self.withheld.state_dict()}
+                "data_count": self._data_count, "lr_ramp": self._lr_ramp.state_dict(),
+                "withheld": self.withheld.state_dict()}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output (format 1, from before the ledger, is read too)."""
@@ -545,6 +600,7 @@ class StabilityGuard:
         self.judge.load_state_dict(sd["judge"])
         self.policy.load_state_dict(sd["policy"])
         self._data_count = int(sd["data_count"])
+        self._lr_ramp.load_state_dict(sd.get("lr_ramp"))
         self.withheld.load_state_dict(sd.get("withheld"))
 
     def adopt_ledger(self, ledger: RunLedger) -> None:
@@ -559,7 +615,7 @@ class StabilityGuard:
         """Process any deferred verdict, wait for an asynchronous save in flight, close the log."""
         self.flush()
         self.poll_save(wait=True)
-        if hasattr(self.store, "wait"):
+        if self.store is not None:
             self.store.wait()
         self.log.close()
 

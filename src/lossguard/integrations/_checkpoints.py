@@ -14,15 +14,12 @@ callback then withholds the updates of the booked batches.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
+from ..checkpoint.names import FRAMEWORKS, framework_step
 from ..recovery.ledger import LEDGER_FILE, RunLedger
 
 __all__ = ["FrameworkCheckpoints", "resume_checkpoint"]
-
-_PATTERNS = {"hf": re.compile(r"^checkpoint-(\d+)$"), "lightning": re.compile(r"(?:^|[-_])step=(\d+)(?:[-_.]|$)")}
-
 
 class FrameworkCheckpoints:
     """The checkpoints a framework wrote in one directory, read-only, as the executor needs them.
@@ -34,9 +31,9 @@ class FrameworkCheckpoints:
     """
 
     def __init__(self, directory: str | os.PathLike, kind: str) -> None:
-        if kind not in _PATTERNS:
+        if kind not in FRAMEWORKS:
             from ..errors import ConfigError
-            raise ConfigError(f"kind must be one of {sorted(_PATTERNS)}, got {kind!r}", fix="pass 'hf' or 'lightning'")
+            raise ConfigError(f"kind must be one of {sorted(FRAMEWORKS)}, got {kind!r}", fix="pass 'hf' or 'lightning'")
         self.directory, self.kind = Path(directory), kind
         self._protected: set[int] = set()
 
@@ -45,13 +42,31 @@ class FrameworkCheckpoints:
         if not self.directory.is_dir():
             return out
         for entry in self.directory.iterdir():
-            match = _PATTERNS[self.kind].search(entry.name if self.kind == "hf" else entry.stem + ".")
+            step = framework_step(entry.name if self.kind == "hf" else entry.stem + ".", self.kind)
             # An HF checkpoint directory is complete once trainer_state.json is in it (written
             # after the weights, optimizer and RNG); a half-written one is no rollback target.
             complete = (entry / "trainer_state.json").is_file() if self.kind == "hf" else entry.suffix == ".ckpt"
-            if match and complete:
-                out[int(match.group(1))] = entry
+            if step is not None and complete:
+                out[step] = entry
         return out
+
+    sharded = False
+    """Framework checkpoints are restored by the framework (:class:`~lossguard.checkpoint.protocol.GuardStore`)."""
+    asynchronous = False
+    """The guard never saves here (:class:`~lossguard.checkpoint.protocol.GuardStore`)."""
+
+    def save(self, step: int, state) -> None:
+        """The framework writes its own checkpoints: the guard never saves through this view."""
+        from ..errors import ConfigError
+        raise ConfigError("the framework writes its own checkpoints; the guard does not save through "
+                          "FrameworkCheckpoints", fix="leave GuardConfig.checkpoint_every=None under a framework")
+
+    def wait(self) -> None:
+        """Nothing to wait for (the guard never saves here)."""
+
+    def agreed_steps(self) -> list[int]:
+        """:meth:`steps` (one directory, read by every rank)."""
+        return self.steps()
 
     def steps(self) -> list[int]:
         """Steps of the checkpoints present, oldest first."""
@@ -82,8 +97,8 @@ class FrameworkCheckpoints:
         if not self.directory.is_dir():
             return removed
         for entry in sorted(self.directory.iterdir()):
-            match = _PATTERNS[self.kind].search(entry.name if self.kind == "hf" else entry.stem + ".")
-            if not match or int(match.group(1)) <= int(step) or entry.name.startswith("."):
+            found = framework_step(entry.name if self.kind == "hf" else entry.stem + ".", self.kind)
+            if found is None or found <= int(step) or entry.name.startswith("."):
                 continue
             side = entry.with_name(f".superseded-{entry.name}-{os.getpid()}")
             try:
@@ -91,7 +106,7 @@ class FrameworkCheckpoints:
             except FileNotFoundError:
                 continue  # another rank moved it first
             shutil.rmtree(side, ignore_errors=True) if side.is_dir() else side.unlink(missing_ok=True)
-            removed.append(int(match.group(1)))
+            removed.append(found)
         return removed
 
     def protect(self, step: int) -> None:

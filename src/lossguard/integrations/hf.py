@@ -67,10 +67,17 @@ class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callb
             in ``output_dir`` (with ``restart_on_rollback``).
         restart_on_rollback: carry out a rollback through a process restart (exit code 75);
             False: halt with a diagnosis instead.
+        attribution: a :class:`lossguard.guard.sample_namer.SampleAttribution`: name the samples
+            of each withheld step from the keyword inputs of the step's training forwards (every
+            micro-batch under gradient accumulation)
+            (``per_sample_loss(model, inputs)``; :func:`lossguard.guard.row_losses.causal_lm_row_loss`
+            for causal LMs; ``ids_of(inputs)`` for the sample ids). The run's skip list is attached
+            to a :class:`ResumableSampler` the train loader uses (a ``Trainer`` whose
+            ``_get_train_sampler`` returns one). Not saved in ``trainer_state.json``.
     """
 
     def __init__(self, config: GuardConfig | dict | None = None, *, log_path=None, store=None,
-                 restart_on_rollback: bool = True) -> None:
+                 restart_on_rollback: bool = True, attribution=None) -> None:
         if isinstance(config, dict):
             from ..guard.config_file import config_from_dict
             config = config_from_dict(config)
@@ -80,6 +87,8 @@ class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callb
             store = CheckpointStore(store)
         self.log_path, self.store = log_path, store
         self.restart_on_rollback = bool(restart_on_rollback)
+        self.attribution = attribution
+        self._batch_hook = None
         self.guard = None
         self._owns_exit = False  # the restart protocol is in force: a halt exits with ExitCode.HALT
         self.restored_state: dict[str, Any] | None = None
@@ -118,7 +127,8 @@ class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callb
         self._owns_exit = self.restart_on_rollback and store is not None
 
         def make():
-            guard = StabilityGuard(model, optimizer, store=store, config=self.config, log_path=self.log_path)
+            guard = StabilityGuard(model, optimizer, store=store, config=self.config, log_path=self.log_path,
+                                   attribution=self.attribution)
             restore_guard(guard, self.restored_state or _saved_state(state))
             return guard
         self.guard = build_guard(make, exit_code=self._owns_exit)
@@ -128,6 +138,16 @@ class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callb
             self.guard.policy.run_steps = int(state.max_steps)  # bounds the skip margin
         resume_ledger(self.guard, state.global_step)
         self._hook = model.register_forward_hook(self._keep_loss)
+        if self.guard.namer is not None:
+            from ._samples import attach_skiplist
+            attach_skiplist(self.guard.namer, kwargs.get("train_dataloader"))
+            self._batch_hook = model.register_forward_pre_hook(self._keep_batch, with_kwargs=True)
+
+    def _keep_batch(self, module, args, kwargs) -> None:
+        import torch
+
+        if module.training and torch.is_grad_enabled():
+            self.guard.hold_batch(dict(kwargs))  # the Trainer calls model(**inputs)
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         import torch
@@ -158,9 +178,10 @@ class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callb
 
     def on_train_end(self, args, state, control, **kwargs):
         self._lr_cut.restore()
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
+        for hook in (self._hook, self._batch_hook):
+            if hook is not None:
+                hook.remove()
+        self._hook = self._batch_hook = None
         if self.guard is not None:
             self.guard.close()
         exit_for_restart(self.guard, self.restart_on_rollback)

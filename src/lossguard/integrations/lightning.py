@@ -51,13 +51,21 @@ class StabilityCallback(pl.Callback):
         store: optional :class:`CheckpointStore` whose checkpoints a halt may name. None: the
             trainer's ``ModelCheckpoint`` files (with ``restart_on_rollback``).
         restart_on_rollback: carry out a rollback through a process restart (exit code 75).
+        attribution: a :class:`lossguard.guard.sample_namer.SampleAttribution`: name the samples
+            of each withheld step (give it ``ids_of``, e.g. ``lambda b: b[0].tolist()`` for a batch
+            that carries its ids: Lightning prefetches, so the sampler's position is one batch
+            ahead). The run's skip list is attached to a :class:`ResumableSampler` found as the
+            train loader's ``batch_sampler`` (unless it has its own). With gradient accumulation
+            every micro-batch of the step is replayed (the bisection starts from one gradient norm
+            per micro-batch).
     """
 
     def __init__(self, config: GuardConfig | None = None, *, log_path=None, store=None,
-                 restart_on_rollback: bool = True) -> None:
+                 restart_on_rollback: bool = True, attribution=None) -> None:
         self.config = config or GuardConfig()
         self.log_path, self.store = log_path, store
         self.restart_on_rollback = bool(restart_on_rollback)
+        self.attribution = attribution
         self.guard = None
         self._owns_exit = False  # the restart protocol is in force: a halt exits with ExitCode.HALT
         self._loss = None
@@ -80,7 +88,7 @@ class StabilityCallback(pl.Callback):
 
         def make():
             guard = StabilityGuard(pl_module, trainer.optimizers[0], store=store, scaler=scaler,
-                                   config=self.config, log_path=self.log_path)
+                                   config=self.config, log_path=self.log_path, attribution=self.attribution)
             if self._pending_state is not None:
                 restore_guard(guard, self._pending_state)
             return guard
@@ -97,6 +105,12 @@ class StabilityCallback(pl.Callback):
         total = trainer.estimated_stepping_batches  # inf for an unbounded run
         if total == total and total != float("inf") and total > 0:
             self.guard.policy.run_steps = int(total)  # bounds the skip margin
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.guard.namer is not None:
+            from ._samples import attach_skiplist
+            attach_skiplist(self.guard.namer, getattr(trainer, "train_dataloader", None))
+            self.guard.hold_batch(batch)
 
     def on_before_backward(self, trainer, pl_module, loss) -> None:
         self._loss = loss.detach()

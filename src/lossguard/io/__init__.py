@@ -20,8 +20,14 @@ from . import _stdin
 from . import _runs
 from ._wandb_history import EmptyRunError
 
-READERS = ("tensorboard", "hf_trainer_state", "pasted", "megatron", "wandb", "lightning", "jsonl", "csv")
-"""Reader modules in sniffing priority: the first whose ``sniff`` says yes reads the file."""
+READERS = ("tensorboard", "hf_trainer_state", "pasted", "megatron", "wandb", "lightning", "jsonl", "csv", "text")
+"""Reader modules in sniffing priority: the first whose ``sniff`` says yes reads the file. ``text``, the
+general grammar for console output, comes last: it reads any text with a repeating loss line that
+no specific reader claims."""
+
+GRAMMAR_OPTIONS = ("step_key", "loss_key")
+"""Options of the text grammar (:mod:`lossguard.io.text`): which printed counter is the step and
+which label the loss. Other readers take ``loss_key`` as the name of the series that is the loss."""
 
 HEAD_BYTES = 64 * 1024
 PathArg = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
@@ -104,6 +110,10 @@ def _expand(paths: PathArg, only: Sequence[str] = ()) -> list[tuple[Path, Path |
         elif p.exists():
             _stdin.check_regular(p)  # a FIFO with no writer would block the read forever
             out.append((p, None))
+        elif p.is_symlink():
+            raise LossguardError("a symbolic link that leads nowhere (it points to itself, loops through other "
+                                 "links, or its target is gone)", path=str(p),
+                                 fix=f"point lossguard at the real file or directory (`ls -l {p}` shows the link)")
         else:
             raise LossguardError("no such file or directory", path=str(p),
                                  fix="check the path (globs are expanded by your shell, not by lossguard)")
@@ -113,7 +123,7 @@ def _expand(paths: PathArg, only: Sequence[str] = ()) -> list[tuple[Path, Path |
 
 
 def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] | str = (),
-             logging_steps: int | None = None) -> RunLog:
+             logging_steps: int | None = None, step_key: str | None = None, loss_key: str | None = None) -> RunLog:
     """Read one run from one or more files or directories and return its stitched timeline.
 
     Files given by name must be recognised; files found by walking a directory that no reader
@@ -130,6 +140,9 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
             path relative to the directory), e.g. ``"runs/*"``.
         logging_steps: HF Trainer's ``logging_steps``, to number the training dicts of a pasted
             Trainer log (they print no step); other formats carry their steps and ignore it.
+        step_key: for text logs read by the grammar, the label of the counter that is the step
+            (``"order"``: number the loss lines; ``"epoch*batch"``: combine two counters).
+        loss_key: the label (text logs) or series name (other formats) that is the training loss.
 
     Returns:
         The stitched :class:`~lossguard.runlog.RunLog`.
@@ -139,7 +152,8 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
             :class:`LogFormatError`.
     """
     if _stdin.wants_stdin(paths):  # '-': spool stdin to a temp file, read it as a file, name it <stdin>
-        return _stdin.read_piped(paths, read_log, format=format, only=only, logging_steps=logging_steps)
+        return _stdin.read_piped(paths, read_log, format=format, only=only, logging_steps=logging_steps,
+                                 step_key=step_key, loss_key=loss_key)
     if logging_steps is not None and (isinstance(logging_steps, bool) or not isinstance(logging_steps, int)
                                       or logging_steps < 1):
         raise LossguardError(f"--logging-steps (logging_steps) must be a positive whole number, got {logging_steps!r}",
@@ -159,6 +173,8 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
             continue
         head = _head(path)
         name = format or detect_format(path, head)
+        if name is None and root is None and (step_key is not None or loss_key is not None) and reader("text"):
+            name = "text"  # the user named the columns: read the text with the grammar and those choices
         if name == "tensorboard" and root is not None:
             # One call per run directory: add_scalars writes each stream to a sub-directory, and
             # those files must join the launch they belong to, not look like restarts at step 0.
@@ -174,11 +190,17 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
             if not head.strip():
                 raise LogFormatError("the file is empty", path=str(path),
                                      fix="point lossguard at a log that has at least one logged step")
+            if reader("text") is not None:
+                explained = reader("text").explain_unreadable(path)
+                if explained is not None:
+                    raise explained
             raise UnknownFormatError(
                 "no reader recognises this file", path=str(path),
                 fix=f"pass --format with one of: {', '.join(available_formats())}; CSV needs a header "
                     "naming a step column, JSONL one JSON object per line")
         extra = {"logging_steps": logging_steps} if name == "pasted" and logging_steps is not None else {}
+        if name == "text" and (step_key is not None or loss_key is not None):
+            extra = {"step_key": step_key, "loss_key": loss_key}
         try:
             logs.append(reader(name).read(path, root=root, **extra))
         except EmptyRunError as exc:
@@ -219,7 +241,24 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
                             "of this run (a copy): read once")
     if warnings:
         log.metadata["warnings"] = list(log.metadata.get("warnings", [])) + warnings
+    if loss_key is not None and log.format != "text":
+        _rename_loss(log, loss_key)
     return log
+
+
+def _rename_loss(log: RunLog, loss_key: str) -> None:
+    """``--loss-key`` on a format that names its series: that series becomes ``loss``."""
+    from ..metrics import LOSS, canonical_name
+
+    for name in (loss_key, canonical_name(loss_key)):
+        if name in log.series:
+            if name != LOSS:
+                if LOSS in log.series:
+                    log.series["loss_other"] = log.series.pop(LOSS)
+                log.series[LOSS] = log.series.pop(name)
+            return
+    raise LossguardError(f"--loss-key {loss_key!r} names no series of this log",
+                         fix=f"series read: {', '.join(sorted(log.series)[:20])}")
 
 
 def read_each(paths: Iterable[str | os.PathLike]) -> list[RunLog]:

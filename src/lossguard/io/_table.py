@@ -259,6 +259,12 @@ def to_runlog(table: Table, *, path: Path, format: str, segments: np.ndarray | N
         b.metadata["ignored_columns"] = [printable(n) for n in ignored]
     if table.warnings:
         b.metadata["warnings"] = list(b.metadata.get("warnings", [])) + list(table.warnings)
+    negative = step_ok & (steps < 0) if table.rows else None
+    if negative is not None and negative.any():
+        i = int(np.flatnonzero(negative)[0])
+        b.metadata["warnings"] = list(b.metadata.get("warnings", [])) + [
+            f"{int(negative.sum())} row(s) have a negative {step_col!r} (first {int(steps[i])} at {unit} "
+            f"{int(table.lines[i])}): read as they are, before step 0 (a warm-up counted from below zero?)"]
     b.metadata["columns"] = {printable(raw): name for raw, name in metric_cols}
     times = _time_column(table)
     if segments is None:

@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import LogFormatError
-from ..metrics import LOSS, LOSS_SCALE, LR, SKIPPED_ITERS, VAL_LOSS, canonical_name
+from ..metrics import LOSS, LOSS_SCALE, LR, SKIPPED_ITERS, VAL_LOSS, canonical_name, is_loss
 from ..runlog import RunLog, RunLogBuilder, finite_or_nan
+from .text.crash import crash_step
 
 NAME = "megatron"
 """Registry name of this reader."""
@@ -104,7 +105,7 @@ def sniff(path: Path, head: bytes) -> bool:
     line yet, the file is searched further, up to :data:`SCAN_BYTES`, a chunk at a time.
     """
     if first_line(head) >= 0:
-        return True
+        return _SNIFF_ITERATION.search(head) is not None or not _grammar_reads(head)
     if b"\0" in head or _STARTUP.search(head) is None or not Path(path).is_file():
         return False  # (a pipe or FIFO cannot be read a second time)
     try:
@@ -122,6 +123,15 @@ def sniff(path: Path, head: bytes) -> bool:
     except OSError:
         return False
     return False
+
+
+def _grammar_reads(head: bytes) -> bool:
+    """True when a head without Megatron iteration lines has loss lines the text grammar reads: the
+    DeepSpeed engine's ``[Rank 0] step=N, skipped=...`` lines (no loss) must not take a file whose
+    loss is printed otherwise (``steps: 10 loss: 2.5 ...``)."""
+    from . import text
+
+    return text.head_claims(head)
 
 
 class _Segment:
@@ -205,10 +215,11 @@ def _read_line(line: str, number: int, segments: list[_Segment], builder: RunLog
                 seg = _new_segment(segments, f"iteration {step} after {seg.last_iteration} at line {number}")
             if seg.start_time is None:
                 seg.start_time = _stamp(line)
+            interval = step - seg.last_iteration if seg.last_iteration >= 0 else None
             seg.last_iteration = step
             seg.last_line = it.text
             _flush_pending(seg, builder, step=step)
-            for name, value in it.metrics.items():
+            for name, value in _without_empty_loss(it.metrics, interval).items():
                 seg.put(name, step, value, number, _FROM_ITERATION)
             return
         val = parse_validation(line)
@@ -238,6 +249,14 @@ def _read_line(line: str, number: int, segments: list[_Segment], builder: RunLog
             except ValueError:
                 pass
             return
+    if ("rror" in line or "xception" in line) and ("nan" in line or "NaN" in line or "inf" in line):
+        hit = crash_step(line)
+        if hit is not None and hit[1] is not None and hit[1] > seg.reached:
+            # Megatron raises on a NaN loss by default: the crash line is the NaN's only trace.
+            seg.put(LOSS, hit[1], float("nan"), number, _FROM_ITERATION)
+            builder.metadata.setdefault("warnings", []).append(
+                f"line {number} stops the run on a non-finite value at iteration {hit[1]}: read as a NaN loss there")
+            return
     if _BANNER.search(line) is not None:
         # DeepSpeed prints its engine state (step=0) while it initialises, before the training
         # banner of the same launch: only a segment that got past step 0 was a launch of its own.
@@ -245,6 +264,16 @@ def _read_line(line: str, number: int, segments: list[_Segment], builder: RunLog
             seg = _new_segment(segments, f"restart banner at line {number}: {line.strip()[:60]}")
         if seg.start_time is None:
             seg.start_time = _stamp(line)
+
+
+def _without_empty_loss(metrics: dict[str, float], interval: int | None) -> dict[str, float]:
+    """The metrics of an iteration line, less a loss of exactly 0 when every iteration of the interval
+    was skipped: Megatron averages the loss over the iterations it did not skip, so with none left it
+    prints ``lm loss: 0.000000E+00``, which is no loss value."""
+    skipped = metrics.get(SKIPPED_ITERS)
+    if interval is None or skipped is None or skipped < interval:
+        return metrics
+    return {k: v for k, v in metrics.items() if not (is_loss(k) and v == 0.0)}
 
 
 def _new_segment(segments: list[_Segment], note: str) -> _Segment:

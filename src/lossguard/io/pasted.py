@@ -192,6 +192,9 @@ def read(path: Path, *, root: Path | None = None, logging_steps: int | None = No
         raise LogFormatError(f"cannot read the file: {exc.strerror or exc}", path=path,
                              fix="check the path and its permissions") from None
     if state.hf_count and shown is None:
+        counted = _counted_by_grammar(path)
+        if counted is not None:
+            return counted
         warnings.append("HF Trainer's printed dicts carry no step: they are numbered 1, 2, 3, ... in order; "
                         "pass --logging-steps N (TrainingArguments.logging_steps) to number them as the Trainer did")
     _finish(state, warnings)
@@ -218,6 +221,25 @@ def read(path: Path, *, root: Path | None = None, logging_steps: int | None = No
     if warnings:
         builder.metadata["warnings"] = warnings
     return builder.build()
+
+
+def _counted_by_grammar(path: Path) -> RunLog | None:
+    """The paste read by the text grammar when its HF dicts get their step from a counter printed in the
+    same text (the tqdm bar's ``2210/4000`` above each dict, ms-swift's ``'global_step/max_steps'``),
+    or None when the grammar finds no such counter (the dicts are then numbered by order)."""
+    from . import text
+
+    try:
+        log = text.read(path)
+    except LogFormatError:
+        return None
+    doc = log.metadata.get("text", {})
+    if doc.get("step_rule") == "order" or "loss" not in log.series:
+        return None
+    log.metadata.setdefault("warnings", []).append(
+        f"HF Trainer's printed dicts carry no step: each is placed at the counter '{doc.get('step') or 'N/M'}' "
+        "printed before it; pass --logging-steps N to number them by TrainingArguments.logging_steps instead")
+    return log
 
 
 def _logging_steps_in(path: Path) -> int | None:

@@ -10,7 +10,12 @@ Torch-free. One concept per module:
 - :class:`Episode` (``episode``): bad steps close together, onset, last bad batch, per-episode budget;
 - :class:`Verdict` (``verdict``): the judge's typed finding about one step;
 - :class:`Decision` (``decision``): one decision with reasons and numbers;
-- :class:`PolicyConfig` (``config``), :class:`RecoveryPolicy` (``policy``): the ladder;
+- :class:`PolicyConfig` (``config``), :class:`RecoveryPolicy` (``policy``): the ladder -- the one
+  decision function of the guard, ``simulate`` and the analyser's plans;
+- :func:`resolve_rollback` (``resolve``): a rollback's target, or the halt it becomes (executor and simulate);
+- :class:`Suspect` (``suspect``): the cause a decision names; :class:`LrRamp` (``lr_phase``): is the LR ramping?;
+- :class:`WholeLogFinding` (``finding``): evidence only the whole log has (the one documented
+  difference between the analyser and a live guard);
 - :class:`RunLedger` (``ledger``): budgets and history, never rolled back, ``ledger.json``.
 """
 from .action import Action
@@ -18,13 +23,17 @@ from .checkpoint_choice import choose_checkpoint, rollback_limit
 from .config import PolicyConfig
 from .decision import Decision
 from .episode import Episode
+from .finding import WholeLogFinding
 from .ledger import LEDGER_FILE, LrCut, RunLedger
 from .policy import RecoveryPolicy
+from .lr_phase import LrRamp
 from .recipe import RecoveryRecipe
+from .resolve import Resolution, resolve_rollback
 from .severity import SEVERITIES, Severity
 from .skip_range import SkipRange
+from .suspect import Suspect
 from .verdict import PACKED_FIELDS, Verdict
 
-__all__ = ["Action", "Decision", "Episode", "LEDGER_FILE", "LrCut", "PACKED_FIELDS", "PolicyConfig",
-           "RecoveryPolicy", "RecoveryRecipe", "RunLedger", "SEVERITIES", "Severity", "SkipRange", "Verdict",
-           "choose_checkpoint", "rollback_limit"]
+__all__ = ["Action", "Decision", "Episode", "LEDGER_FILE", "LrCut", "LrRamp", "PACKED_FIELDS", "PolicyConfig",
+           "RecoveryPolicy", "RecoveryRecipe", "Resolution", "RunLedger", "SEVERITIES", "Severity", "SkipRange",
+           "Suspect", "Verdict", "WholeLogFinding", "choose_checkpoint", "resolve_rollback", "rollback_limit"]

@@ -12,6 +12,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .skip_range import SkipRange
+from .verdict import Evidence
+
+_LOSS_EVIDENCE = (Evidence.NON_FINITE, Evidence.LOSS, Evidence.LOSS_SHIFT)
 
 
 @dataclass(kw_only=True)
@@ -28,6 +31,13 @@ class Episode:
     """Data-stream index of the latest bad step's batch (the *last bad batch*)."""
     count: int = 1
     """Bad steps in the episode so far (the per-episode budget is counted against this)."""
+    loss_symptom: bool = False
+    """A bad step of the episode had a loss symptom (a loss outlier, a loss shift, a non-finite loss
+    or gradient): more than the grad norm alone."""
+    outside_ramp: bool = False
+    """A bad step of the episode came outside the LR ramp (``Verdict.in_lr_ramp`` False)."""
+    finite_seen: bool = False
+    """A bad step of the episode had a finite loss and gradient norm (else: numerics only)."""
 
     @classmethod
     def open(cls, step: int, batch_index: int, *, lag: int = 0) -> "Episode":
@@ -44,6 +54,16 @@ class Episode:
         """Record one more bad step."""
         self.last_step, self.last_batch, self.count = step, batch_index, self.count + 1
 
+    def note(self, verdict: Any) -> None:
+        """Record what a bad step of the episode showed (the evidence the suspect is derived from)."""
+        import math
+
+        finite = math.isfinite(verdict.loss) and math.isfinite(verdict.grad_norm) or (
+            math.isfinite(verdict.loss) and verdict.grad_norm != verdict.grad_norm and not verdict.grad_norm_outlier)
+        self.finite_seen |= finite
+        self.loss_symptom |= (not finite) or bool(verdict.loss_outlier) or verdict.evidence in _LOSS_EVIDENCE
+        self.outside_ramp |= not verdict.in_lr_ramp
+
     def needs_rollback(self, rollback_after: int) -> bool:
         """The per-episode budget of skips is spent: ``count >= rollback_after``."""
         return self.count >= rollback_after
@@ -59,4 +79,9 @@ class Episode:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Episode":
         """The inverse of :meth:`to_dict`."""
-        return cls(**{k: int(d[k]) for k in ("onset_step", "onset_batch", "last_step", "last_batch", "count")})
+        ep = cls(**{k: int(d[k]) for k in ("onset_step", "onset_batch", "last_step", "last_batch", "count")})
+        # Checkpoints from before the signs were kept: assume the loss showed it (the old ladder).
+        ep.loss_symptom = bool(d.get("loss_symptom", True))
+        ep.outside_ramp = bool(d.get("outside_ramp", True))
+        ep.finite_seen = bool(d.get("finite_seen", True))
+        return ep

@@ -35,7 +35,9 @@ from .action import Action
 from .config import PolicyConfig
 from .decision import Decision
 from .episode import Episode
+from .finding import WholeLogFinding
 from .ledger import LrCut, RunLedger
+from .suspect import Suspect
 from .verdict import Verdict
 
 
@@ -79,7 +81,18 @@ class RecoveryPolicy:
 
     def suspect(self, recurrence: int) -> str:
         """``"optimizer"`` once an episode recurred ``recurrences_to_cut`` times in a row, else ``"data"``."""
-        return "optimizer" if recurrence >= self.config.recurrences_to_cut else "data"
+        return Suspect.OPTIMIZER.value if recurrence >= self.config.recurrences_to_cut else Suspect.DATA.value
+
+    def suspect_for(self, episode: Episode) -> Suspect:
+        """The suspect of an episode that is no recurrence, from what its bad steps showed:
+        :attr:`Suspect.LR_SCHEDULE` when every bad step came in the LR ramp and only the grad norm
+        blew up (``lr_ramp_window``), :attr:`Suspect.NUMERICS` when nothing in it was finite, else
+        :attr:`Suspect.DATA` (the first rollback's assumption; recurrences test it)."""
+        if self.config.lr_ramp_window and not episode.outside_ramp and not episode.loss_symptom:
+            return Suspect.LR_SCHEDULE
+        if not episode.finite_seen:
+            return Suspect.NUMERICS
+        return Suspect.DATA
 
     def lr_cut_after_rollback(self, decision: Decision, to_step: int) -> Decision | None:
         """The LR cut a carried-out rollback brings (booked in the ledger), or None."""
@@ -148,9 +161,17 @@ class RecoveryPolicy:
                     ep.add(verdict.step, verdict.batch_index)
                 test = verdict.evidence.describe() if verdict.evidence else "flagged"
                 self.episode_tests[test] = self.episode_tests.get(test, 0) + 1
+                ep.note(verdict)
                 nums["episode_bad_steps"] = ep.count
-            out.append(Decision(Action.SKIP, verdict.step, verdict.reasons() or ["flagged"], nums))
-            if counts and self.needs_rollback(ep):
+            reasons = verdict.reasons() or ["flagged"]
+            held = counts and self.needs_rollback(ep) and self.suspect_for(ep) is Suspect.LR_SCHEDULE
+            if held:
+                nums["suspect"] = Suspect.LR_SCHEDULE.value
+                reasons = reasons + [f"no rollback: the grad norm alone blew up while the LR was ramping up (it rose "
+                                     f"within the last {cfg.lr_ramp_window} steps): the LR schedule, not the data; "
+                                     "the update is withheld (and clipped, with max_grad_norm), no data skipped"]
+            out.append(Decision(Action.SKIP, verdict.step, reasons, nums))
+            if counts and not held and self.needs_rollback(ep):
                 out.append(self.escalate(verdict.step, f"{ep.count} bad steps within an episode "
                                                        f"(gap <= {cfg.episode_gap}) since step {ep.onset_step}"))
         if not any(d.action in (Action.ROLLBACK, Action.HALT) for d in out):
@@ -168,6 +189,25 @@ class RecoveryPolicy:
                                     {"loss_scale": scale, "overflow_streak": self.overflow_streak}))
                 self.overflow_streak = 0
         return out
+
+    def observe_finding(self, finding: WholeLogFinding) -> list[Decision]:
+        """Decisions for a whole-log finding (:mod:`lossguard.recovery.finding`: evidence the analyser
+        has and a live guard cannot have), in the order they must be carried out."""
+        led = self.ledger
+        if finding.kind != "repeated_data":
+            return []
+        nums: dict[str, Any] = {"onset": int(finding.onset), "rollback_distance": 0, "rollbacks_done": led.rollbacks,
+                                "cause": "repeated_data", "suspect": Suspect.DATA_POSITION.value}
+        reasons = [f"the data loader restarted from an earlier position at the resume at step {finding.onset}: the "
+                   "low loss is memorised data, and the model is being trained on it twice (whole-log evidence)",
+                   "restore the checkpoint the resume started from and resume again with the data position saved in "
+                   "it; check the data loader state is saved and restored (`lossguard verify-resume`)"]
+        if led.rollbacks >= self.config.max_rollbacks:
+            led.halted = True
+            return [Decision(Action.HALT, int(finding.step), reasons + [
+                f"rollback budget spent for the run ({led.rollbacks} of max_rollbacks={self.config.max_rollbacks})"],
+                nums)]
+        return [Decision(Action.ROLLBACK, int(finding.step), reasons, nums)]
 
     def loss_rising(self, verdict: Verdict) -> Decision | None:
         """The rise rule (``loss_rise``): a rollback + decisive LR cut when the loss baseline stays more
@@ -217,7 +257,7 @@ class RecoveryPolicy:
                     + ("for an optimizer instability (LR too high for the weights there)" if nums["suspect"] == "optimizer"
                        else f"not yet enough (recurrences_to_cut={cfg.recurrences_to_cut}): skipping data again"))
             else:
-                nums["suspect"] = "data"
+                nums["suspect"] = self.suspect_for(ep).value
         if self.episode_tests:
             nums["tests"] = dict(self.episode_tests)
             reasons.append("tests that fired in this episode: " + "; ".join(
@@ -267,16 +307,20 @@ class RecoveryPolicy:
                              "skip_batches": None if rng is None else [int(rng[0]), int(rng[1])],
                              "recurrence": int(decision.numbers.get("recurrence", 0)),
                              "cause": decision.numbers.get("cause")}
-        self.reset_timeline(led.last_rollback)
+        self.restart_timeline(decision)
         cut = self.lr_cut_after_rollback(decision, to_step)
         return [] if cut is None else [cut]
 
+    def restart_timeline(self, decision: Decision) -> None:
+        """The timeline after a rollback: no open episode, no overflow streak; after a loss-rise
+        rollback the rise rule watches the new, cut LR afresh. (The guard calls it again once it
+        has loaded the restored timeline, which would otherwise bring back the checkpoint's episode.)"""
+        self.reset_timeline({"cause": decision.numbers.get("cause")})
+
     def reset_timeline(self, rollback: dict[str, Any] | None) -> None:
-        """Put the timeline as a rollback leaves it: no open episode, no overflow streak (and, after
-        a rising-loss rollback, the level watch afresh). Called by :meth:`rolled_back` and again
-        after the target's timeline was loaded (in-process, or by a process resuming a rollback a
-        crash interrupted: ``ledger.last_rollback`` is the argument), so both timelines are equal.
-        """
+        """:meth:`restart_timeline` from a rollback's ledger record (``ledger.last_rollback``): what a
+        process resuming a rollback that a crash interrupted calls, so its timeline equals the one
+        the in-process rollback would have left."""
         self.episode, self.overflow_streak, self.episode_tests = None, 0, {}
         if rollback is not None and rollback.get("cause") == "loss_rising":
             self.level = {"seen": 0, "best": None, "best_step": None}  # watch the new, cut LR afresh

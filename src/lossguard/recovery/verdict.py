@@ -71,11 +71,14 @@ class Verdict:
         loss_scale: the GradScaler's scale after this step (NaN without a scaler).
         lr: the LR the step used (first param group).
         local_loss: this rank's loss (the replay check compares it); equals ``loss`` on one rank.
-        grad_norm_ratio: the grad norm over its recent tail (:mod:`lossguard.guard.tail`; NaN in warm-up).
+        grad_norm_ratio: the grad norm over its recent tail (:mod:`lossguard.guard.judge.tail`; NaN in warm-up).
         evidence: which test made the step bad (:class:`Evidence`; the judge's rule is
-            :mod:`lossguard.guard.evidence`); NONE for a good step.
+            :mod:`lossguard.guard.judge.evidence`); NONE for a good step.
         onset_lag: how many steps before this one the evidence began (the loss-shift test: its
             window less one); an episode this verdict opens starts there.
+        in_lr_ramp: the LR rose at most ``lr_ramp_window`` steps before this step (warm-up, or an
+            upward LR change; :mod:`lossguard.recovery.lr_phase`). Host-side, set by the guard or
+            ``simulate`` from the LR, not packed by the judge.
     """
 
     step: int
@@ -95,6 +98,7 @@ class Verdict:
     grad_norm_ratio: float = math.nan
     evidence: Evidence = Evidence.NONE
     onset_lag: int = 0
+    in_lr_ramp: bool = False
 
     @classmethod
     def from_packed(cls, values: Sequence[float], *, step: int, batch_index: int,

@@ -30,6 +30,7 @@ from ..errors import LossguardError, require
 from ..recovery import Severity
 from .. import metrics as M
 from .downsample import downsample
+from ..recovery.suspects import by_incident, describe, suspect_records
 from .words import KIND_STYLE, describe_plan, headline, incident_summary, not_judged, run_facts
 
 BUCKETS = 2000
@@ -174,7 +175,9 @@ def report_data(analysis: Analysis, *, title: str | None = None, simulation=None
 
     Returns:
         ``{"title", "headline", "severity", "facts", "range", "kinds", "incidents", "segments",
-        "guard", "charts"}``; every list is JSON-ready.
+        "guard", "charts", "suspects"}``; every list is JSON-ready. An incident's ``"suspects"`` are
+        the samples the guard named on its withheld steps, in words; the top-level ``"suspects"``
+        those of withheld steps outside every incident.
     """
     log = analysis.log
     firsts = [int(s.steps.min()) for s in log.series.values() if len(s)]
@@ -186,6 +189,7 @@ def report_data(analysis: Analysis, *, title: str | None = None, simulation=None
     zooms = [_zoom(inc, first, last, interval) for inc in analysis.incidents]
     windows = [_window(z, inc.peak) for z, inc in zip(zooms, analysis.incidents)]
 
+    named, unmatched = by_incident(suspect_records(analysis.guard_actions), analysis.incidents)
     incidents = []
     for i, inc in enumerate(analysis.incidents):
         x0 = inc.onset
@@ -200,6 +204,7 @@ def report_data(analysis: Analysis, *, title: str | None = None, simulation=None
             "evidence": str(inc.evidence), "span": [float(x0), float(x1)],
             "zoom": [float(z) for z in zooms[i]],
             "plan": [describe_plan(p) for p in plans], "reasons": [r for p in plans for r in p.reasons],
+            "suspects": [describe(r) for r in named.get(i, [])],
         })
     kinds = {k: {"label": KIND_STYLE[k][0], "colour": KIND_STYLE[k][1]}
              for k in dict.fromkeys(inc.kind for inc in analysis.incidents)}
@@ -221,6 +226,7 @@ def report_data(analysis: Analysis, *, title: str | None = None, simulation=None
                    "text": ", ".join(f"{k}={v}" for k, v in a.items() if k not in ("step", "event"))}
                   for a in analysis.guard_actions if "step" in a and "event" in a] + _simulated(simulation),
         "charts": [_chart(analysis, m, keep, windows) for m in chart_metrics(analysis)],
+        "suspects": [describe(r) for r in unmatched],
     }
 
 

@@ -16,10 +16,11 @@ import numpy as np
 
 from ..analysis import Analysis
 from ..errors import LossguardError, require
+from ..recovery.severity import Severity
 from .html import report_data
 
 LINE, VAL, NAN = "#1f4e79", "#2e7d32", "#6a1b9a"
-SEVERITY_COLOUR = {"critical": "#c62828", "warning": "#ef6c00", "info": "#607d8b", "ok": "#2e7d32"}
+SEVERITY_COLOUR = {Severity.CRITICAL: "#c62828", Severity.WARNING: "#ef6c00", Severity.INFO: "#607d8b", "ok": "#2e7d32"}
 GUARD_COLOUR = {"skip": "#ef6c00", "rollback": "#c62828", "lr_cut": "#1565c0", "loss_scale_reset": "#4527a0",
                 "halt": "#000000"}
 MAX_LISTED = 4
@@ -35,7 +36,7 @@ def _xy(trace: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
 def _draw_chart(ax, spec: dict[str, Any], data: dict[str, Any], first: bool) -> None:
     kinds = data["kinds"]
     for inc in data["incidents"]:
-        alpha = {"critical": 0.22, "warning": 0.16}.get(inc["severity"], 0.09)  # as in the HTML
+        alpha = {Severity.CRITICAL: 0.22, Severity.WARNING: 0.16}.get(inc["severity"], 0.09)  # as in the HTML
         ax.axvspan(*inc["span"], color=kinds[inc["kind"]]["colour"], alpha=alpha, lw=0, zorder=0)
     for seg in data["segments"]:
         rb = seg["kind"] == "rollback"
@@ -133,8 +134,7 @@ def write_png(analysis: Analysis, path: str | Path, *, title: str | None = None,
     if data["guard"]:
         heights.insert(1, 0.45 + 0.25 * len({g["event"] for g in data["guard"]}))
     lines = []
-    rank = {"critical": 0, "warning": 1, "info": 2}
-    worst_first = sorted(data["incidents"], key=lambda d: (rank.get(d["severity"], 3), d["onset"]))
+    worst_first = sorted(data["incidents"], key=lambda d: (-Severity(d["severity"]).rank, d["onset"]))
     for inc in worst_first[:MAX_LISTED]:
         plan = f" \u2014 {inc['plan'][0]}" if inc["plan"] else ""
         lines += textwrap.wrap(f"\u2022 {inc['summary']} [{inc['severity']}]{plan}", width=int(width * 14),
@@ -147,7 +147,7 @@ def write_png(analysis: Analysis, path: str | Path, *, title: str | None = None,
     total = head + sum(heights) + 0.5
     fig.text(0.01, 1 - 0.18 / total, data["title"], fontsize=9, color="#5f6b76", va="top")
     fig.text(0.01, 1 - 0.38 / total, data["headline"], fontsize=14, weight="bold", va="top",
-             color=SEVERITY_COLOUR[data["severity"]] if data["severity"] == "critical" else "#1d2329")
+             color=SEVERITY_COLOUR[data["severity"]] if data["severity"] == Severity.CRITICAL else "#1d2329")
     fig.text(0.01, 1 - 0.68 / total, data["facts"], fontsize=9, color="#47525c", va="top")
     for k, line in enumerate(lines):
         fig.text(0.01, 1 - (0.92 + 0.19 * k) / total, line, fontsize=9, va="top")

@@ -22,9 +22,11 @@ import numpy as np
 from ..analysis import Analysis
 from ..classify.incident import Incident, IncidentKind as K
 from ..plan import RecoveryPlan
+from ..recovery.severity import Severity
+from ..recovery.suspects import by_incident, describe, suspect_records
 from .words import ONE_STEP_LISTED, ONE_STEP_POINTS, health, magnitude, skip_phrase, word
 
-_SEVERITY_COLOR = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+_SEVERITY_COLOR = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
 
 def _fmt(v: float | None, digits: int = 4) -> str:
@@ -93,7 +95,7 @@ def _incident_line(n: int | str, inc: Incident) -> list[str]:
         rel = f" ({inc.peak_value / inc.baseline:.2f}x"
         rel += f", {inc.magnitude_sigma:+.1f} sigma)" if math.isfinite(inc.magnitude_sigma) else ")"
     streams = f" streams: {', '.join(inc.streams)}" if inc.streams and inc.kind is K.STREAM_SPIKE else ""
-    return [f"  [{n}] {word(inc.severity).upper():8} {inc.kind.value:20} {inc.metric}: onset {inc.onset}, "
+    return [f"  [{n}] {Severity(inc.severity).value.upper():8} {inc.kind.value:20} {inc.metric}: onset {inc.onset}, "
             f"peak {inc.peak}, end {inc.end if inc.end is not None else '-'}; "
             f"{_fmt(inc.baseline)} -> {_fmt(inc.peak_value)}{rel}{streams}",
             f"      {inc.evidence}"]
@@ -120,6 +122,18 @@ def _outlier_line(analysis: Analysis, members: list[int]) -> str:
     return (f"  {len(incs)} one-step outlier(s), each back on its trend within {ONE_STEP_POINTS} logged points "
             f"(largest {magnitude(top)} at step {top.peak}), at steps {steps}{more}: single bad batches, "
             "nothing to do (details: --json or the HTML report).")
+
+
+def suspect_section(analysis: Analysis, number: dict[int, int]) -> list[str]:
+    """The samples the guard named on withheld steps, each under its incident's number (the one-step
+    outliers, grouped above, by their step)."""
+    records = suspect_records(analysis.guard_actions)
+    if not records:
+        return []
+    named, _ = by_incident(records, analysis.incidents)
+    where = {id(r): f"[{number[i]}] " if i in number else "" for i, rs in named.items() for r in rs}
+    return ["", f"Samples the guard named ({len(records)} withheld step(s); share of the step's excess):"] + [
+        f"  {where.get(id(r), '')}{describe(r)}" for r in records]
 
 
 def render_text(analysis: Analysis, *, width: int = 80, ascii_only: bool = False) -> str:
@@ -166,6 +180,7 @@ def render_text(analysis: Analysis, *, width: int = 80, ascii_only: bool = False
             reasons = plans[i].reasons if i in plans else []
             if reasons:
                 out.append(f"      plan: {reasons[0]}")
+    out.extend(suspect_section(analysis, number))
     for note in analysis.notes:
         out.append(f"note: {note}")
     if analysis.guard_actions:
@@ -192,7 +207,7 @@ def print_text(analysis: Analysis, file: IO[str] | None = None, *, width: int | 
     for line in text.splitlines():
         t = Text(line)
         for sev, style in _SEVERITY_COLOR.items():
-            tag = sev.upper()
+            tag = sev.value.upper()
             at = line.find(tag)
             if at >= 0 and line.lstrip().startswith("["):
                 t.stylize(style, at, at + len(tag))

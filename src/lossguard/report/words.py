@@ -81,7 +81,7 @@ def incident_summary(inc: Incident) -> str:
 
 def _badness(inc: Incident) -> tuple[int, int]:
     """Sort key: worst severity first, then by onset."""
-    return (-Severity(word(inc.severity)).rank, inc.onset)
+    return (-Severity(inc.severity).rank, inc.onset)
 
 
 def skip_phrase(skip: SkipRange) -> str:
@@ -160,7 +160,7 @@ def headline(analysis: Analysis, *, limit: int = 2) -> str:
         if len(members) == 1:
             parts.append(incident_summary(members[0]))
             continue
-        top = max(members, key=lambda inc: (Severity(word(inc.severity)).rank, _size(inc)))
+        top = max(members, key=lambda inc: (Severity(inc.severity).rank, _size(inc)))
         plural = _PLURAL.get(kind, kind_label(kind) + "s")
         parts.append(f"{len(members)} {plural} (worst at {top.peak}, {magnitude(top)})")
     if len(groups) == 1:  # "51 fast-recovering spikes (worst at 11879, 1.9x)"
@@ -269,12 +269,18 @@ def health(analysis: Analysis) -> Health:
     rest = [i for i in range(len(incs)) if i not in act]
     outliers = [i for i in rest if _one_step(incs[i])]
     other = [i for i in rest if i not in outliers]
-    critical = any(Severity(word(incs[i].severity)) is Severity.CRITICAL for i in rest)
-    healthy = not act and not critical
+    critical = any(Severity(incs[i].severity) is Severity.CRITICAL for i in rest)
+    # A decision of the guard's policy that no incident explains (plan.incident None) still needs action.
+    unexplained = [p for p in analysis.plans if p.incident is None and p.action not in NO_ACTION]
+    healthy = not act and not critical and not unexplained
     points, short = judged_limits(analysis)
-    if act or critical:
+    if unexplained and not act:
+        p = unexplained[0]
+        text = (f"UNHEALTHY: the guard's policy would {word(p.action).replace('_', ' ')} at step {p.step} "
+                f"({'; '.join(p.reasons[:1])}), with no incident to explain it")
+    elif act or critical:
         worst = [incs[i] for i in act] or [incs[i] for i in rest
-                                           if Severity(word(incs[i].severity)) is Severity.CRITICAL]
+                                           if Severity(incs[i].severity) is Severity.CRITICAL]
         more = f", and {len(worst) - 2} more" if len(worst) > 2 else ""
         text = (f"UNHEALTHY: {len(worst)} incident(s) need action: "
                 + ", ".join(incident_summary(inc) for inc in worst[:2]) + more)

@@ -113,7 +113,7 @@ def main(argv=None) -> int:
     model, opt, sched, sampler, data = build(args, rank, world)
     store = ShardedCheckpointStore(args.ckpt_dir, keep_last=2, async_saves=args.async_saves)
     state = ShardedTrainState(model, opt, scheduler=sched, data=sampler)
-    if store.shared_steps():
+    if store.agreed_steps():
         state.restore(store)
     log = open(args.jsonl, "a") if rank == 0 else None
     heartbeat = Heartbeat(HeartbeatConfig(timeout_s=args.heartbeat, check_every_s=0.25), rank=rank) \

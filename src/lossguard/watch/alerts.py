@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import IO, Callable
 
 from ..errors import raise_all
+from ..recovery.severity import Severity
 from .events import EventKind, WatchEvent
 
 HOOKED = frozenset({EventKind.INCIDENT, EventKind.UPDATE, EventKind.WITHDRAWN, EventKind.STALLED})
@@ -33,7 +34,7 @@ def render(ev: WatchEvent) -> str:
     inc = ev.incident
     if inc is None or ev.kind is EventKind.WITHDRAWN:
         return f"{head}: {ev.message}"
-    sev = str(getattr(inc.severity, "value", inc.severity)).upper()
+    sev = Severity(inc.severity).value.upper()
     lines = [f"{head}: {sev} {inc.kind.value} {inc.metric}: onset {inc.onset}, peak {inc.peak}, "
              f"end {inc.end if inc.end is not None else '-'} - {ev.message}",
              f"    {inc.evidence}"]

@@ -23,11 +23,12 @@ from ..io import HEAD_BYTES, detect_format, reader
 from ..io import _runs
 from .history import Points
 from .lines import CsvDecoder, JsonlDecoder, MegatronDecoder
+from .text import TextDecoder
 from .tail import FileTail
 from .tfevents import EventFileDecoder
 from .wholefile import WholeFileDecoder
 
-LINE_DECODERS = {"csv": CsvDecoder, "jsonl": JsonlDecoder, "megatron": MegatronDecoder}
+LINE_DECODERS = {"csv": CsvDecoder, "jsonl": JsonlDecoder, "megatron": MegatronDecoder, "text": TextDecoder}
 """Formats followed by their new bytes; every other format is re-read whole when it changes."""
 
 

@@ -19,7 +19,7 @@ from .follower import RunFollower
 
 def severity_name(sev) -> str:
     """An incident's severity as its string (it may be a str-valued enum)."""
-    return str(getattr(sev, "value", sev))
+    return Severity(sev).value
 
 
 class RunState(str, Enum):

@@ -10,17 +10,14 @@ checkpoints, as HF and Megatron lay them out, not runs). Runs that appear later 
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
+from ..checkpoint.names import looks_like_checkpoint
 from ..io import HEAD_BYTES, detect_format
 from ..io import _runs
 from .engine import WatchConfig
 from .events import EventKind, WatchEvent
 from .session import RunWatch
-
-_CHECKPOINT_DIR = re.compile(r"^(checkpoint|ckpt|iter|step|global_step|epoch)[-_]?\d+", re.IGNORECASE)
-
 
 def _holds_files(d: Path) -> bool:
     return any(f.is_file() for f in d.rglob("*") if not f.name.startswith("."))
@@ -47,7 +44,7 @@ def run_dirs(path: str) -> list[str]:
     if not d.is_dir() or _has_own_log(d):
         return []
     subs = sorted(s for s in d.iterdir() if s.is_dir() and not s.name.startswith("."))
-    if any(_CHECKPOINT_DIR.match(s.name) for s in subs):
+    if any(looks_like_checkpoint(s.name) for s in subs):
         return []
     runs = [str(s) for s in subs if _holds_files(s)]
     return runs if len(runs) >= 2 else []

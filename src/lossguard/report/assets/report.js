@@ -71,6 +71,14 @@
         d.appendChild(el("b", {}, "Plan: ")); d.appendChild(document.createTextNode(p));
         more.appendChild(d);
       });
+      if (inc.suspects && inc.suspects.length) {
+        var sd = el("div", { "class": "suspects" });
+        sd.appendChild(el("b", {}, "Samples named: "));
+        var sl = el("ul", { "class": "reasons" });
+        inc.suspects.forEach(function (t) { sl.appendChild(el("li", {}, t)); });
+        sd.appendChild(sl);
+        more.appendChild(sd);
+      }
       if (inc.reasons.length) {
         var ul = el("ul", { "class": "reasons" });
         inc.reasons.forEach(function (r) { ul.appendChild(el("li", {}, r)); });

@@ -19,8 +19,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..detect.outlier import OnlineOutlier, OutlierConfig
-from ..recovery.verdict import PACKED_FIELDS, Verdict
+from ...detect.outlier import OnlineOutlier, OutlierConfig
+from ...recovery.verdict import PACKED_FIELDS, Verdict
 from .evidence import ColdBound, Evidence, EvidenceConfig, LossShift, grad_evidence, onset_lag
 from .tail import OnlineTail
 

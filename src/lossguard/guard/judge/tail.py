@@ -15,7 +15,7 @@ from collections import deque
 
 import numpy as np
 
-from ..detect.outlier import OutlierConfig, refresh_counts
+from ...detect.outlier import OutlierConfig, refresh_counts
 
 
 class OnlineTail:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..detect.outlier import DIFF_TO_SIGMA, OutlierConfig
+from ...detect.outlier import DIFF_TO_SIGMA, OutlierConfig
 
 
 @dataclass

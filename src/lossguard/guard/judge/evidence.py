@@ -32,8 +32,8 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from ..errors import raise_all
-from ..recovery.verdict import Evidence
+from ...errors import raise_all
+from ...recovery.verdict import Evidence
 
 __all__ = ["ColdBound", "Evidence", "EvidenceConfig", "LossShift", "grad_evidence", "onset_lag"]
 

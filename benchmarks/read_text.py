@@ -1,0 +1,103 @@
+"""The text grammar's speed: ``lossguard analyze`` of a console log with colour codes against the
+same data as CSV (whole process, interpreter start included), and recognising a large text that is
+no log (``detect_format``, in process).
+
+Writes an N-line torchtitan-style console log (ANSI colour codes between each label and its number,
+a ``[rank0]:`` prefix; default 1,000,000 lines), the same steps and values as a CSV, and a 100 MB
+text of prose with numbers in it. Goals (issue 18): the console log at most 3x the CSV; the non-log
+text recognised as no log in under 1 s.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/read_text.py                 # 1,000,000 lines, 100 MB
+    PYTHONPATH=src .venv/bin/python benchmarks/read_text.py --lines 100000 --prose-mb 10   # quick
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def write_logs(folder: Path, lines: int) -> tuple[Path, Path]:
+    """The console log and the CSV of the same points."""
+    rng = random.Random(0)
+    text, csv = folder / "console.log", folder / "same.csv"
+    red, green, yellow, blue, reset = "\x1b[31m", "\x1b[32m", "\x1b[33m", "\x1b[34m", "\x1b[39m"
+    with open(text, "w") as t, open(csv, "w") as c:
+        c.write("step,loss,grad_norm,lr\n")
+        for step in range(1, lines + 1):
+            loss = 2.5 + 8 * math.exp(-step / 50_000) + rng.gauss(0, 0.02)
+            gn = 1.0 + abs(rng.gauss(0, 0.1))
+            lr = 3e-4 * min(1.0, step / 2000)
+            t.write(f"[rank0]:[titan] 2025-01-01 10:00:00,000 - root - INFO - {red}step: {step:2}  {green}loss: "
+                    f"{loss:7.4f}  {yellow}grad_norm: {gn:7.4f}  {blue}lr: {lr:.4e}  memory: 41.2GiB(52.1%)  "
+                    f"tps: 3,000  mfu: 41.2%{reset}\n")
+            c.write(f"{step},{loss:.4f},{gn:.4f},{lr:.4e}\n")
+    return text, csv
+
+
+def write_prose(folder: Path, megabytes: int) -> Path:
+    """A text of sentences with numbers in them, no training log."""
+    rng = random.Random(1)
+    words = ["the", "model", "was", "trained", "on", "data", "from", "year", "and", "page", "chapter", "figure"]
+    path = folder / "prose.txt"
+    with open(path, "w") as f:
+        size = 0
+        while size < megabytes * 2**20:
+            line = " ".join(rng.choice(words) + (f" {rng.randint(1, 2020)}" if rng.random() < 0.3 else "")
+                            for _ in range(14)) + ".\n"
+            f.write(line)
+            size += len(line)
+    return path
+
+
+def analyze_seconds(path: Path, repeat: int) -> float:
+    """Best wall time of ``python -m lossguard analyze --json PATH`` (whole process)."""
+    best = math.inf
+    env = dict(os.environ)
+    for _ in range(repeat):
+        t = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "lossguard", "analyze", "--json", str(path)],
+                              capture_output=True, env=env)
+        best = min(best, time.perf_counter() - t)
+        if done.returncode not in (0, 1):
+            raise SystemExit(f"analyze {path} failed: {done.stderr.decode()[-500:]}")
+    return best
+
+
+def main() -> None:
+    """Run the measurements and print them with their ratios."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lines", type=int, default=1_000_000)
+    ap.add_argument("--prose-mb", type=int, default=100)
+    ap.add_argument("--repeat", type=int, default=2)
+    args = ap.parse_args()
+    from lossguard.io import detect_format
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        text, csv = write_logs(folder, args.lines)
+        t_text = analyze_seconds(text, args.repeat)
+        t_csv = analyze_seconds(csv, args.repeat)
+        print(f"analyze console log ({args.lines:,} lines, {text.stat().st_size / 2**20:.0f} MB, colours): {t_text:.2f} s")
+        print(f"analyze same data as CSV ({csv.stat().st_size / 2**20:.0f} MB):                     {t_csv:.2f} s")
+        print(f"ratio text / CSV: {t_text / t_csv:.2f}x (goal <= 3x)")
+        text.unlink()
+        csv.unlink()
+        prose = write_prose(folder, args.prose_mb)
+        best = math.inf
+        for _ in range(3):
+            t = time.perf_counter()
+            fmt = detect_format(prose)
+            best = min(best, time.perf_counter() - t)
+        print(f"recognise a {prose.stat().st_size / 2**20:.0f} MB text that is no log: {best:.3f} s -> {fmt!r} "
+              f"(goal < 1 s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""One verdict: do ``analyze``, ``simulate`` and a live guard take the same first heavy action?
+
+Per-step generated logs of every kind (:func:`lossguard.testing.synthetic.generate_run`, logged every
+step, ``--length`` steps, numbered from 0 as the guard numbers its steps), ``--seeds`` per kind plus
+clean runs. For each log:
+
+- ``analyze``: the earliest plan that asks for a rollback, LR cut or halt;
+- ``simulate``: the first such decision, as the command line runs it (with the analyser's whole-log
+  findings: ``recovery/finding.py``);
+- ``live``: a real StabilityGuard training a one-parameter model whose loss and grad norm are the
+  logged ones (``lossguard.testing.agreement.from_live_guard``; skipped with ``--no-live``).
+
+Two runs agree when both take no heavy action, or the same action at the same step with the same
+reasons, rollback target and skipped batches. Every disagreement is listed with the rule that
+separates it. ``--before`` measures a lossguard whose plans carry no decisions (main before issue
+19): there a plan agrees with simulate when it names the same action for an incident whose onset is
+within 20 steps of the decision's episode onset.
+
+    python benchmarks/verdict_agreement.py --seeds 10            # 130 runs, about 4 minutes
+    python benchmarks/verdict_agreement.py --seeds 10 --no-live  # analyze vs simulate only
+    python benchmarks/verdict_agreement.py --seeds 0 --no-live --families 28  # the TEST curve families
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+
+HEAVY = ("rollback", "lr_cut", "halt")
+
+
+def _before_heavy(analysis):
+    """Main before issue 19: (action, incident onset) of the earliest heavy plan."""
+    best = None
+    for p in analysis.plans:
+        a = getattr(p.action, "value", p.action)
+        if a in HEAVY:
+            onset = analysis.incidents[p.incident].onset
+            if best is None or onset < best[1]:
+                best = (a, onset)
+    return best
+
+
+def _families(n: int, cfg, per_kind, rest) -> None:
+    """analyze vs simulate on the TEST curve families (lossguard.testing.curves)."""
+    from lossguard.analysis import analyze
+    from lossguard.errors import LossguardError
+    from lossguard.plan import findings
+    from lossguard.simulate import simulate
+    from lossguard.testing.agreement import compare, from_analysis, from_simulation
+    from lossguard.testing.curves import families, run_family
+
+    def both(log):
+        try:
+            an = analyze(log)
+            return from_analysis(an), from_simulation(simulate(log, cfg, findings=findings(an.incidents)))
+        except LossguardError:
+            return None  # a multi-stream log has no single loss to guard
+    for fam in families("test"):
+        for i, run, got in run_family(fam, n, both):
+            if got is None:
+                continue
+            c = per_kind[f"curves:{fam.name}"]
+            c["runs"] += 1
+            d = compare(*got)
+            c["analyze=simulate"] += d is None
+            if d:
+                rest.append(f"{fam.name} run {i} ({run.kind}): analyze vs simulate: {d}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, default=10, help="runs per kind (and clean runs)")
+    ap.add_argument("--length", type=int, default=2000, help="steps per run")
+    ap.add_argument("--no-live", action="store_true", help="skip the live guard (no torch needed)")
+    ap.add_argument("--before", action="store_true", help="measure plans without decisions (see the docstring)")
+    ap.add_argument("--families", type=int, default=0,
+                    help="also this many runs of each TEST curve family (never tuned on; any logging interval, "
+                         "written to their formats and read back): analyze vs simulate")
+    a = ap.parse_args(argv)
+
+    from lossguard.analysis import analyze
+    from lossguard.guard.config import GuardConfig
+    from lossguard.simulate import simulate
+    from lossguard.testing.synthetic import GENERATED_KINDS, generate_run
+
+    cfg = GuardConfig()
+    kinds = [None, *GENERATED_KINDS]
+    per_kind: dict[str, Counter] = defaultdict(Counter)
+    rest: list[str] = []
+    t0 = time.perf_counter()
+    for kind in kinds:
+        name = kind.value if kind is not None else "clean"
+        for seed in range(a.seeds):
+            run = generate_run(kind, seed=1000 + seed, length=a.length, log_every=1)
+            if a.before:
+                log = run.log
+                an = analyze(log)
+                sim = simulate(log, cfg)
+                s = next(((d["event"], d.get("onset", d["step"])) for d in sim.decisions if d["event"] in HEAVY), None)
+                b = _before_heavy(an)
+                ok = (s is None and b is None) or (s is not None and b is not None and s[0] == b[0]
+                                                   and abs(s[1] - b[1]) <= 20)
+                per_kind[name]["runs"] += 1
+                per_kind[name]["analyze=simulate"] += ok
+                continue
+            from lossguard.plan import findings
+            from lossguard.testing.agreement import compare, from_analysis, from_live_guard, from_simulation, shifted
+
+            log = shifted(run.log, int(min(s.steps.min() for s in run.log.series.values())))
+            an = analyze(log)
+            h_a = from_analysis(an)
+            h_s = from_simulation(simulate(log, cfg, findings=findings(an.incidents)))
+            c = per_kind[name]
+            c["runs"] += 1
+            d_as = compare(h_a, h_s)
+            c["analyze=simulate"] += d_as is None
+            if d_as:
+                rest.append(f"{name} seed {seed}: analyze vs simulate: {d_as}")
+            if a.no_live:
+                continue
+            with tempfile.TemporaryDirectory() as tmp:
+                h_l = from_live_guard(log, cfg, tmp)
+            d_sl = compare(h_s, h_l)
+            c["simulate=live"] += d_sl is None
+            c["all three"] += d_as is None and d_sl is None
+            if d_sl:
+                rule = ("whole-log finding (recovery/finding.py): repeated data after a resume, which the live "
+                        "guard never gets (its own resume restores the data position)"
+                        if h_s is not None and h_s.cause == "repeated_data" else "NO RULE")
+                rest.append(f"{name} seed {seed}: simulate {h_s and (h_s.action, h_s.step)} vs live "
+                            f"{h_l and (h_l.action, h_l.step)}: {d_sl} -- {rule}")
+    if a.families and not a.before:
+        _families(a.families, cfg, per_kind, rest)
+    cols = ["runs", "analyze=simulate"] + ([] if a.no_live or a.before else ["simulate=live", "all three"])
+    print(f"{'kind':<22}" + "".join(f"{c:>18}" for c in cols))
+    total: Counter = Counter()
+    for name, c in per_kind.items():
+        total.update(c)
+        print(f"{name:<22}" + "".join(f"{c[k]:>18}" for k in cols))
+    print(f"{'TOTAL':<22}" + "".join(f"{total[k]:>18}" for k in cols))
+    for k in cols[1:]:
+        print(f"{k}: {total[k]}/{total['runs']} = {100 * total[k] / max(total['runs'], 1):.1f}%")
+    if rest:
+        print("\nDisagreements:")
+        print("\n".join(f"  - {r}" for r in rest))
+    print(f"\n{time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""A :class:`~lossguard.io.text.choose.Choice` over the tables -> the points of a RunLog.
+
+Each row's step is computed by the chosen rule; rows are put back in line order to find restarts
+(a step lower than the one before starts a new segment, as in every other reader); within a
+segment a step printed again (a redraw, a rank's copy, a line split over records) keeps its last
+value. A non-finite loss named by a crash line after the last loss line becomes a NaN loss at that
+step. A gradient norm is never negative: DeepSpeed prints ``-1`` when it found a NaN, read as NaN.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...metrics import EPOCH, GRAD_NORM, LOSS, canonical_name
+from .choose import Choice, StepRule
+from .names import StepKind, fold, step_kind
+from .records import Scan, Table
+
+
+_UNIT = re.compile(r"\s*\([^()]*\)?\s*$")
+
+
+@dataclass
+class Points:
+    """The read points: per metric (segment, step, value, line) arrays, and segment notes."""
+
+    metrics: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+    notes: list[str]
+    events: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def metric_name(label: str, loss: str) -> str | None:
+    """The metric a label is stored as (the chosen loss is ``loss``; another loss keeps its label)."""
+    if fold(label) == fold(loss):
+        return LOSS
+    label = _UNIT.sub("", label) or label  # "iter time (s)" -> "iter time"
+    name = canonical_name(label)
+    if name == LOSS:
+        return fold(label) if fold(label) != LOSS else "loss_other"
+    return name or None
+
+
+def _steps(table: Table, choice: Choice) -> tuple[np.ndarray, list[int]]:
+    """The step of each row and the columns that hold counters used for it."""
+    names = [fold(lab) for lab in table.labels]
+
+    def col(label: str) -> int:
+        want = fold(label)
+        return len(names) - 1 - names[::-1].index(want)  # the line's own counter over an inherited one
+
+    if choice.rule is StepRule.LABEL:
+        j = col(choice.step[0])
+        return table.column(j), [j]
+    if choice.rule is StepRule.ORDER:
+        return None, []
+    e, b = col(choice.step[0]), col(choice.step[1])
+    return np.stack([table.column(e), table.column(b)], axis=1), [e, b]
+
+
+def build(scan: Scan, choice: Choice) -> Points:
+    """The points of the chosen loss, step and every other metric of the same rows."""
+    parts = []  # (table, lines, raw step(s), used columns)
+    places = []
+    for t in choice.tables:
+        lines = np.frombuffer(t.lines, dtype=np.int64)
+        places.append(np.frombuffer(t.order, dtype=np.int64))
+        if choice.rule is StepRule.ORDER:
+            parts.append((t, lines, None, []))
+            continue
+        raw, used = _steps(t, choice)
+        parts.append((t, lines, raw, used))
+    all_lines = np.concatenate([p[1] for p in parts])
+    order = np.argsort(np.concatenate(places), kind="stable")
+    warnings: list[str] = []
+    if choice.rule is StepRule.ORDER:
+        steps_all = np.empty(len(all_lines), dtype=np.int64)
+        steps_all[order] = np.arange(1, len(all_lines) + 1)
+    elif choice.rule is StepRule.EPOCH_BATCH:
+        raw = np.concatenate([p[2] for p in parts])
+        per_epoch = _per_epoch(parts, raw)
+        # Epochs count from the first one in view (Keras' "Epoch 1/10", Lightning's "Epoch 0", a paste
+        # that starts at epoch 147): steps are then those of the text, whatever the epoch base.
+        raw = np.where(np.isfinite(raw), raw, -1)
+        epoch0 = int(raw[:, 0].min())
+        steps_all = ((raw[:, 0] - epoch0) * per_epoch + raw[:, 1]).astype(np.int64)
+        warnings.append(f"step = ({choice.step[0]}{f' - {epoch0}' if epoch0 else ''}) x {per_epoch} batches "
+                        f"per epoch + {choice.step[1]}")
+    else:
+        raw = np.concatenate([p[2] for p in parts])
+        ok = np.isfinite(raw)
+        raw = np.where(ok, raw, -1)
+        steps_all = raw.astype(np.int64)
+    seq = steps_all[order]
+    breaks = np.flatnonzero(np.diff(seq) < 0) + 1
+    seg_sorted = np.zeros(len(seq), dtype=np.int64)
+    if len(breaks):
+        seg_sorted[breaks] = 1
+        seg_sorted = np.cumsum(seg_sorted)
+    seg_all = np.empty_like(seg_sorted)
+    seg_all[order] = seg_sorted
+    notes = ["start of text"] + [f"step {int(seq[i])} after {int(seq[i - 1])} at line {int(all_lines[order][i])}"
+                                 for i in breaks]
+    # Rows of one rank only: where a table prints the rank, keep its lowest one.
+    metrics: dict[str, list[tuple[np.ndarray, ...]]] = {}
+    offset = 0
+    for (t, lines, _, used), place in zip(parts, places):
+        n = len(lines)
+        steps, segs = steps_all[offset:offset + n], seg_all[offset:offset + n]
+        offset += n
+        keep = np.ones(n, dtype=bool)
+        names = [fold(lab) for lab in t.labels]
+        if "rank" in names:
+            r = t.column(names.index("rank"))
+            keep &= r == np.nanmin(r)
+        keep &= steps >= 0
+        if choice.rule is StepRule.EPOCH_BATCH and used[1] in t.totals and t.labels[used[1]] == "":
+            # Lightning resets its bar to 0/M, still showing the last postfix, before the next epoch:
+            # a bar at 0 that repeats the loss of the row before it reports no step.
+            names = [fold(lab) for lab in t.labels]
+            if fold(choice.loss) in names:
+                loss = t.column(names.index(fold(choice.loss)))
+                reset = t.column(used[1]) == 0
+                reset[1:] &= (loss[1:] == loss[:-1]) | (np.isnan(loss[1:]) & np.isnan(loss[:-1]))
+                reset[:1] = False
+                keep &= ~reset
+        for j, (lab, kind) in enumerate(zip(t.labels, t.kinds)):
+            if j in used or not lab or fold(lab) == "rank":
+                continue
+            if kind is not None and kind is not StepKind.EPOCH:
+                continue
+            name = EPOCH if kind is StepKind.EPOCH else metric_name(lab, choice.loss)
+            if name is None:
+                continue
+            values = t.column(j)
+            if name == LOSS and choice.ppl:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    values = np.log(values)
+            if name == GRAD_NORM:
+                values = np.where(values < 0, np.nan, values)  # DeepSpeed's -1: no finite norm
+            metrics.setdefault(name, []).append((segs[keep], steps[keep], values[keep], lines[keep], place[keep]))
+    out: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+    repeated = 0
+    for name, chunks in metrics.items():
+        seg, step, val, line, place = (np.concatenate([c[i] for c in chunks]) for i in range(5))
+        idx = np.lexsort((place, step, seg))
+        seg, step, val, line = seg[idx], step[idx], val[idx], line[idx]
+        last = np.ones(len(step), dtype=bool)
+        last[:-1] = (seg[1:] != seg[:-1]) | (step[1:] != step[:-1])
+        if name == LOSS:
+            same = ~last[:-1]
+            repeated = int(np.sum(same & (val[:-1] != val[1:]) & ~(np.isnan(val[:-1]) & np.isnan(val[1:]))))
+        out[name] = (seg[last], step[last], val[last], line[last])
+    if repeated:
+        warnings.append(f"{repeated} loss line(s) repeat a step already printed with another value (progress-bar "
+                        "redraws, several ranks, or records over several lines): the last value of each step is kept")
+    points = Points(out, notes, warnings=warnings)
+    _crash_point(scan, choice, points)
+    return points
+
+
+def _per_epoch(parts, raw: np.ndarray) -> int:
+    totals = [t.totals[used[1]] for t, _, _, used in parts if used and used[1] in t.totals]
+    if totals:
+        return int(max(totals))
+    b = raw[:, 1]
+    return int(np.nanmax(b) + (1 if np.nanmin(b) == 0 else 0))
+
+
+def _crash_point(scan: Scan, choice: Choice, points: Points) -> None:
+    """A crash line naming a NaN/Inf after the last loss line: a non-finite loss at its step (the
+    step after the last one logged when the line names none)."""
+    if LOSS not in points.metrics or not scan.crashes or choice.rule is StepRule.EPOCH_BATCH:
+        return
+    seg, step, val, line = points.metrics[LOSS]
+    crash = scan.crashes[-1]
+    if crash.line <= int(line.max()):
+        return
+    last_seg = int(seg.max())
+    mine = step[seg == last_seg]
+    if crash.step is None:
+        gaps = np.diff(mine)
+        at = int(mine.max()) + (int(np.median(gaps)) if len(gaps) else 1)
+    else:
+        kind = step_kind(choice.step[0]) if choice.rule is StepRule.LABEL else None
+        if kind is not None and crash.kind is not kind and {crash.kind, kind} != {StepKind.GLOBAL_STEP, StepKind.ITERATION}:
+            return
+        at = crash.step
+    if at <= int(mine.max()):
+        return
+    points.metrics[LOSS] = (np.append(seg, last_seg), np.append(step, at), np.append(val, np.nan),
+                            np.append(line, crash.line))
+    points.warnings.append(f"line {crash.line} stops the run on a non-finite value at step {at}"
+                           f"{'' if crash.step is not None else ' (the step after the last one printed)'}: "
+                           "read as a NaN loss there")

@@ -1,0 +1,259 @@
+"""Which column of the tables is the step and which the training loss, and why.
+
+The loss is the best-ranked loss label (:func:`lossguard.io.text.names.loss_rank`) among the
+tables that also carry a counter; only a perplexity gives ``log(ppl)``. The step is the best counter
+of the loss's tables, checked to be whole numbers that increase: a global step, else an iteration,
+else ``epoch x batches per epoch + batch`` (a batch counter that restarts at each epoch), else a
+batch counter alone, else an epoch alone, else the order of the loss lines (with a warning).
+``--step-key`` and ``--loss-key`` replace either choice; every choice records what else was there.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .names import StepKind, fold, is_ppl, loss_rank
+from .records import Table
+
+
+class StepRule(enum.Enum):
+    """How the step of a row is computed."""
+
+    LABEL = "label"
+    """One counter column."""
+    EPOCH_BATCH = "epoch*batch"
+    """``(epoch - first epoch) x batches per epoch + batch``."""
+    ORDER = "order"
+    """The row's number among the loss rows (1, 2, 3, ...)."""
+
+
+@dataclass
+class Choice:
+    """What was chosen, with the alternatives ``--explain`` lists.
+
+    Attributes:
+        loss: the loss label as printed (folded for matching).
+        ppl: the loss is ``log`` of this perplexity label.
+        rule: how the step is computed.
+        step: the step label (``LABEL``), or (epoch label, batch label) for ``EPOCH_BATCH``.
+        tables: the tables whose rows carry the step (the loss rows among them).
+        other_losses: other loss-like labels seen, best first.
+        other_steps: other counters of the loss rows, best first.
+        warnings: what the choice had to guess.
+    """
+
+    loss: str
+    ppl: bool
+    rule: StepRule
+    step: tuple[str, ...]
+    tables: list[Table]
+    other_losses: list[str] = field(default_factory=list)
+    other_steps: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def loss_candidates(tables: list[Table]) -> list[tuple[int, int, str]]:
+    """(rank, -rows, label) of every loss-like label, best first."""
+    rows: dict[str, int] = {}
+    label_of: dict[str, str] = {}
+    for t in tables:
+        for lab, kind in zip(t.labels, t.kinds):
+            if kind is None and loss_rank(lab) is not None:
+                rows[fold(lab)] = rows.get(fold(lab), 0) + t.rows
+                label_of.setdefault(fold(lab), lab)
+    return sorted((loss_rank(label_of[k]), -n, label_of[k]) for k, n in rows.items())
+
+
+def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | None = None) -> Choice | None:
+    """The loss and step of the tables, or None when no table holds a loss (or ``loss_key``)."""
+    ppl = guessed = False
+    others = [c[2] for c in loss_candidates(tables)]
+    if loss_key is not None:
+        loss = _match(tables, loss_key)
+        if loss is None:
+            return None
+    elif others:
+        loss = others[0]
+    else:
+        ppls = sorted({lab for t in tables for lab in t.labels if is_ppl(lab)})
+        if ppls:
+            loss, ppl = ppls[0], True
+        else:
+            loss = only_value(tables)
+            if loss is None:
+                return None
+            guessed = True
+    others = [o for o in others if fold(o) != fold(loss)]
+    with_loss = [t for t in tables if fold(loss) in {fold(lab) for lab in t.labels}]
+    training = [t for t in with_loss if not t.template.evaluation]
+    with_loss = training or with_loss  # an evaluation line printing the same label is not the training loss
+    rule, step, steps_seen = _step(with_loss, step_key)
+    if rule is StepRule.ORDER:
+        tables_used = with_loss
+    else:
+        need = {fold(s) for s in step}
+        tables_used = [t for t in tables if need <= {fold(lab) for lab in t.labels}
+                       and (t in with_loss or not t.template.evaluation)]
+    choice = Choice(loss=loss, ppl=ppl, rule=rule, step=step, tables=tables_used, other_losses=others,
+                    other_steps=[s for s in steps_seen if (s,) != step and s not in step])
+    if rule is StepRule.ORDER and step_key is None:
+        choice.warnings.append(f"the lines with '{loss}' print no step counter: they are numbered 1, 2, 3, ... "
+                               "in order; pass --step-key LABEL if a printed number is the step")
+    if guessed:
+        choice.warnings.append(f"no value is labelled as a loss: '{loss}', the only value of the most frequent line, "
+                               "is read as the loss; pass --loss-key LABEL to read another")
+    if ppl:
+        choice.warnings.append(f"no loss is printed, only the perplexity '{loss}': the loss is read as log({loss})")
+    return choice
+
+
+MIN_GUESS_ROWS = 3
+"""Rows a line needs before its only value is taken for the loss (no loss label anywhere)."""
+
+
+def only_value(tables: list[Table]) -> str | None:
+    """The label of the only non-counter value of the most frequent line (a bare ``tensor(2.3)``
+    print, a ``STEP LOSS`` pair), or None when that line holds several values or too few rows."""
+    if not tables:
+        return None
+    t = max(tables, key=lambda t: t.rows)
+    if t.rows < MIN_GUESS_ROWS:
+        return None
+    values = [j for j, k in enumerate(t.kinds) if k is None and not integral_increasing(t.column(j))]
+    if len(values) != 1:
+        return None
+    v = t.column(values[0])
+    finite = v[np.isfinite(v)]
+    if len(finite) and np.all(finite == np.round(finite)):
+        return None  # whole numbers (a year, a page, a count) are no loss
+    return t.labels[values[0]]
+
+
+def _match(tables: list[Table], key: str) -> str | None:
+    want = fold(key)
+    for t in tables:
+        for lab in t.labels:
+            if fold(lab) == want:
+                return lab
+    return None
+
+
+def integral_increasing(values: np.ndarray) -> bool:
+    """True for whole numbers that mostly go up (a restart or two may send them back)."""
+    if not len(values) or not np.all(np.isfinite(values)) or np.any(values != np.round(values)):
+        return False
+    d = np.diff(values)
+    up, down = int((d > 0).sum()), int((d < 0).sum())
+    return len(values) == 1 or (up >= 1 and down <= max(1, up // 10))
+
+
+def _columns(tables: list[Table], *, own: bool = False) -> dict[str, tuple[StepKind, list[np.ndarray]]]:
+    """Counter label -> (kind, its column in each loss table that has it); with ``own``, only the
+    counters the loss lines print themselves (not those inherited from a record header)."""
+    out: dict[str, tuple[StepKind, list[np.ndarray]]] = {}
+    for t in tables:
+        for j, (lab, kind) in enumerate(zip(t.labels, t.kinds)):
+            if own and j < t.inherited:
+                continue
+            if kind is None and lab.startswith("#") and integral_increasing(t.column(j)):
+                kind = StepKind.BATCH  # a column of a headerless numeric line that counts up
+            if kind is not None:
+                out.setdefault(fold(lab), (kind, []))[1].append(t.column(j))
+    return out
+
+
+def _step(tables: list[Table], step_key: str | None) -> tuple[StepRule, tuple[str, ...], list[str]]:
+    cols = _columns(tables)
+    good = _good(cols)
+    own = _good(_columns(tables, own=True))
+    if own:
+        # The loss lines' own counters first: a header's counter ("Saving checkpoint for step 1000")
+        # is only the step of lines that print none (an epoch header still pairs with their batch).
+        good = {lab: k for lab, k in good.items() if lab in own or k is StepKind.EPOCH}
+    labels = {fold(lab): lab for t in tables for lab in t.labels}
+    ranked = sorted(good, key=lambda lab: (good[lab], lab != "step"))
+    seen = [labels.get(lab, lab) for lab in ranked]
+    if step_key is not None:
+        if fold(step_key) == "order":
+            return StepRule.ORDER, (), seen
+        if "*" in step_key:
+            epoch, batch = (fold(p) for p in step_key.split("*", 1))
+            return StepRule.EPOCH_BATCH, (labels.get(epoch, epoch), labels.get(batch, batch)), seen
+        return StepRule.LABEL, (labels.get(fold(step_key), step_key),), seen
+    best = [lab for lab in ranked if good[lab] in (StepKind.GLOBAL_STEP, StepKind.ITERATION)]
+    if best:
+        # A step printed on several loss lines (litgpt: two iterations per optimizer step) loses
+        # points; an iteration counter that is new on every line keeps them all.
+        unique = [lab for lab in best if _unique(cols[lab][1])]
+        return StepRule.LABEL, (labels[(unique or best)[0]],), seen
+    epochs = [lab for lab, (k, _) in cols.items() if k is StepKind.EPOCH and _whole(cols[lab][1])]
+    batches = [lab for lab, (k, _) in cols.items() if k is StepKind.BATCH and _whole(cols[lab][1])]
+    if epochs and batches:
+        if _at_total(tables, batches[0]):  # Keras' epoch-end "100/100 [====] - loss: ...": one row per epoch
+            return StepRule.LABEL, (labels[epochs[0]],), seen
+        if _restarts_each_epoch(tables, epochs[0], batches[0]):
+            if _has_total(tables, batches[0]):  # "N/M": M batches per epoch
+                return StepRule.EPOCH_BATCH, (labels[epochs[0]], labels[batches[0]]), seen
+            return StepRule.ORDER, (), seen  # a per-epoch counter whose epoch length is not printed
+        if batches[0] in good:  # one epoch in view: its batch counter is the step
+            return StepRule.LABEL, (labels[batches[0]],), seen
+    for kind in (StepKind.BATCH, StepKind.EPOCH):
+        pick = [lab for lab in ranked if good[lab] is kind]
+        if pick:
+            return StepRule.LABEL, (labels[pick[0]],), seen
+    return StepRule.ORDER, (), seen
+
+
+def _at_total(tables: list[Table], label: str) -> bool:
+    """True when the counter ``label`` always shows its total (``100/100``): a summary row per epoch."""
+    seen = False
+    for t in tables:
+        names = [fold(lab) for lab in t.labels]
+        for j in t.totals:
+            if names[j] == label:
+                if not np.all(t.column(j) == t.totals[j]):
+                    return False
+                seen = True
+    return seen
+
+
+def _unique(vs: list[np.ndarray]) -> bool:
+    """True when a counter repeats on fewer than 1 in 10 consecutive loss lines."""
+    d = np.concatenate([np.diff(v) for v in vs]) if vs else np.array([])
+    return not len(d) or float(np.mean(d == 0)) < 0.1
+
+
+def _good(cols: dict[str, tuple[StepKind, list[np.ndarray]]]) -> dict[str, StepKind]:
+    """The counters whose values are whole numbers going up."""
+    return {lab: kind for lab, (kind, vs) in cols.items() if all(integral_increasing(v) or len(v) == 1 for v in vs)
+            or integral_increasing(np.concatenate(vs))}
+
+
+def _has_total(tables: list[Table], label: str) -> bool:
+    """True when the counter ``label`` is printed with its total (``N/M``) on some row."""
+    for t in tables:
+        names = [fold(lab) for lab in t.labels]
+        if any(names[j] == label for j in t.totals):
+            return True
+    return False
+
+
+def _whole(vs: list[np.ndarray]) -> bool:
+    v = np.concatenate(vs)
+    return bool(len(v)) and bool(np.all(np.isfinite(v))) and bool(np.all(v == np.round(v)))
+
+
+def _restarts_each_epoch(tables: list[Table], epoch: str, batch: str) -> bool:
+    """True when the batch counter goes back about as often as the epoch goes up (a per-epoch
+    counter; the reset may show a line before the new epoch does, as Lightning's bar prints it)."""
+    ups = resets = 0
+    for t in tables:
+        names = [fold(lab) for lab in t.labels]
+        if epoch in names and batch in names:
+            e = t.column(names.index(epoch))
+            b = t.column(len(names) - 1 - names[::-1].index(batch))
+            ups += int(np.sum(np.diff(e) > 0))
+            resets += int(np.sum(np.diff(b) < 0))
+    return ups > 0 and resets >= max(1, ups // 2)

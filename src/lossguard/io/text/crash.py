@@ -1,0 +1,32 @@
+"""A crash line that names a non-finite value at a step: where a run stopped on a NaN.
+
+Megatron's default on a NaN loss is to raise, ``RuntimeError: Rank 0, ..., iteration 2151:
+Unexpected result nan (message='found NaN in local forward loss calculation')``; other trainers
+print ``Loss is nan at step 812, stopping training``. Such a line is read, by any reader of text,
+as a non-finite loss at that step when it comes after the last logged step. The test is general:
+an error-like line (``error``, ``exception``, ``found``, ``detected``, ``stopping`` ...) holding a
+``nan``/``inf`` word and a counter (``iteration N``, ``step N``).
+"""
+from __future__ import annotations
+
+import re
+
+from .names import StepKind, step_kind
+
+_NONFINITE = re.compile(r"(?<![\w.])(?:nan|inf|infinity)(?!\w)", re.I)
+_ERRORISH = re.compile(r"error|exception|abort|found|detected|encountered|diverg|stopp|terminat|invalid", re.I)
+_LOSS = re.compile(r"loss|objective", re.I)
+_COUNTER = re.compile(r"\b(global[ _]step|step|iteration|iter|it|update|batch|epoch)\b[\s:=#]*(\d+)", re.I)
+
+
+def crash_step(line: str) -> tuple[StepKind | None, int | None] | None:
+    """(counter kind, step) of a crash line naming a NaN/Inf, ``(None, None)`` for one that names no
+    step (``ValueError: nan loss encountered``: the step after the last one logged), or None for any
+    other line."""
+    if not _NONFINITE.search(line) or not _ERRORISH.search(line):
+        return None
+    found = [(step_kind(m.group(1)), int(m.group(2))) for m in _COUNTER.finditer(line)]
+    found = [f for f in found if f[0] is not None]
+    if not found:
+        return (None, None) if _LOSS.search(line) else None
+    return min(found, key=lambda f: f[0])

@@ -1,0 +1,221 @@
+"""The fast path: a whole file scanned in blocks, the most frequent line read by one compiled regex.
+
+Most of a large console log is one line printed every step. Once that line's template has been
+seen :data:`HOT_ROWS` times through the line-by-line path (:meth:`Scanner.feed`), its first raw line
+is turned into a regex that matches the whole line (its text literally, runs of spaces loosely, each
+number as a group), and every later block of the file is searched with it (``finditer`` over
+megabytes, in C). The lines between two matches, and every block holding ``\\r`` redraws, go through
+the line-by-line path, so headers, crash lines and other templates are read as before and in order.
+The regex is checked once against the template (the same numbers, in the same places) and is not
+used if it disagrees. Memory: one block (:data:`BLOCK` bytes) and the tables' float arrays.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+from typing import Iterator
+
+from .._text_lines import MAX_LINE
+from .normalise import ANSI, normalise
+from .records import Scan, Scanner, Table
+from .template import SPLIT
+
+BLOCK = 4 << 20
+"""Bytes read at a time."""
+FIRST_BLOCK = 64 << 10
+"""Bytes of the first block, read line by line before the hot line is chosen."""
+HOT_ROWS = 64
+"""Rows of one template before its line gets a compiled whole-line regex."""
+
+_NUMBER = r"([-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|-?(?:[Nn][Aa][Nn]|[Ii]nfinity|[Ii]nf|INF))"
+_SPACE = re.compile(r"[ \t]+")
+_CSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+_OTHER = r"(?:[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"  # a number that is not kept: not captured
+
+
+class _Hot:
+    """The compiled line of one table: its regex captures the kept numbers (and counter totals)."""
+
+    def __init__(self, table: Table, regex: re.Pattern, kept: list[int], totals: list[int]) -> None:
+        self.table = table
+        self.regex = regex
+        self.kept = kept  # positions among the groups of the kept values, in order
+        self.totals = totals  # positions among the groups of the counters' totals, in template order
+        self.plain = kept == list(range(len(kept)))  # every group is a kept value: no reordering
+
+
+def _compile(table: Table) -> _Hot | None:
+    """The whole-line regex of a table's first raw line, or None when it would not read it as the template."""
+    raw = ANSI.sub("", table.raw or "")
+    if not raw or "\r" in raw or "`" in raw:
+        return None
+    text, rank = normalise(raw)
+    if rank:
+        return None
+    pieces, message = SPLIT.split(raw), SPLIT.split(text)
+    nums, mnums = pieces[1::2], message[1::2]
+    offset = len(nums) - len(mnums)
+    if offset < 0 or nums[offset:] != mnums:
+        return None  # the prefix cut through a number: not a plain prefix
+    tpl = table.template
+    kept = [offset + i for i in tpl.kept]
+    totals = [offset + i for _, i in tpl.totals]
+    parts = []
+    for i, piece in enumerate(pieces[0::2]):
+        if piece and not piece.strip() and 0 < i < len(nums):
+            parts.append(r"[ \t]+")
+        else:
+            parts.append(r"[ \t]*".join(re.escape(w) for w in _SPACE.split(piece)))
+        if i < len(nums):
+            parts.append(_NUMBER if i in kept or i in totals else _OTHER)
+    try:
+        regex = re.compile("^" + "".join(parts) + r"[ \t]*\n", re.M)
+    except re.error:
+        return None
+    captured = sorted(set(kept) | set(totals))
+    kept_at, totals_at = [captured.index(i) for i in kept], [captured.index(i) for i in totals]
+    m = regex.match(raw.rstrip("\n") + "\n")
+    if m is None or [m.groups()[k] for k in kept_at] != [nums[i] for i in kept]:
+        return None
+    return _Hot(table, regex, kept_at, totals_at)
+
+
+def scan_file(path: Path) -> Scan:
+    """Scan a whole text file (the reader's path): blocks, the hot line by regex, the rest line by line."""
+    scanner = Scanner()
+    hot: _Hot | None = None
+    for number, text in _blocks(path):
+        if hot is None:
+            _slow(scanner, text, number)
+            hot = _pick(scanner)
+            continue
+        if "\r" in text:
+            _slow(scanner, text, number)
+            continue
+        if "\x1b" in text:
+            text = _CSI.sub("", text)  # colours; rarer escapes leave their line to the line-by-line path
+        if _bulk(scanner, hot, text, number):
+            continue
+        pos, line = 0, number
+        record, kept, plain, total_at = scanner.record, hot.kept, hot.plain, hot.totals
+        tpl = hot.table.template
+        scan = scanner.scan
+        run: tuple | None = None  # (table, inherited values) while no other line comes between matches
+        for m in hot.regex.finditer(text):
+            start = m.start()
+            if start > pos:
+                gap = text[pos:start]
+                _slow(scanner, gap, line)
+                line += gap.count("\n")
+                run = None  # the gap may hold a record header: go through record() once more
+            groups = m.groups()
+            if run is not None and not total_at:
+                table, prefix = run
+                if prefix:
+                    table.data.extend(prefix)
+                table.data.extend(map(float, groups) if plain else [float(groups[k]) for k in kept])
+                table.lines.append(line)
+                scan.numeric_lines += 1
+                table.order.append(scan.numeric_lines)
+            else:
+                totals = [(j, float(groups[k])) for (j, _), k in zip(tpl.totals, total_at)] if total_at else ()
+                values = list(map(float, groups)) if plain else [float(groups[k]) for k in kept]
+                table = record(tpl, values, totals, line, "")
+                if table is not None and not tpl.header:
+                    width = len(table.labels)
+                    run = (table, table.data[-width:-len(values)] if table.inherited else None)
+            scan.lines += 1
+            line += 1
+            pos = m.end()
+        if pos < len(text):
+            _slow(scanner, text[pos:], line)
+    return scanner.scan
+
+
+def _bulk(scanner: Scanner, hot: _Hot, text: str, number: int) -> bool:
+    """A block made only of hot lines (the common case of a long run): every row at once, the
+    numbers converted by numpy, no Python per line. False (nothing read) when any other line is in
+    the block, so the line-by-line loop keeps headers and other templates in their order."""
+    tpl = hot.table.template
+    if hot.totals or tpl.header:
+        return False
+    found = hot.regex.findall(text)
+    n = text.count("\n")
+    if not found or len(found) != n:
+        return False
+    first = found[0] if isinstance(found[0], tuple) else (found[0],)
+    table = scanner.record(tpl, [float(first[k]) for k in hot.kept], (), number, "")
+    if table is None:
+        return False
+    if n > 1:
+        rows = found[1:] if isinstance(found[0], tuple) else [(x,) for x in found[1:]]
+        if not hot.plain:
+            rows = [tuple(r[k] for k in hot.kept) for r in rows]
+        width = len(hot.kept)
+        values = np.array([float(x) for r in rows for x in r], dtype=np.float64).reshape(n - 1, width)
+        if table.inherited:
+            prefix = np.asarray(table.data[-len(table.labels):-width], dtype=np.float64)
+            values = np.hstack([np.broadcast_to(prefix, (n - 1, len(prefix))), values])
+        table.data.frombytes(np.ascontiguousarray(values).tobytes())
+        table.lines.frombytes(np.arange(number + 1, number + n, dtype=np.int64).tobytes())
+        scan = scanner.scan
+        table.order.frombytes(np.arange(scan.numeric_lines + 1, scan.numeric_lines + n, dtype=np.int64).tobytes())
+        scan.numeric_lines += n - 1
+    scanner.scan.lines += n
+    return True
+
+
+def _pick(scanner: Scanner) -> _Hot | None:
+    tables = [t for t in scanner.scan.tables if t.rows >= HOT_ROWS and t.raw is not None]
+    if not tables:
+        return None
+    return _compile(max(tables, key=lambda t: t.rows))
+
+
+def _slow(scanner: Scanner, text: str, first: int) -> None:
+    """Line by line, ``\\r`` redraws split, lines over :data:`MAX_LINE` skipped."""
+    def lines() -> Iterator[tuple[int, str]]:
+        for n, line in enumerate(text.split("\n"), first):
+            if not line or len(line) > MAX_LINE:
+                continue
+            if "\r" in line:
+                for piece in line.split("\r"):
+                    if piece.strip():
+                        yield n, piece
+            else:
+                yield n, line
+    scanner.feed(lines())
+
+
+def _blocks(path: Path) -> Iterator[tuple[int, str]]:
+    """(first line number, text of whole lines) for each block of the file; a line longer than
+    :data:`MAX_LINE` without a newline is dropped as it streams by (memory stays one block)."""
+    number, carry, skipping = 1, b"", False
+    size = FIRST_BLOCK  # small at first: the hot line is known after a few hundred lines
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(size)
+            size = BLOCK
+            if not block:
+                if carry and not skipping:
+                    yield number, carry.decode("utf-8", errors="replace") + "\n"
+                return
+            data = carry + block
+            cut = data.rfind(b"\n") + 1
+            if skipping:
+                nl = data.find(b"\n")
+                if nl < 0:
+                    carry = b""
+                    continue
+                number += 1
+                data, cut, skipping = data[nl + 1:], cut - nl - 1, False
+            whole, carry = data[:cut], data[cut:]
+            if whole:
+                yield number, whole.decode("utf-8", errors="replace")
+                number += whole.count(b"\n")
+            if len(carry) > MAX_LINE:
+                carry, skipping = b"", True

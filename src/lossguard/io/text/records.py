@@ -1,0 +1,212 @@
+"""Lines -> records: each line's kept numbers, glued to the record header above it, in tables.
+
+A record may be spread over lines: a header that holds only counters (OLMo-core's ``[step=N/M]``,
+Composer's ``[batch=N/M]:``, Keras' ``Epoch 3/10``, a bare tqdm bar) followed by lines of metrics.
+A line inherits the counters of the last header whose kinds it does not print itself, so Keras'
+``100/100 [====] - loss: 0.12`` gets its epoch from ``Epoch 3/10`` and an HF Trainer dict gets the
+step from the tqdm bar above it. Rows of the same labels (the same template, inherited counters
+included) go to one :class:`Table`, stored as flat float arrays (no Python object per value).
+"""
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+from .crash import crash_step
+from .names import StepKind
+from .normalise import normalise
+from .template import SPLIT, Template, parse
+
+MAX_TEMPLATES = 20_000
+"""Distinct templates kept; past it, new ones are not tracked (a text that is no log, not a log's
+lines): the memory of a scan stays bounded whatever the input."""
+MAX_SKELETONS = 50_000
+"""Cached skeletons; the cache is emptied when it grows past this (progress bars redrawn with ever
+new bar glyphs give a new skeleton per line, their templates are still few)."""
+
+
+@dataclass(eq=False)
+class Table:
+    """All rows of one template (with the counters it inherited), in line order.
+
+    Attributes:
+        index: the table's number, in order of first appearance.
+        labels: label of each column; inherited counters come first.
+        kinds: counter kind of each column (None for a metric).
+        totals: column -> total of the ``N/M`` counter in that column, as of its last row.
+        data: row-major values, ``len(labels)`` per row.
+        lines: the 1-based line number of each row.
+        order: the row's place among every row read (``\r`` redraws share a line number, not a place).
+        example: the first line of the table, as read (for ``--explain`` and messages).
+        template: the template of the line's own numbers.
+        inherited: how many leading columns are counters inherited from a record header.
+        raw: the first line of the table as it was in the file (the fast path's model).
+    """
+
+    index: int
+    labels: tuple[str, ...]
+    kinds: tuple[StepKind | None, ...]
+    template: Template
+    example: str
+    inherited: int = 0
+    raw: str | None = None
+    totals: dict[int, float] = field(default_factory=dict)
+    data: array = field(default_factory=lambda: array("d"))
+    lines: array = field(default_factory=lambda: array("q"))
+    order: array = field(default_factory=lambda: array("q"))
+
+    @property
+    def rows(self) -> int:
+        """Number of rows."""
+        return len(self.lines)
+
+    def column(self, j: int):
+        """Column ``j`` as a float64 numpy array."""
+        import numpy as np
+
+        return np.frombuffer(self.data, dtype=np.float64).reshape(-1, len(self.labels))[:, j]
+
+
+@dataclass
+class Crash:
+    """A line that names a NaN/Inf and a counter: where a run stopped on a non-finite loss."""
+
+    line: int
+    kind: StepKind | None
+    step: int | None
+    text: str
+
+
+@dataclass
+class Scan:
+    """What a pass over the lines found."""
+
+    tables: list[Table] = field(default_factory=list)
+    crashes: list[Crash] = field(default_factory=list)
+    lines: int = 0
+    numeric_lines: int = 0
+
+
+class Scanner:
+    """Feeds lines into a :class:`Scan`; keeps the header state between calls (``watch``)."""
+
+    def __init__(self) -> None:
+        self.scan = Scan()
+        self._skeletons: dict[str, Template] = {}
+        self._tables: dict[tuple, Table] = {}
+        self._header: tuple[Template, list[float], list[tuple[int, float]]] | None = None
+        self._pending: tuple | None = None  # a row that inherited a bar's counter, until the bar's next redraw
+
+    def feed(self, lines: Iterable[tuple[int, str]]) -> None:
+        """Read ``(line number, text)`` pairs."""
+        scan = self.scan
+        skeletons = self._skeletons
+        split = SPLIT.split
+        for number, raw in lines:
+            scan.lines += 1
+            text, rank = normalise(raw)
+            if rank:  # a rank prefix other than 0: rank 0 prints the same progress
+                continue
+            pieces = split(text)
+            if len(pieces) < 3:
+                continue
+            skeleton = "\0".join(pieces[0::2])
+            tpl = skeletons.get(skeleton)
+            if tpl is None:
+                if len(skeletons) > MAX_SKELETONS:
+                    skeletons.clear()
+                tpl = skeletons[skeleton] = parse(pieces)
+            if tpl.errorish:
+                self._crash(number, text)
+            if not tpl.kept:
+                continue
+            nums = pieces[1::2]
+            totals = [(j, float(nums[i])) for j, i in tpl.totals] if tpl.totals else ()
+            table = self.record(tpl, [float(nums[i]) for i in tpl.kept], totals, number, text)
+            if table is not None and table.raw is None:
+                table.raw = raw
+
+    def record(self, tpl: Template, values: list[float], totals, number: int, text: str) -> Table | None:
+        """Add one line's kept ``values`` (``totals``: (kept index, total) of its ``N/M`` counters)
+        under the record header in force."""
+        scan = self.scan
+        scan.numeric_lines += 1
+        pending, self._pending = self._pending, None
+        if tpl.header:
+            if pending is not None and pending[0].key == tpl.key and number <= pending[1] + 2:
+                # tqdm.write() prints a message (HF's dict) between two redraws of a progress bar; the
+                # redraw right after it shows the counter at the time of the message (the one before lags).
+                table, at, keep = pending[2], pending[3], pending[4]
+                for k, j in enumerate(keep):
+                    table.data[at + k] = values[j]
+            self._header = (tpl, values, list(totals))
+        inherited: tuple = ()
+        header = self._header
+        if header is not None and not tpl.header:
+            own = set(tpl.kinds)
+            keep = [j for j, k in enumerate(header[0].kinds) if k not in own]
+            if keep:
+                inherited = (header[0].key, tuple(keep))
+        key = (tpl.key, inherited)
+        table = self._tables.get(key)
+        if table is None:
+            if len(self._tables) >= MAX_TEMPLATES:
+                return None
+            table = self._new_table(key, tpl, inherited, text)
+        if inherited:
+            hv = header[1]
+            if _is_bar(header[0]):
+                self._pending = (header[0], number, table, len(table.data), inherited[1])
+            table.data.extend([hv[j] for j in inherited[1]])
+            for j, total in header[2]:
+                if j in inherited[1]:
+                    table.totals[inherited[1].index(j)] = total
+        table.data.extend(values)
+        table.lines.append(number)
+        table.order.append(scan.numeric_lines)
+        if totals:
+            off = len(inherited[1]) if inherited else 0
+            for j, total in totals:
+                table.totals[off + j] = total
+        return table
+
+    def _new_table(self, key: tuple, tpl: Template, inherited: tuple, text: str) -> Table:
+        labels, kinds = tpl.labels, tpl.kinds
+        if inherited:
+            head = self._header[0]
+            labels = tuple(head.labels[j] for j in inherited[1]) + labels
+            kinds = tuple(head.kinds[j] for j in inherited[1]) + kinds
+        table = Table(index=len(self.scan.tables), labels=labels, kinds=kinds, template=tpl, example=text.strip()[:300],
+                      inherited=len(inherited[1]) if inherited else 0)
+        self._tables[key] = table
+        self.scan.tables.append(table)
+        return table
+
+    def _crash(self, number: int, text: str) -> None:
+        hit = crash_step(text)
+        if hit is not None:
+            self.scan.crashes.append(Crash(line=number, kind=hit[0], step=hit[1], text=text.strip()[:300]))
+
+
+def _is_bar(tpl: Template) -> bool:
+    """A bare progress bar: its only counter is an unlabelled ``N/M`` (tqdm's), no epoch header."""
+    return bool(tpl.totals) and all(lab == "" for lab, k in zip(tpl.labels, tpl.kinds) if k is not None)
+
+
+def scan_lines(lines: Iterable[tuple[int, str]]) -> Scan:
+    """One pass over ``(line number, text)`` pairs."""
+    scanner = Scanner()
+    scanner.feed(lines)
+    return scanner.scan
+
+
+def iter_decoded(data: bytes, first: int = 1) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of a block of bytes, ``\\r`` redraws split (for sniffing and ``watch``)."""
+    for n, line in enumerate(data.decode("utf-8", errors="replace").split("\n"), first):
+        if "\r" in line:
+            for piece in line.split("\r"):
+                if piece.strip():
+                    yield n, piece
+        elif line:
+            yield n, line

@@ -1,0 +1,157 @@
+"""A line's numbers masked into a template, and the label each number carries.
+
+A line is split by one compiled regex into its text pieces and its numbers. The text pieces alone
+(the *skeleton*) decide everything about the line's grammar, so they are parsed once per distinct
+skeleton (the idea of log-template miners such as Drain, with the numbers as the variable tokens)
+and the result, a :class:`Template`, is cached: reading a line is then a split, a dictionary look-up
+and a float() per kept number.
+
+For each number the template knows its label, in every usual spelling: ``k: v``, ``k=v``, ``k v``,
+``| k v |``, ``[k] v``, ``'k': v``, ``"k": "v"``, ``k=tensor(v)``, ``k=[v]``; a unit glued to it
+(``95ms``, ``12%``, ``2s``, ``36.5it/s``); an ``N/M`` or ``N of M`` counter (``M`` is its total); a
+leading ``N:`` counter; and a parenthesised running average after a value (``loss: 2.3 (2.4)``),
+which is dropped. Unlabelled numbers (a clock time, a bar's percentage) are not kept.
+"""
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+from .names import StepKind, is_ppl, loss_rank, step_kind
+
+SPLIT = re.compile(r"(?<![\w.])([-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\d.])|"
+                   r"-?(?:[Nn][Aa][Nn]|[Ii]nfinity|[Ii]nf|INF)(?!\w))")
+"""Splits a line into text pieces and numbers (``nan``, ``inf``, ``Infinity`` included)."""
+
+_UNIT = re.compile(r"^(?:%|[A-Za-zµ]{1,5}(?:/[A-Za-z]{1,5})?)(?=$|[\s,;|()\]}'\"<>-])")
+_OPENERS = re.compile(r"(?:\s*(?:tensor\(|np\.float\d*\(|array\(|[\[({<'\"]))+\s*$")
+_SEPARATOR = re.compile(r"\s*(?:\||,|;|:|\t|\s-{1,2}\s|\s{2,}|[\]}]|\{|\[|>>|»|•|\((?=[^)]*$))\s*")
+_QUOTES = str.maketrans("", "", "'\"`")
+_DEVICE = re.compile(r"(?:^|\W)(?:cuda|xla|mps|npu|xpu|gpu)$", re.I)
+_BRACKETED = re.compile(r"\[\s*([A-Za-z_][\w /.-]*?)\s*\]$")
+_WORD = re.compile(r"[A-Za-z]{2,}")
+_EVALUATION = frozenset({"val", "valid", "validation", "eval", "evaluation", "evaluating", "test", "testing"})
+_LETTER = re.compile(r"[^\W\d_]")
+_ERRORISH = re.compile(r"error|exception|abort|found|detected|encountered|diverg", re.I)
+MAX_LABEL_WORDS = 4
+"""Longer labels are prose: only their last words are kept (``... and the loss`` -> ``and the loss``)."""
+
+
+class Role(enum.Enum):
+    """What a number of a line is."""
+
+    VALUE = "value"
+    """A labelled value: a metric, or a counter named by its label."""
+    COUNTER = "counter"
+    """An ``N/M`` counter or a leading ``N:``: a counter whatever its label."""
+
+
+@dataclass(frozen=True, eq=False)
+class Template:
+    """The grammar of one skeleton: which numbers are kept, under which labels.
+
+    Attributes:
+        kept: positions (among the line's numbers) of the kept values, in line order.
+        labels: the label of each kept value (``""`` for an unlabelled counter).
+        kinds: the counter kind of each kept value (None for a metric).
+        totals: for each counter with a printed total, (index in ``kept``, position of the total).
+        header: True when the line holds counters and no metric (``[step=12/100]``, ``Epoch 3/10``, a
+            bare progress bar): the lines after it that lack those counters inherit them.
+        errorish: the skeleton reads like an error message (a crash line naming a NaN).
+        evaluation: the words before the first number name an evaluation (``Valid Metrics (step N)``,
+            ``Test: [10/100]``): its loss is no training loss.
+        key: what identifies the template across skeletons (labels and roles).
+        skeleton: the text pieces joined by ``#`` (what ``--explain`` shows).
+    """
+
+    kept: tuple[int, ...]
+    labels: tuple[str, ...]
+    kinds: tuple[StepKind | None, ...]
+    totals: tuple[tuple[int, int], ...]
+    header: bool
+    errorish: bool
+    key: tuple
+    evaluation: bool
+    skeleton: str
+
+
+def _positional(texts: list[str], n: int) -> Template:
+    """A line of numbers only (a CSV pasted without its header, ``76930 2.6496577``): columns ``#1``, ``#2``..."""
+    labels = tuple(f"#{i + 1}" for i in range(n))
+    kinds = (None,) * n
+    return Template(kept=tuple(range(n)), labels=labels, kinds=kinds, totals=(), header=False, errorish=False,
+                    key=tuple(zip(labels, kinds)), evaluation=False, skeleton="#".join(t.strip() for t in texts).strip())
+
+
+def label_of(text: str) -> str:
+    """The label a text piece gives the number right after it (``""`` when none)."""
+    stripped = text.rstrip()
+    t = _OPENERS.sub("", stripped)
+    if t != stripped and not t.strip() and stripped.endswith("tensor("):
+        return "tensor"  # a bare print(loss): "tensor(2.3456, device='cuda:0')"
+    t = t.rstrip(" :=\t'\"").translate(_QUOTES)
+    bracketed = _BRACKETED.search(t)
+    if bracketed is not None:  # "[loss] 2.3"
+        return bracketed.group(1).strip()
+    t = _SEPARATOR.split(t)[-1].strip(" '\"()[]{}:=#*-")
+    words = t.split()
+    if len(words) > MAX_LABEL_WORDS:
+        t = " ".join(words[-MAX_LABEL_WORDS + 1:])
+    return t
+
+
+def parse(pieces: list[str]) -> Template:
+    """The template of a line split into ``pieces`` (text, number, text, ..., text)."""
+    texts = pieces[0::2]
+    n = len(texts) - 1
+    rest = list(texts)
+    units = [""] * n
+    for i in range(n):
+        m = _UNIT.match(texts[i + 1])
+        if m is not None:
+            units[i] = m.group(0)
+            rest[i + 1] = texts[i + 1][m.end():]
+    if n > 1 and all(not _LETTER.search(t) for t in texts):
+        return _positional(texts, n)
+    kept: list[int] = []
+    labels: list[str] = []
+    kinds: list[StepKind | None] = []
+    totals: list[tuple[int, int]] = []
+    skip = set()
+    for i in range(n):
+        if i in skip:
+            continue
+        label = label_of(rest[i])
+        after = rest[i + 1].strip().lower() if i + 1 < n else ""
+        counter = i + 1 < n and after in ("/", "of") and not units[i]
+        if counter:
+            skip.add(i + 1)
+        elif (i == 0 and not label and rest[0].strip() in ("", "[", "(") and rest[1][:1] in (":", "]", ")")
+              and not units[0]):
+            counter = True  # a leading "N: ..." or "[N] ..." (accelerate's examples, CLU's writer, custom prints)
+        elif not label:
+            continue  # a clock time, a percentage, a running average in parentheses
+        if label in ("(", ")") or _DEVICE.search(label):
+            continue
+        if counter:  # "Epoch 3/10", "[step=12/100]", "'global_step/max_steps': '5/1500'"
+            kind = (step_kind(label) or (step_kind(label.split()[-1]) or step_kind(label.split("/")[0]) if label else None)
+                    or StepKind.BATCH)
+        else:
+            kind = None if units[i] else step_kind(label)
+        if counter:
+            totals.append((len(kept), i + 1))
+        kept.append(i)
+        labels.append(label)
+        kinds.append(kind)
+    # A record header: counters and no loss (OLMo-core's "[step=10/1500,epoch=1,eta=47m11s]" also
+    # prints an ETA; a bare tqdm bar its rate). A line that prints a loss is a record of its own.
+    header = any(k is not None for k in kinds) and not any(
+        k is None and (loss_rank(lab) is not None or is_ppl(lab)) for lab, k in zip(labels, kinds))
+    lead = tuple(w.lower() for w in _WORD.findall(texts[0])[:6])  # "Train Metrics" vs "Valid Metrics"
+    key = (tuple(zip(labels, kinds)), lead)
+    return Template(kept=tuple(kept), labels=tuple(labels), kinds=tuple(kinds), totals=tuple(totals),
+                    header=header, errorish=bool(_ERRORISH.search("".join(texts))), key=key,
+                    evaluation=any(w in _EVALUATION for w in lead),
+                    skeleton="#".join(t.strip() if len(t) < 200 else t[:200] for t in texts).strip())
+
