@@ -29,13 +29,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .files import CHECKSUMS, Checksum
+from .files import CHECKSUMS, Checksum, ChecksumMismatch
 
 __all__ = ["HashingFileSystem", "VerifyingFileSystem", "ChecksumMismatch", "hashing_writer", "verifying_reader"]
-
-
-class ChecksumMismatch(OSError):
-    """A checkpoint file's bytes do not match its manifest entry (raised inside DCP's read)."""
 
 
 class _HashingStream(io.RawIOBase):

@@ -83,6 +83,11 @@ def entry_matches(path: Path, expected: dict) -> bool:
     return False
 
 
+class ChecksumMismatch(OSError):
+    """A checkpoint file's bytes do not match its manifest entry (raised inside DCP's read by
+    :mod:`lossguard.checkpoint.dcp_io`; defined here, torch-free)."""
+
+
 class HashingFile:
     """File-like object for ``torch.save`` that hashes the bytes on their way to disk."""
 

@@ -43,8 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError
-from .dcp_io import ChecksumMismatch, hashing_writer, read_verified, verifying_reader
-from .files import Checksum, fast_checksum, file_crc
+from .files import Checksum, ChecksumMismatch, fast_checksum, file_crc
 from .store import MANIFEST, CheckpointStore
 
 __all__ = ["PendingSave", "ShardedCheckpointStore"]
@@ -261,6 +260,8 @@ class ShardedCheckpointStore(CheckpointStore):
         torch.save(state["rank"], buf)
         rank_bytes = buf.getvalue()
         box: dict[str, Any] = {}
+        from .dcp_io import hashing_writer  # torch-backed: imported where a save needs it
+
         writer = hashing_writer(tmp, self._algorithm)  # checksums computed while DCP writes
         if not asynchronous:
             try:
@@ -440,6 +441,8 @@ class ShardedCheckpointStore(CheckpointStore):
             if size != expected.get("size"):
                 return f"{name} has {size} bytes, the manifest recorded {expected.get('size')}"
         if checksum:  # this rank's own small file, read once here and kept for the load
+            from .dcp_io import read_verified
+
             name = _RANK_FILE.format(self.rank)
             try:
                 self._rank_bytes[step] = read_verified(path / name, manifest["files"].get(name, {}))
@@ -459,6 +462,8 @@ class ShardedCheckpointStore(CheckpointStore):
         path = self.path_of(step)
         source: dict[str, Any] = {"checkpoint_id": path}
         if verify:
+            from .dcp_io import verifying_reader
+
             files = json.loads((path / MANIFEST).read_text())["files"]
             source = {"storage_reader": verifying_reader(path, files)}
         from torch.distributed.checkpoint.api import CheckpointException
