@@ -35,13 +35,14 @@ from .detect.outlier import score
 from .guard.config import GuardConfig
 from .guard.judge.evidence import evidence_series, onset_lag
 from .jsonsafe import strict_json
-from .metrics import GRAD_NORM, LOSS, LR
+from .detect.loss_scale import is_static
+from .metrics import GRAD_NORM, LOSS, LOSS_SCALE, LR
 from .recovery.action import Action
 from .recovery.decision import Decision
 from .recovery.finding import WholeLogFinding
 from .recovery.lr_phase import lr_ramp_series
 from .recovery.policy import RecoveryPolicy
-from .recovery.resolve import halt_resume_point, resolve_rollback
+from .recovery.resolve import halt_resume_point, loss_scale_reset_with, resolve_rollback
 from .recovery.rise_series import LossRiseSeries
 from .recovery.verdict import Evidence, Verdict
 from .runlog import RunLog
@@ -179,7 +180,11 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
     else:
         ck = sorted(int(c) for c in checkpoints)
     # The log's length stands for the run's (it bounds the skip margin, as the live guard's steps= does).
-    policy = RecoveryPolicy(cfg, run_steps=int(steps[-1]) + 1 if len(steps) else None)
+    # A loss scale that moves is an fp16 run with a GradScaler: the guard resets it with every rollback
+    # (the per-step loss-scale checks are not replayed: the policy is fed only the bad steps).
+    scaled = _aligned(log, LOSS_SCALE, steps)
+    has_scaler = scaled is not None and not is_static(scaled[0])
+    policy = RecoveryPolicy(cfg, run_steps=int(steps[-1]) + 1 if len(steps) else None, has_scaler=has_scaler)
     sim = Simulation(steps=len(steps), first_step=int(steps[0]) if len(steps) else None,
                      last_step=int(steps[-1]) if len(steps) else None, checkpoints=ck, config=asdict(cfg), notes=notes)
 
@@ -246,6 +251,8 @@ def _play(decisions: list[Decision], checkpoints: list[int], cfg: GuardConfig, s
             if not r.halts:
                 follow = policy.rolled_back(d, r.target)
                 emit(d, to_step=r.target)
+                if policy.has_scaler and cfg.recipe.reset_loss_scale:  # as the executor does
+                    emit(loss_scale_reset_with(r.target))
                 for f in follow:
                     emit(f)
                 continue

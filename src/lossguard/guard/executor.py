@@ -23,7 +23,7 @@ from ..recovery.action import Action
 from ..recovery.checkpoint_choice import choose_checkpoint
 from ..recovery.decision import Decision
 from ..recovery.policy import RecoveryPolicy
-from ..recovery.resolve import halt_resume_point, resolve_rollback
+from ..recovery.resolve import halt_resume_point, loss_scale_reset_with, resolve_rollback
 from .config import GuardConfig
 from .events import EventLog
 
@@ -207,7 +207,7 @@ class RecoveryExecutor:
             from .gate import optimizer_state_finite
             if optimizer_state_finite(self.optimizer):
                 new = reset_grad_scaler(self.scaler, self.config.loss_scale_reset_to)
-                self.emit(Decision(Action.LOSS_SCALE_RESET, target, ["reset with the rollback"], {"new_scale": new}))
+                self.emit(loss_scale_reset_with(target, {"new_scale": new}))
 
     def _rollback_by_restart(self, d: Decision, target: int) -> Outcome:
         """Framework mode: book the rollback in the ledger (skip range, budget, LR cut) and name the

@@ -13,6 +13,11 @@ findings -- the only place the three may differ, and why:
   the guard; in a log it shows only as a loss lower than the trend for the length of the replayed
   data, which no per-step test flags. The policy answers with a rollback to the checkpoint the resume
   started from (distance 0: the checkpoint is fine, the resume was not), skipping no data.
+- **a change of regime** (``regime_change``): the loss's noise and level moved together and stayed
+  (the Mixtral log's step 3200): the data or the loss changed underneath the run. It shows only
+  against the whole log's noise before and after; no single step is an outlier, so a live guard
+  never withholds one. The policy answers with a rollback the recipe's distance before the onset,
+  skipping no data (which data is unknown: the pipeline must be checked first).
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ from dataclasses import dataclass
 
 __all__ = ["WHOLE_LOG_KINDS", "WholeLogFinding"]
 
-WHOLE_LOG_KINDS = ("repeated_data",)
+WHOLE_LOG_KINDS = ("repeated_data", "regime_change")
 """Incident kinds (their string values) that are whole-log evidence for the policy."""
 
 

@@ -194,14 +194,23 @@ class RecoveryPolicy:
         """Decisions for a whole-log finding (:mod:`lossguard.recovery.finding`: evidence the analyser
         has and a live guard cannot have), in the order they must be carried out."""
         led = self.ledger
-        if finding.kind != "repeated_data":
+        onset = int(finding.onset)
+        if finding.kind == "repeated_data":
+            nums: dict[str, Any] = {"onset": onset, "rollback_distance": 0, "rollbacks_done": led.rollbacks,
+                                    "cause": "repeated_data", "suspect": Suspect.DATA_POSITION.value}
+            reasons = [f"the data loader restarted from an earlier position at the resume at step {onset}: the "
+                       "low loss is memorised data, and the model is being trained on it twice (whole-log evidence)",
+                       "restore the checkpoint the resume started from and resume again with the data position saved "
+                       "in it; check the data loader state is saved and restored (`lossguard verify-resume`)"]
+        elif finding.kind == "regime_change":
+            nums = {"onset": onset, "rollbacks_done": led.rollbacks, "cause": "regime_change",
+                    "suspect": Suspect.DATA.value}
+            reasons = [f"the loss changed regime at step {onset} (its noise and level moved together and stayed): "
+                       "the data or the loss changed underneath the run (whole-log evidence)",
+                       "check the data pipeline (shards, mixture, tokenizer) and the loss at the onset first, then "
+                       "restore a checkpoint from before it; no data is skipped, since which data is unknown"]
+        else:
             return []
-        nums: dict[str, Any] = {"onset": int(finding.onset), "rollback_distance": 0, "rollbacks_done": led.rollbacks,
-                                "cause": "repeated_data", "suspect": Suspect.DATA_POSITION.value}
-        reasons = [f"the data loader restarted from an earlier position at the resume at step {finding.onset}: the "
-                   "low loss is memorised data, and the model is being trained on it twice (whole-log evidence)",
-                   "restore the checkpoint the resume started from and resume again with the data position saved in "
-                   "it; check the data loader state is saved and restored (`lossguard verify-resume`)"]
         if led.rollbacks >= self.config.max_rollbacks:
             led.halted = True
             return [Decision(Action.HALT, int(finding.step), reasons + [

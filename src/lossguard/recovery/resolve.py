@@ -15,7 +15,7 @@ from .checkpoint_choice import choose_checkpoint
 from .decision import Decision
 from .recipe import RecoveryRecipe
 
-__all__ = ["Resolution", "halt_resume_point", "resolve_rollback"]
+__all__ = ["Resolution", "halt_resume_point", "loss_scale_reset_with", "resolve_rollback"]
 
 
 @dataclass(frozen=True)
@@ -74,3 +74,9 @@ def halt_resume_point(decision: Decision, checkpoints: Iterable[int] | None, rec
         return None
     return choose_checkpoint(int(decision.numbers.get("onset", decision.step)), checkpoints,
                              int(decision.numbers.get("rollback_distance", recipe.rollback_distance)))
+
+
+def loss_scale_reset_with(target: int, numbers: dict | None = None) -> Decision:
+    """The loss-scale reset that follows a rollback to ``target`` in an fp16 run (the recipe's
+    ``reset_loss_scale``): the executor carries it out, ``simulate`` books it, in the same words."""
+    return Decision(Action.LOSS_SCALE_RESET, int(target), ["reset with the rollback"], dict(numbers or {}))
