@@ -42,7 +42,7 @@ from .short import coverage_notes, short_pass
 from .short_spikes import short_spike_pass
 from .precursors import precursor_notes
 from .stall import stall_pass
-from .stalled import stalled_updates
+from .updates_stopped import stalled_updates
 
 
 @dataclass

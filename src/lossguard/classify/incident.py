@@ -41,7 +41,7 @@ class IncidentKind(str, Enum):
     UPDATES_STOPPED = "updates_stopped"
     """The run kept logging but applied no update for a long stretch: a grad norm logged as a skip
     sentinel (DeepSpeed's -1), a loss repeating the same float exactly, or the guard skipping every
-    step (:mod:`lossguard.detect.stalled`)."""
+    step (:mod:`lossguard.detect.updates_stopped`)."""
     REGIME_CHANGE = "regime_change"
     """The loss leaves its level and its noise jumps to a new, lasting level (or it becomes exactly
     zero): the data or the loss changed underneath the run, upward or suspiciously downward."""

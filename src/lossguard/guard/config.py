@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..detect.outlier import OutlierConfig
-from ..detect.stalled import STALL_STEPS
+from ..detect.updates_stopped import STALL_STEPS
 from ..errors import raise_all
 from ..recovery.config import PolicyConfig
 from .judge.evidence import EvidenceConfig
@@ -65,7 +65,7 @@ class GuardConfig(PolicyConfig):
     """After a halt, ``batches()`` raises :class:`TrainingHalted` instead of just stopping."""
     max_withheld_streak: int | None = STALL_STEPS
     """Halt, with a diagnosis, once this many consecutive steps had their update withheld (None:
-    never). 100 (:data:`lossguard.detect.stalled.STALL_STEPS`, the analyser's threshold for a
+    never). 100 (:data:`lossguard.detect.updates_stopped.STALL_STEPS`, the analyser's threshold for a
     stretch without updates): above the longest legitimate run of skipped steps -- an fp16 loss
     scale halving from 2**32 to 1 skips at most 32 steps (64 with Megatron's hysteresis 2) -- and
     far below what a stalled run costs (issue 23: runs that skipped every step for days)."""

@@ -6,8 +6,8 @@ under a loss scale that cannot recover, a detector whose baseline froze on a bad
 run only looks alive (issue 23). :class:`WithheldStreak` counts consecutive withheld steps; at
 ``GuardConfig.max_withheld_streak`` it asks for a halt with a diagnosis. Its count is timeline
 state (saved in every checkpoint with the guard's windows, rolled back with them). The analyser
-flags the same thing in a log (:mod:`lossguard.classify.stalled`), with the same default threshold
-(:data:`lossguard.detect.stalled.STALL_STEPS`).
+flags the same thing in a log (:mod:`lossguard.classify.updates_stopped`), with the same default threshold
+(:data:`lossguard.detect.updates_stopped.STALL_STEPS`).
 """
 from __future__ import annotations
 

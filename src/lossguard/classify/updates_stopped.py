@@ -1,6 +1,6 @@
 """Stalled updates as incidents: a run that kept logging while no update was applied.
 
-Runs :mod:`lossguard.detect.stalled` over the grad norm (a negative sentinel: DeepSpeed's -1 on
+Runs :mod:`lossguard.detect.updates_stopped` over the grad norm (a negative sentinel: DeepSpeed's -1 on
 a skipped step), the analysed loss (the same float repeated exactly) and the guard's ``skip``
 events, and turns each stretch of at least ``STALL_STEPS`` steps into one ``updates_stopped``
 incident (critical: the run is not training). Stretches of different traces that overlap are
@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from .. import metrics as M
-from ..detect.stalled import STALL_STEPS, StallCause, consecutive_mask, find_stalls, flat_mask, sentinel_mask
+from ..detect.updates_stopped import STALL_STEPS, StallCause, consecutive_mask, find_stalls, flat_mask, sentinel_mask
 from ..runlog import RunLog
 from .incident import Incident, IncidentKind as K
 
