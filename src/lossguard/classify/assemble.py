@@ -15,7 +15,7 @@ passes, each over what the passes before it left unclaimed (:class:`.context.Cla
    and climbs on fewer than 32 points, sudden drops on logs too short for the windowed test;
    then stalls: a long plateau far above the early trend (:mod:`.stall`);
 9. the companion series (:mod:`.companions`): loss streams, grad norm, NaN, fp16 loss scale;
-10. stretches where no update was applied (:mod:`.stalled`);
+10. stretches where no update was applied (:mod:`.updates_stopped`);
 11. one event, one incident (:mod:`.merge`).
 """
 from __future__ import annotations
