@@ -132,8 +132,10 @@ def spike_then_plateau(n: int, seed: int, noise: float = 0.06) -> np.ndarray:
     warm-up spike far above it, back to that level and flat at the peak LR, resuming at the decay."""
     rng = np.random.default_rng(seed)
     t = np.arange(n, dtype=float)
-    y = 3.45 + 2.1 * np.exp(-t / (0.017 * n))
-    y += 1.1 * np.exp(-((t - 0.1 * n) / (0.04 * n)) ** 2)  # the spike, peaking at the end of warm-up
+    y = 3.42 + 2.1 * np.exp(-t / (0.01 * n))
+    hit = t >= 0.075 * n  # the spike: up by 1.1 at once, decaying over 3% of the run ...
+    y[hit] += 1.1 * np.exp(-(t[hit] - 0.075 * n) / (0.03 * n)) + 0.05  # ... back to just above the best
+    y[(t >= 0.325 * n) & (t < 0.375 * n)] += 0.3  # a burst of hard batches inside the plateau
     after = t >= 0.58 * n
     y[after] -= 0.55 * ((t[after] - 0.58 * n) / (0.42 * n)) ** 0.8  # learning resumes as the LR decays
     return y + rng.normal(0, noise, n)
