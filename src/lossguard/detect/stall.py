@@ -14,8 +14,12 @@ medians of the whole log):
    over which the loss improves by less than ``tol`` (a spike inside it does not end it, as long as
    the plateau's median stays level) (the larger of ``tol_sigma`` standard errors of
    a block median and ``tol_rel`` of the level);
-2. **after progress**: just before it, the loss was falling at a rate (per unit of log(step)) that,
-   carried on over the plateau, would have taken it at least ``gap_tol`` tolerances lower;
+2. **after progress**: before it, the loss was falling at a rate (per unit of log(step)) that,
+   carried on over the plateau, would have taken it at least ``gap_tol`` tolerances lower. The
+   rate is read from the running minimum of the block medians up to the best level reached before
+   the plateau, when the plateau comes back to that level: the stretch right before a plateau may
+   be a spike, not progress (issue 20's LR 1.0 run: best 3.42 by step 40, a warm-up spike to 4.5,
+   then 3.4-3.6 from step ~120 to ~345). Otherwise it is read from the stretch just before;
 3. **and a sequel or a cause** -- one of: the loss **resumes** falling after the plateau (within a
    stretch as long as it, ``gap_tol`` tolerances below it and ``resume_ratio`` times as far as it
    fell over the plateau: a converged run has nowhere to go); or the attention logits logged beside
