@@ -165,6 +165,9 @@ def test_a_jump_up_that_stays_is_not_a_stall_of_the_earlier_level(seed):
     loss = healthy(n, seed)
     loss[400:] += 0.8
     assert find_stalls(t, loss, lr=(t, np.full(n, 1e-3))) == []
+    # ... even when it sits flat up there and falls again at the LR decay
+    jumped = stalled(n, seed, start=400, stop=750) + 0.8 * (t > 400)
+    assert find_stalls(t, jumped, lr=(t, cosine_lr(n, 0.1, 60))) == []
 
 
 def test_the_real_lr_1_run_is_named_a_stall():
