@@ -54,8 +54,9 @@ class Choice:
     warnings: list[str] = field(default_factory=list)
 
 
-def loss_candidates(tables: list[Table]) -> list[tuple[int, int, str]]:
-    """(rank, -rows, label) of every loss-like label, best first."""
+def loss_candidates(tables: list[Table], *, min_rows: int = 1) -> list[tuple[int, int, str]]:
+    """(rank, -rows, label) of every loss-like label printed on at least ``min_rows`` lines, best first
+    (rows of every template that prints the label count: one series in several line shapes)."""
     rows: dict[str, int] = {}
     label_of: dict[str, str] = {}
     for t in tables:
@@ -63,13 +64,17 @@ def loss_candidates(tables: list[Table]) -> list[tuple[int, int, str]]:
             if kind is None and loss_rank(lab) is not None:
                 rows[fold(lab)] = rows.get(fold(lab), 0) + t.rows
                 label_of.setdefault(fold(lab), lab)
-    return sorted((loss_rank(label_of[k]), -n, label_of[k]) for k, n in rows.items())
+    return sorted((loss_rank(label_of[k]), -n, label_of[k]) for k, n in rows.items() if n >= min_rows)
 
 
 def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | None = None) -> Choice | None:
     """The loss and step of the tables, or None when no table holds a loss (or ``loss_key``)."""
     ppl = guessed = False
     others = [c[2] for c in loss_candidates(tables)]
+    if loss_key is None and others and only_value(tables) is not None:
+        # A label on a line seen once or twice (prose: "... and the loss became nan") does not beat
+        # a template that repeats with a counter: frequency outweighs a label match.
+        others = [c[2] for c in loss_candidates(tables, min_rows=MIN_GUESS_ROWS)]
     if loss_key is not None:
         loss = _match(tables, loss_key)
         if loss is None:
@@ -90,18 +95,32 @@ def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | 
     training = [t for t in with_loss if not t.template.evaluation]
     with_loss = training or with_loss  # an evaluation line printing the same label is not the training loss
     rule, step, steps_seen = _step(with_loss, step_key)
-    if rule is StepRule.ORDER:
-        tables_used = with_loss
-    else:
+    dropped = 0
+    if rule is not StepRule.ORDER:
         need = {fold(s) for s in step}
         tables_used = [t for t in tables if need <= {fold(lab) for lab in t.labels}
                        and (t in with_loss or not t.template.evaluation)]
+        covered = sum(t.rows for t in with_loss if t in tables_used)
+        total = sum(t.rows for t in with_loss)
+        if step_key is None and covered * 2 < total:
+            # A counter printed on a minority of the loss lines (a progress bar glued before some
+            # of them) would drop the majority of records: number them all in order instead.
+            dropped, rule, step = total - covered, StepRule.ORDER, ()
+    if rule is StepRule.ORDER:
+        tables_used = with_loss
     choice = Choice(loss=loss, ppl=ppl, rule=rule, step=step, tables=tables_used, other_losses=others,
                     other_steps=[s for s in steps_seen if (s,) != step and s not in step])
+    if dropped:
+        choice.warnings.append(f"the counter on some '{loss}' lines is missing from {dropped} of {total} of them: "
+                               "every line is read in order instead")
     if rule is StepRule.ORDER and step_key is None:
         choice.warnings.append(f"the lines with '{loss}' print no step counter: they are numbered 1, 2, 3, ... "
                                "in order; pass --step-key LABEL if a printed number is the step")
-    if guessed:
+    if guessed and loss.startswith("#"):
+        choice.warnings.append(f"no value is labelled as a loss: column {loss} (the only value, or the first column "
+                               f"of fractions, of the most frequent line of bare numbers) is read as the loss{'' if rule is StepRule.ORDER else f' and column {step[0]}, a whole number that counts up, as the step'}; "
+                               "pass --loss-key '#N' / --step-key '#N' to read other columns")
+    elif guessed:
         choice.warnings.append(f"no value is labelled as a loss: '{loss}', the only value of the most frequent line, "
                                "is read as the loss; pass --loss-key LABEL to read another")
     if ppl:
@@ -123,10 +142,15 @@ def only_value(tables: list[Table]) -> str | None:
         return None
     values = [j for j, k in enumerate(t.kinds) if k is None and not integral_increasing(t.column(j))]
     if len(values) != 1:
-        return None
+        if (len(values) > 1 and all(lab.startswith("#") for lab in t.labels)
+                and any(integral_increasing(t.column(j)) for j in range(len(t.labels)))):
+            # Columns of numbers only, one of them counting up (a CSV pasted without its header):
+            # the first column of fractions after the counter is the loss.
+            values = [j for j in values if not _whole_finite(t.column(j))][:1]
+        if len(values) != 1:
+            return None
     v = t.column(values[0])
-    finite = v[np.isfinite(v)]
-    if len(finite) and np.all(finite == np.round(finite)):
+    if _whole_finite(v):
         return None  # whole numbers (a year, a page, a count) are no loss
     return t.labels[values[0]]
 
@@ -243,6 +267,12 @@ def _has_total(tables: list[Table], label: str) -> bool:
 def _whole(vs: list[np.ndarray]) -> bool:
     v = np.concatenate(vs)
     return bool(len(v)) and bool(np.all(np.isfinite(v))) and bool(np.all(v == np.round(v)))
+
+
+def _whole_finite(v: np.ndarray) -> bool:
+    """True when the finite values of a column are whole numbers (a count, a year: no loss)."""
+    finite = v[np.isfinite(v)]
+    return bool(len(finite)) and bool(np.all(finite == np.round(finite)))
 
 
 def _restarts_each_epoch(tables: list[Table], epoch: str, batch: str) -> bool:

@@ -9,18 +9,22 @@ included) go to one :class:`Table`, stored as flat float arrays (no Python objec
 """
 from __future__ import annotations
 
+import re
 from array import array
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from .crash import crash_step
-from .names import StepKind
+from .names import StepKind, is_ppl, loss_rank, step_kind
 from .normalise import normalise
-from .template import SPLIT, Template, parse
+from .template import SPLIT, Template, parse, with_header
 
 MAX_TEMPLATES = 20_000
 """Distinct templates kept; past it, new ones are not tracked (a text that is no log, not a log's
 lines): the memory of a scan stays bounded whatever the input."""
+_TABLE_HEADER = re.compile(r"^\s*[A-Za-z_][\w/.%()-]*(?:(?:\s*[,\t|]\s*|\s+)[A-Za-z_][\w/.%()-]*){1,40}\s*[,|]?\s*$")
+"""A line of column names only (``epoch  train_loss  valid_loss  accuracy  time``, a CSV header)."""
+_HEADER_SPLIT = re.compile(r"\s*[,\t|]\s*|\s+")
 MAX_SKELETONS = 50_000
 """Cached skeletons; the cache is emptied when it grows past this (progress bars redrawn with ever
 new bar glyphs give a new skeleton per line, their templates are still few)."""
@@ -97,6 +101,8 @@ class Scanner:
         self._tables: dict[tuple, Table] = {}
         self._header: tuple[Template, list[float], list[tuple[int, float]]] | None = None
         self._pending: tuple | None = None  # a row that inherited a bar's counter, until the bar's next redraw
+        self._names: tuple[str, ...] | None = None  # the last table header (column names) seen
+        self._named: dict[tuple, Template | None] = {}
 
     def feed(self, lines: Iterable[tuple[int, str]]) -> None:
         """Read ``(line number, text)`` pairs."""
@@ -110,6 +116,8 @@ class Scanner:
                 continue
             pieces = split(text)
             if len(pieces) < 3:
+                if _TABLE_HEADER.match(text):
+                    self._table_header(text)
                 continue
             skeleton = "\0".join(pieces[0::2])
             tpl = skeletons.get(skeleton)
@@ -121,11 +129,27 @@ class Scanner:
                 self._crash(number, text)
             if not tpl.kept:
                 continue
+            if tpl.columns and self._names is not None:
+                tpl = self._name_columns(tpl)
             nums = pieces[1::2]
             totals = [(j, float(nums[i])) for j, i in tpl.totals] if tpl.totals else ()
             table = self.record(tpl, [float(nums[i]) for i in tpl.kept], totals, number, text)
             if table is not None and table.raw is None:
                 table.raw = raw
+
+    def _table_header(self, text: str) -> None:
+        """Remember a line of column names when one names a counter or a loss (not any short prose)."""
+        names = tuple(w for w in _HEADER_SPLIT.split(text.strip(" \t,|")) if w)
+        if any(step_kind(w) is not None or loss_rank(w) is not None or is_ppl(w) for w in names):
+            self._names = names
+
+    def _name_columns(self, tpl: Template) -> Template:
+        """A line of numbers only under a table header with as many columns: read by the header."""
+        key = (tpl, self._names)  # the template itself: an id could be reused after the cache empties
+        named = self._named.get(key, tpl)
+        if key not in self._named:
+            named = self._named[key] = with_header(tpl, self._names) or tpl
+        return named
 
     def record(self, tpl: Template, values: list[float], totals, number: int, text: str) -> Table | None:
         """Add one line's kept ``values`` (``totals``: (kept index, total) of its ``N/M`` counters)

@@ -74,14 +74,47 @@ class Template:
     key: tuple
     evaluation: bool
     skeleton: str
+    columns: tuple[int, ...] = ()
+    """For a line of numbers only: the column (between ``,``/whitespace separators) of each kept
+    number, so a table header (``epoch  train_loss  valid_loss``) can name them."""
 
 
-def _positional(texts: list[str], n: int) -> Template:
-    """A line of numbers only (a CSV pasted without its header, ``76930 2.6496577``): columns ``#1``, ``#2``..."""
-    labels = tuple(f"#{i + 1}" for i in range(n))
-    kinds = (None,) * n
-    return Template(kept=tuple(range(n)), labels=labels, kinds=kinds, totals=(), header=False, errorish=False,
-                    key=tuple(zip(labels, kinds)), evaluation=False, skeleton="#".join(t.strip() for t in texts).strip())
+_COLUMN_BREAK = re.compile(r"[\s,;|]")
+
+
+def _positional(texts: list[str], n: int, keep: tuple[int, ...] | None = None) -> Template:
+    """A line of numbers only (a CSV pasted without its header, ``76930 2.6496577``): columns ``#1``, ``#2``...
+
+    ``keep`` (default: every number) are the numbers kept; each gets the column it sits in, counted
+    by the separators (``,``, whitespace, ``|``) between numbers (``00:12`` is one column of two numbers)."""
+    col, columns = 0, []
+    for i in range(n):
+        if i and _COLUMN_BREAK.search(texts[i]):
+            col += 1
+        columns.append(col)
+    keep = tuple(range(n)) if keep is None else keep
+    labels = tuple(f"#{k + 1}" for k in range(len(keep)))
+    kinds = (None,) * len(keep)
+    return Template(kept=keep, labels=labels, kinds=kinds, totals=(), header=False, errorish=False,
+                    key=(tuple(zip(labels, kinds)), ()), evaluation=False,
+                    skeleton="#".join(t.strip() for t in texts).strip(), columns=tuple(columns[i] for i in keep))
+
+
+def with_header(tpl: Template, names: tuple[str, ...]) -> Template | None:
+    """A line of numbers only, its columns named by a table header (``epoch train_loss valid_loss``),
+    or None when the header has another number of columns. A column of several numbers (a ``00:12``
+    time) is not kept."""
+    if not tpl.columns or tpl.columns[-1] + 1 != len(names):
+        return None
+    counts: dict[int, int] = {}
+    for c in tpl.columns:
+        counts[c] = counts.get(c, 0) + 1
+    keep = [(i, c) for i, c in zip(tpl.kept, tpl.columns) if counts[c] == 1]
+    labels = tuple(names[c] for _, c in keep)
+    kinds = tuple(step_kind(lab) for lab in labels)
+    return Template(kept=tuple(i for i, _ in keep), labels=labels, kinds=kinds, totals=(), header=False,
+                    errorish=False, key=(tuple(zip(labels, kinds)), ("table",)), evaluation=False,
+                    skeleton=" ".join(names))
 
 
 def label_of(text: str) -> str:
@@ -144,6 +177,13 @@ def parse(pieces: list[str]) -> Template:
         kept.append(i)
         labels.append(label)
         kinds.append(kind)
+    if not kept and n > 1 and not texts[0].strip():
+        # A line that starts with a number and labels none (``35000 35% (1m 4s) 2.31 Nam / Russian``):
+        # its bare numbers (no unit) are positional columns; a counter and a lone float among them
+        # are the step and the loss (see choose.only_value).
+        bare = tuple(i for i in range(n) if not units[i] and not label_of(rest[i]))
+        if len(bare) >= 2:
+            return _positional(texts, n, bare)
     # A record header: counters and no loss (OLMo-core's "[step=10/1500,epoch=1,eta=47m11s]" also
     # prints an ETA; a bare tqdm bar its rate). A line that prints a loss is a record of its own.
     header = any(k is not None for k in kinds) and not any(

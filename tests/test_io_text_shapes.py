@@ -1,0 +1,91 @@
+"""The text grammar on the general shapes of pasted logs: which template is the series (A), vector
+losses (B), column tables (C), repr'd values (D), bare leading counters (E), two runs in one paste
+(F) and short pastes (G). Every example is written here for the test, in the shape people paste."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lossguard.analysis import analyze
+from lossguard.io import read_log
+
+
+def _read(tmp_path: Path, text: str, name: str = "paste.txt"):
+    p = tmp_path / name
+    p.write_text(text, encoding="utf-8")
+    log = read_log(p)
+    steps, values = log.live("loss")
+    return log, steps.tolist(), values
+
+
+def _kinds(log) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for i in analyze(log).incidents:
+        out.setdefault(i.kind.value, []).append(int(i.onset))
+    return out
+
+
+# --- A: the series is the template that repeats ---------------------------------------------------
+
+def test_repeating_unlabelled_columns_beat_a_one_off_prose_label(tmp_path):
+    rows = [f"{k * 50} {3.0 / (1 + k / 10):.4f}" for k in range(1, 31)] + [f"{k * 50} nan" for k in range(31, 36)]
+    text = "I trained for a while and the loss went to nan after 1,500 steps\n" + "\n".join(rows) + "\n"
+    log, steps, loss = _read(tmp_path, text)
+    assert steps[0] == 50 and steps[-1] == 1750 and len(steps) == 35
+    assert loss[0] == pytest.approx(3.0 / 1.1, abs=1e-4) and np.isnan(loss[-1])
+    assert any("column #2" in w and "#1" in w for w in log.metadata["warnings"])
+    assert "non_finite" in _kinds(log)
+
+
+def test_one_label_in_several_templates_is_one_series(tmp_path):
+    lines = []
+    for k in range(40):
+        v = "nan" if k >= 36 else f"{5.0 - k * 0.02:.3f}"
+        glued = f"epoch-bar: {k * 2}%|##  | {k}/1000 [00:0{k % 10}<?, ?it/s]" if k % 8 == 0 else ""
+        lines.append(f"{glued}train loss: {v}")
+    log, steps, loss = _read(tmp_path, "\n".join(lines) + "\n")
+    assert len(steps) == 40 and loss[0] == pytest.approx(5.0) and np.isnan(loss[-1])
+    assert any("in order" in w for w in log.metadata["warnings"])
+
+
+# --- C: column tables ------------------------------------------------------------------------------
+
+def test_a_table_header_names_the_columns_and_may_repeat(tmp_path):
+    head = "epoch     train_loss  valid_loss  error_rate  time"
+    rows = [f"{e:<9} {1.5 - e * 0.1:<11.6f} {1.4 - e * 0.05:<11.6f} {0.3:<11.6f} 01:{e:02d}" for e in range(5)]
+    more = [f"{e:<9} {'nan':<11} {'nan':<11} {0.9:<11.6f} 01:{e:02d}" for e in range(5, 8)]
+    log, steps, loss = _read(tmp_path, "\n".join([head] + rows + [head] + more) + "\n")
+    assert steps == list(range(8)) and loss[1] == pytest.approx(1.4) and np.isnan(loss[-1])
+    assert log.metadata["text"]["loss"] == "train_loss" and log.metadata["text"]["step"] == "epoch"
+    assert "non_finite" in _kinds(log)
+
+
+def test_a_csv_header_and_csv_rows_without_a_header(tmp_path):
+    with_head = "step,lr,loss,acc\n" + "".join(f"{s},0.001,{2.0 - s / 100:.3f},0.5\n" for s in range(10, 200, 10))
+    log, steps, loss = _read(tmp_path, with_head, "h.txt")
+    assert steps[0] == 10 and loss[0] == pytest.approx(1.9)
+    bare = "".join(f"{e},{3.2 - (e - 40) * 0.1:.2f},{4.1:.2f},{7.7:.2f},24.0\n" for e in range(40, 52))
+    bare += "".join(f"{e},nan,4.16,7.72,24.0\n" for e in range(52, 55))
+    log, steps, loss = _read(tmp_path, bare, "b.txt")
+    assert steps == list(range(40, 55)) and loss[0] == pytest.approx(3.2) and np.isnan(loss[-1])
+    assert "non_finite" in _kinds(log)
+
+
+def test_prose_of_two_words_is_no_table_header(tmp_path):
+    text = "Results below\n" + "".join(f"{s} {1 / s:.5f}\n" for s in range(1, 20))
+    log, steps, loss = _read(tmp_path, text)
+    assert steps[:2] == [1, 2] and loss[1] == pytest.approx(0.5)
+
+
+# --- E: a leading counter and a lone float, no labels -----------------------------------------------
+
+def test_leading_counter_percent_time_then_the_loss(tmp_path):
+    words = ["Abel / English", "Kato / Japanese", "Nowak / Polish"]
+    lines = [f"{k * 1000} {k}% ({k // 60}m {k % 60}s) {'nan' if k > 15 else f'{2.9 - k * 0.05:.4f}'} "
+             f"{words[k % 3]} {'✓' if k % 2 else '✗ (English)'}" for k in range(1, 21)]
+    log, steps, loss = _read(tmp_path, "\n".join(lines) + "\n")
+    assert steps[0] == 1000 and steps[-1] == 20000 and len(steps) == 20
+    assert loss[0] == pytest.approx(2.85) and np.isnan(loss[-1])
+    assert _kinds(log).get("non_finite") == [16000]
