@@ -89,3 +89,25 @@ def test_leading_counter_percent_time_then_the_loss(tmp_path):
     assert steps[0] == 1000 and steps[-1] == 20000 and len(steps) == 20
     assert loss[0] == pytest.approx(2.85) and np.isnan(loss[-1])
     assert _kinds(log).get("non_finite") == [16000]
+
+
+# --- F: two runs in one paste ----------------------------------------------------------------------
+
+def test_a_second_run_from_the_first_step_keeps_the_first_runs_nan(tmp_path):
+    first = [f"step {s} loss {'nan' if s >= 20 else f'{3 - s * 0.05:.3f}'}" for s in range(1, 25)]
+    second = [f"step {s} loss {3 - s * 0.04:.3f}" for s in range(1, 31)]
+    text = "\n".join(first + ["", "Tried again with a lower learning rate:"] + second) + "\n"
+    log, steps, loss = _read(tmp_path, text)
+    assert len(steps) == 54 and steps[:24] == list(range(1, 25)) and steps[24] == 25
+    assert all(g.kind != "rollback" for g in log.segments) and len(log.segments) == 2
+    assert any("new run" in w and "+24" in w for w in log.metadata["warnings"])
+    assert _kinds(log).get("non_finite") == [20]
+
+
+def test_a_restart_inside_the_range_stays_a_rollback(tmp_path):
+    text = "".join(f"step {s} loss {3 - s * 0.01:.3f}\n" for s in range(1, 41))
+    text += "".join(f"step {s} loss {3 - s * 0.011:.3f}\n" for s in range(30, 61))
+    log, steps, loss = _read(tmp_path, text)
+    assert steps == list(range(1, 61)) and loss[35] == pytest.approx(3 - 36 * 0.011)
+    assert [g.kind for g in log.segments] == ["start", "rollback"]
+    assert not any("new run" in w for w in log.metadata.get("warnings", []))
