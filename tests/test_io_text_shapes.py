@@ -111,3 +111,52 @@ def test_a_restart_inside_the_range_stays_a_rollback(tmp_path):
     assert steps == list(range(1, 61)) and loss[35] == pytest.approx(3 - 36 * 0.011)
     assert [g.kind for g in log.segments] == ["start", "rollback"]
     assert not any("new run" in w for w in log.metadata.get("warnings", []))
+
+
+# --- B: vector losses ------------------------------------------------------------------------------
+
+def test_a_loss_printed_as_an_array_is_its_mean_and_nan_when_any_element_is(tmp_path):
+    lines = []
+    for s in range(1, 21):
+        a = [8.0 - s * 0.1 + k * 0.01 for k in range(8)]
+        if s >= 17:
+            a[5] = float("nan")
+        items = [f"{x:.4f}" for x in a]
+        lines.append(f"iteration {s}: loss [{' '.join(items[:5])}\n {' '.join(items[5:])}]  lr 0.001")  # numpy wraps
+    log, steps, loss = _read(tmp_path, "\n".join(lines) + "\n")
+    assert steps == list(range(1, 21)) and loss[0] == pytest.approx(7.935, abs=1e-6)
+    assert np.isnan(loss[16]) and np.isfinite(loss[15])
+    assert any("arrays" in w and "mean" in w for w in log.metadata["warnings"])
+    assert _kinds(log).get("non_finite") == [17]
+    assert "lr" in log.series
+
+
+def test_an_unclosed_bracket_does_not_swallow_the_log(tmp_path):
+    text = "config: milestones=[30, 60,\n" + "".join(f"step {s} loss {2 - s / 100:.3f}\n" for s in range(1, 30))
+    _, steps, loss = _read(tmp_path, text)
+    assert steps == list(range(1, 30))
+
+
+# --- D: repr'd values ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("wrap", ["Array({v}, dtype=float32)", "DeviceArray({v}, dtype=float32)", "np.float32({v})",
+                                  "tensor({v}, device='cuda:0', grad_fn=<NllLossBackward0>)",
+                                  "tf.Tensor({v}, shape=(), dtype=float32)"])
+def test_values_in_the_reprs_of_tensor_libraries(tmp_path, wrap):
+    vals = [f"{9 - s * 0.1:.4f}" for s in range(1, 15)] + ["nan"] * 3
+    text = "".join(f"step {s * 10}: {{'loss': {wrap.format(v=v)}, 'lr': {wrap.format(v='0.001')}}}\n"
+                   for s, v in enumerate(vals, 1))
+    log, steps, loss = _read(tmp_path, text)
+    assert steps[0] == 10 and len(steps) == 17 and loss[0] == pytest.approx(8.9) and np.isnan(loss[-1])
+    assert log.metadata["text"]["loss"] == "loss"
+
+
+def test_a_pretty_printed_dict_one_key_per_line(tmp_path):
+    blocks = []
+    for s in range(1, 16):
+        v = "nan" if s > 12 else f"{6 - s * 0.1:.3f}"
+        blocks.append(f"{{'learning_rate': Array(0.001, dtype=float32),\n 'loss': Array({v}, dtype=float32),\n"
+                      f" 'step': {s * 100}}}")
+    log, steps, loss = _read(tmp_path, "Metrics:\n" + "\n".join(blocks) + "\n")
+    assert steps == [s * 100 for s in range(1, 16)] and loss[0] == pytest.approx(5.9) and np.isnan(loss[-1])
+    assert _kinds(log).get("non_finite") == [1300]

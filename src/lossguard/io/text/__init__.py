@@ -136,6 +136,9 @@ def read(path: Path, *, root: Path | None = None, step_key: str | None = None,
         builder.add_event(event)
     builder.metadata["text"] = explain_doc(scan, choice)
     warnings = choice.warnings + points.warnings
+    if scan.vectors:
+        warnings.append(f"{scan.vectors} value(s) printed as arrays of numbers are read as their mean "
+                        "(non-finite when any element is)")
     if warnings:
         builder.metadata["warnings"] = warnings
     return builder.build()

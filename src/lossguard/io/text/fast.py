@@ -133,6 +133,7 @@ def scan_file(path: Path) -> Scan:
             pos = m.end()
         if pos < len(text):
             _slow(scanner, text[pos:], line)
+    scanner.finish()
     return scanner.scan
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from .crash import crash_step
+from .join import Joiner, vector_means
 from .names import StepKind, is_ppl, loss_rank, step_kind
 from .normalise import normalise
 from .template import SPLIT, Template, parse, with_header
@@ -90,6 +91,8 @@ class Scan:
     crashes: list[Crash] = field(default_factory=list)
     lines: int = 0
     numeric_lines: int = 0
+    vectors: int = 0
+    """Values printed as arrays of numbers, read as their mean (:func:`.join.vector_means`)."""
 
 
 class Scanner:
@@ -101,41 +104,61 @@ class Scanner:
         self._tables: dict[tuple, Table] = {}
         self._header: tuple[Template, list[float], list[tuple[int, float]]] | None = None
         self._pending: tuple | None = None  # a row that inherited a bar's counter, until the bar's next redraw
+        self._joiner = Joiner()
         self._names: tuple[str, ...] | None = None  # the last table header (column names) seen
         self._named: dict[tuple, Template | None] = {}
 
     def feed(self, lines: Iterable[tuple[int, str]]) -> None:
         """Read ``(line number, text)`` pairs."""
         scan = self.scan
-        skeletons = self._skeletons
-        split = SPLIT.split
+        push = self._joiner.push
         for number, raw in lines:
             scan.lines += 1
             text, rank = normalise(raw)
             if rank:  # a rank prefix other than 0: rank 0 prints the same progress
                 continue
-            pieces = split(text)
-            if len(pieces) < 3:
-                if _TABLE_HEADER.match(text):
-                    self._table_header(text)
-                continue
-            skeleton = "\0".join(pieces[0::2])
-            tpl = skeletons.get(skeleton)
-            if tpl is None:
-                if len(skeletons) > MAX_SKELETONS:
-                    skeletons.clear()
-                tpl = skeletons[skeleton] = parse(pieces)
-            if tpl.errorish:
-                self._crash(number, text)
-            if not tpl.kept:
-                continue
-            if tpl.columns and self._names is not None:
-                tpl = self._name_columns(tpl)
-            nums = pieces[1::2]
-            totals = [(j, float(nums[i])) for j, i in tpl.totals] if tpl.totals else ()
-            table = self.record(tpl, [float(nums[i]) for i in tpl.kept], totals, number, text)
-            if table is not None and table.raw is None:
-                table.raw = raw
+            if self._joiner.pending or "[" in text or "{" in text:
+                for first, record in push(number, text):
+                    self._line(first, record, raw if record is text else None)
+            else:
+                self._line(number, text, raw)
+
+    def finish(self) -> None:
+        """Read what is still held: a record left open by the last lines (a bracket never closed)."""
+        for first, record in self._joiner.flush():
+            self._line(first, record, None)
+
+    def _line(self, number: int, text: str, raw: str | None) -> None:
+        """Read one line (or glued record) of normalised text; ``raw`` is the line as in the file,
+        None when the text was glued or rewritten."""
+        if "[" in text:
+            text, vectors = vector_means(text)
+            if vectors:
+                self.scan.vectors += vectors
+                raw = None
+        pieces = SPLIT.split(text)
+        if len(pieces) < 3:
+            if _TABLE_HEADER.match(text):
+                self._table_header(text)
+            return
+        skeletons = self._skeletons
+        skeleton = "\0".join(pieces[0::2])
+        tpl = skeletons.get(skeleton)
+        if tpl is None:
+            if len(skeletons) > MAX_SKELETONS:
+                skeletons.clear()
+            tpl = skeletons[skeleton] = parse(pieces)
+        if tpl.errorish:
+            self._crash(number, text)
+        if not tpl.kept:
+            return
+        if tpl.columns and self._names is not None:
+            tpl = self._name_columns(tpl)
+        nums = pieces[1::2]
+        totals = [(j, float(nums[i])) for j, i in tpl.totals] if tpl.totals else ()
+        table = self.record(tpl, [float(nums[i]) for i in tpl.kept], totals, number, text)
+        if table is not None and table.raw is None and raw is not None:
+            table.raw = raw
 
     def _table_header(self, text: str) -> None:
         """Remember a line of column names when one names a counter or a loss (not any short prose)."""
@@ -222,6 +245,7 @@ def scan_lines(lines: Iterable[tuple[int, str]]) -> Scan:
     """One pass over ``(line number, text)`` pairs."""
     scanner = Scanner()
     scanner.feed(lines)
+    scanner.finish()
     return scanner.scan
 
 

@@ -25,7 +25,10 @@ SPLIT = re.compile(r"(?<![\w.])([-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![
 """Splits a line into text pieces and numbers (``nan``, ``inf``, ``Infinity`` included)."""
 
 _UNIT = re.compile(r"^(?:%|[A-Za-zµ]{1,5}(?:/[A-Za-z]{1,5})?)(?=$|[\s,;|()\]}'\"<>-])")
-_OPENERS = re.compile(r"(?:\s*(?:tensor\(|np\.float\d*\(|array\(|[\[({<'\"]))+\s*$")
+_OPENERS = re.compile(r"(?:\s*(?:(?:(?:np|jnp|numpy|torch|jax\.numpy|tf)\.)?(?:tensor|(?:Device|Shaped|Concrete)?Array|"
+                      r"array|float(?:16|32|64)?|bfloat16|Tensor)\(|[\[({<'\"]))+\s*$", re.I)
+"""What wraps a printed value: brackets, quotes and the reprs of tensor libraries (``tensor(``,
+``Array(`` / ``DeviceArray(`` of JAX, ``np.float32(``, ``tf.Tensor(``)."""
 _SEPARATOR = re.compile(r"\s*(?:\||,|;|:|\t|\s-{1,2}\s|\s{2,}|[\]}]|\{|\[|>>|»|•|\((?=[^)]*$))\s*")
 _QUOTES = str.maketrans("", "", "'\"`")
 _DEVICE = re.compile(r"(?:^|\W)(?:cuda|xla|mps|npu|xpu|gpu)$", re.I)
@@ -121,7 +124,7 @@ def label_of(text: str) -> str:
     """The label a text piece gives the number right after it (``""`` when none)."""
     stripped = text.rstrip()
     t = _OPENERS.sub("", stripped)
-    if t != stripped and not t.strip() and stripped.endswith("tensor("):
+    if t != stripped and not t.strip() and stripped.lower().endswith("tensor("):
         return "tensor"  # a bare print(loss): "tensor(2.3456, device='cuda:0')"
     t = t.rstrip(" :=\t'\"").translate(_QUOTES)
     bracketed = _BRACKETED.search(t)
