@@ -160,3 +160,35 @@ def test_a_pretty_printed_dict_one_key_per_line(tmp_path):
     log, steps, loss = _read(tmp_path, "Metrics:\n" + "\n".join(blocks) + "\n")
     assert steps == [s * 100 for s in range(1, 16)] and loss[0] == pytest.approx(5.9) and np.isnan(loss[-1])
     assert _kinds(log).get("non_finite") == [1300]
+
+
+# --- G: short pastes -------------------------------------------------------------------------------
+
+def _short(tmp_path: Path, values, name: str):
+    text = "".join(f"Epoch {i}/{len(values)}\n100/100 [======] - 3s - loss: {v}\n"
+                   for i, v in enumerate(values, 1))
+    log, _, _ = _read(tmp_path, text, name)
+    alarms = [i for i in analyze(log).incidents if str(getattr(i.severity, "value", i.severity)) != "info"]
+    return {(i.kind.value, int(i.onset)) for i in alarms}
+
+
+@pytest.mark.parametrize("values, kind, step", [
+    ([2.2, 1.9, 1.70, 11.46, 11.5, 11.47, 11.49, 11.46, 11.48, 11.5, 11.47], "spike_no_recovery", 4),
+    ([1.70, 11.46, 11.46, 11.47, 11.46, 11.46, 11.46, 11.46, 11.46], "spike_no_recovery", 2),
+    ([2.3, 2.2, 2.1, 2.0, 1.9, "nan"], "non_finite", 6),
+    ([0.69, 0.69, 0.69, 0.69, 0.69, 0.69, "nan", "nan"], "non_finite", 7),
+    ([2.0, 1.9, 1.95, 2.3, 2.9, 3.8, 5.0, 7.0], "divergence", 2),
+])
+def test_short_pastes_report_their_event(tmp_path, values, kind, step):
+    assert (kind, step) in _short(tmp_path, values, "event.txt")
+
+
+@pytest.mark.parametrize("values", [
+    [5.2, 4.1, 3.6, 3.3, 3.1, 3.0, 2.95, 2.9],
+    [5.2, 4.1, 3.6, 3.7, 3.3, 3.4, 3.1, 3.0],
+    [2.3, 2.5, 2.2, 2.4, 2.1, 2.3, 2.0],
+    [0.693, 0.69, 0.688, 0.69, 0.687, 0.689],
+    [1.2, 0.8, 0.6, 0.5, 0.45, 0.42, 0.40, 0.39, 0.38, 0.38, 0.37, 0.37, 0.36, 0.36, 0.35],
+])
+def test_healthy_short_pastes_raise_no_alarm(tmp_path, values):
+    assert _short(tmp_path, values, "healthy.txt") == set()
