@@ -192,3 +192,17 @@ def test_short_pastes_report_their_event(tmp_path, values, kind, step):
 ])
 def test_healthy_short_pastes_raise_no_alarm(tmp_path, values):
     assert _short(tmp_path, values, "healthy.txt") == set()
+
+
+def test_a_header_names_the_leading_cells_of_rows_that_end_in_a_bar(tmp_path):
+    lines = []
+    for e in range(1, 4):
+        lines.append("     Epoch   gpu_mem   box_loss   obj_loss  Instances")
+        for b in range(1, 11):
+            v = 9.0 / (1 + (e - 1) * 10 + b)
+            lines.append(f"     {e}/3     2.1G    {v:8.4g}     0.5123        {16 + b}:  {b * 10}%|###   | {b}/10 "
+                         f"[00:0{b % 10}<00:10,  5.1it/s]")
+    log, steps, loss = _read(tmp_path, "\n".join(lines) + "\n")
+    assert log.metadata["text"]["loss"] == "box_loss" and steps[:2] == [1, 2] and steps[-1] == 30
+    assert loss[0] == pytest.approx(4.5, rel=1e-3)
+    assert "obj_loss" in log.metadata["text"]["other_losses"]

@@ -31,8 +31,6 @@ KNOWN_GAPS = {
     "torchtune__console_spike.log": "the step is the middle of '1|12|Loss: X' in the bar's description: unlabelled",
     "open_clip__healthy.log": "open_clip counts samples ('[ 40960/819200'): the step needs the batch size",
     "open_clip__spike.log": "same as open_clip__healthy.log",
-    "ultralytics__classify_healthy.log": "ultralytics prints a column header row, then rows of values under it",
-    "ultralytics__classify_spike.log": "same as ultralytics__classify_healthy.log",
     # pastes corpus
     "tf-slim__2.txt": "analyser: the spike at 319 is named spike_no_recovery at 327 (outside the margin)",
     "deepspeech-pytorch__1.txt": "analyser: a fast spike called on 10 noisy points of a healthy paste",

@@ -77,47 +77,79 @@ class Template:
     key: tuple
     evaluation: bool
     skeleton: str
-    columns: tuple[int, ...] = ()
-    """For a line of numbers only: the column (between ``,``/whitespace separators) of each kept
-    number, so a table header (``epoch  train_loss  valid_loss``) can name them."""
+    columns: tuple[tuple[int, int, bool], ...] = ()
+    """The line's leading cells (between ``,``/whitespace separators): (number position, column, a
+    ``/`` total follows) for each number in them, so a table header (``epoch  train_loss  valid_loss``,
+    ultralytics' ``Epoch GPU_mem loss Instances Size``) can name them."""
 
 
 _COLUMN_BREAK = re.compile(r"[\s,;|]")
 
 
+def _cells(texts: list[str], units: list[str], n: int, *, whole: bool) -> tuple[tuple[int, int, bool], ...]:
+    """(number position, column, followed by ``/``) for the numbers of the line's leading cells.
+
+    Cells are separated by whitespace, ``,``, ``;`` or ``|``; a unit (``3.41G``) or an ``N/M`` stays
+    in its cell. With ``whole`` (a line of numbers only) every number is in a cell; otherwise the
+    cells end at the first other text (ultralytics' ``224:   1%|...`` bar after the row)."""
+    if texts[0].strip():
+        return ()
+    out, col = [], 0
+    for i in range(n):
+        after = texts[i + 1][len(units[i]):]
+        slash = after.strip() == "/" and i + 1 < n
+        out.append((i, col, slash))
+        if slash:
+            continue
+        if i + 1 < n and (_COLUMN_BREAK.search(after) if whole else after and not after.strip()):
+            col += 1
+        elif not whole:
+            break
+    return tuple(out)
+
+
 def _positional(texts: list[str], n: int, keep: tuple[int, ...] | None = None) -> Template:
     """A line of numbers only (a CSV pasted without its header, ``76930 2.6496577``): columns ``#1``, ``#2``...
 
-    ``keep`` (default: every number) are the numbers kept; each gets the column it sits in, counted
-    by the separators (``,``, whitespace, ``|``) between numbers (``00:12`` is one column of two numbers)."""
-    col, columns = 0, []
-    for i in range(n):
-        if i and _COLUMN_BREAK.search(texts[i]):
-            col += 1
-        columns.append(col)
+    ``keep`` (default: every number) are the numbers kept, as ``#1``, ``#2`` in order."""
     keep = tuple(range(n)) if keep is None else keep
     labels = tuple(f"#{k + 1}" for k in range(len(keep)))
     kinds = (None,) * len(keep)
+    cells = _cells(texts, [""] * n, n, whole=True) if len(keep) == n else ()
     return Template(kept=keep, labels=labels, kinds=kinds, totals=(), header=False, errorish=False,
                     key=(tuple(zip(labels, kinds)), ()), evaluation=False,
-                    skeleton="#".join(t.strip() for t in texts).strip(), columns=tuple(columns[i] for i in keep))
+                    skeleton="#".join(t.strip() for t in texts).strip(), columns=cells)
 
 
 def with_header(tpl: Template, names: tuple[str, ...]) -> Template | None:
-    """A line of numbers only, its columns named by a table header (``epoch train_loss valid_loss``),
-    or None when the header has another number of columns. A column of several numbers (a ``00:12``
-    time) is not kept."""
-    if not tpl.columns or tpl.columns[-1] + 1 != len(names):
+    """A line whose leading cells are named by a table header (``epoch train_loss valid_loss``), or
+    None when the header has another number of columns. A cell ``N/M`` is a counter with its total;
+    a cell of other several numbers (a ``00:12`` time) is not kept; numbers after the cells keep the
+    labels of the line's own template."""
+    if not tpl.columns or tpl.columns[-1][1] + 1 != len(names):
         return None
-    counts: dict[int, int] = {}
-    for c in tpl.columns:
-        counts[c] = counts.get(c, 0) + 1
-    keep = [(i, c) for i, c in zip(tpl.kept, tpl.columns) if counts[c] == 1]
-    labels = tuple(names[c] for _, c in keep)
-    kinds = tuple(step_kind(lab) for lab in labels)
-    return Template(kept=tuple(i for i, _ in keep), labels=labels, kinds=kinds, totals=(), header=False,
-                    errorish=False, key=(tuple(zip(labels, kinds)), ("table",)), evaluation=False,
-                    skeleton=" ".join(names))
+    cells: dict[int, list[tuple[int, bool]]] = {}
+    for pos, col, slash in tpl.columns:
+        cells.setdefault(col, []).append((pos, slash))
+    named: dict[int, tuple[str, StepKind | None, int | None]] = {}
+    for col, nums in cells.items():
+        name = names[col]
+        if len(nums) == 1:
+            named[nums[0][0]] = (name, step_kind(name), None)
+        elif len(nums) == 2 and nums[0][1]:  # "1/6": the epoch out of 6
+            named[nums[0][0]] = (name, step_kind(name) or StepKind.BATCH, nums[1][0])
+    in_cells = {pos for pos, _, _ in tpl.columns}
+    total_of = {tpl.kept[j]: at for j, at in tpl.totals}
+    for j, pos in enumerate(tpl.kept):
+        if pos not in in_cells:
+            named[pos] = (tpl.labels[j], tpl.kinds[j], total_of.get(pos))
+    kept = tuple(sorted(named))
+    labels = tuple(named[p][0] for p in kept)
+    kinds = tuple(named[p][1] for p in kept)
+    totals = tuple((j, named[p][2]) for j, p in enumerate(kept) if named[p][2] is not None)
+    return Template(kept=kept, labels=labels, kinds=kinds, totals=totals, header=False, errorish=False,
+                    key=(tuple(zip(labels, kinds)), ("table",)), evaluation=False,
+                    skeleton=" ".join(names) + " | " + tpl.skeleton)
 
 
 def label_of(text: str) -> str:
@@ -187,6 +219,9 @@ def parse(pieces: list[str]) -> Template:
         bare = tuple(i for i in range(n) if not units[i] and not label_of(rest[i]))
         if len(bare) >= 2:
             return _positional(texts, n, bare)
+    columns = _cells(texts, units, n, whole=False) if not texts[0].strip() else ()
+    if len(columns) < 2:
+        columns = ()
     # A record header: counters and no loss (OLMo-core's "[step=10/1500,epoch=1,eta=47m11s]" also
     # prints an ETA; a bare tqdm bar its rate). A line that prints a loss is a record of its own.
     header = any(k is not None for k in kinds) and not any(
@@ -196,5 +231,5 @@ def parse(pieces: list[str]) -> Template:
     return Template(kept=tuple(kept), labels=tuple(labels), kinds=tuple(kinds), totals=tuple(totals),
                     header=header, errorish=bool(_ERRORISH.search("".join(texts))), key=key,
                     evaluation=any(w in _EVALUATION for w in lead),
-                    skeleton="#".join(t.strip() if len(t) < 200 else t[:200] for t in texts).strip())
+                    skeleton="#".join(t.strip() if len(t) < 200 else t[:200] for t in texts).strip(), columns=columns)
 
