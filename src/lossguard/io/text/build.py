@@ -149,8 +149,9 @@ def build(scan: Scan, choice: Choice) -> Points:
     repeated = 0
     for name, chunks in metrics.items():
         seg, step, val, line, place = (np.concatenate([c[i] for c in chunks]) for i in range(5))
-        idx = np.lexsort((place, step, seg))
-        seg, step, val, line = seg[idx], step[idx], val[idx], line[idx]
+        if len(chunks) > 1 or not (np.all(np.diff(step) > 0) and np.all(seg == seg[0])):
+            idx = np.lexsort((place, step, seg))  # already in order in a plain run: no sort
+            seg, step, val, line = seg[idx], step[idx], val[idx], line[idx]
         last = np.ones(len(step), dtype=bool)
         last[:-1] = (seg[1:] != seg[:-1]) | (step[1:] != step[:-1])
         if name == LOSS:
