@@ -206,3 +206,25 @@ def test_a_header_names_the_leading_cells_of_rows_that_end_in_a_bar(tmp_path):
     assert log.metadata["text"]["loss"] == "box_loss" and steps[:2] == [1, 2] and steps[-1] == 30
     assert loss[0] == pytest.approx(4.5, rel=1e-3)
     assert "obj_loss" in log.metadata["text"]["other_losses"]
+
+
+# --- round-2 corpus gaps, general rules ------------------------------------------------------------
+
+def test_a_bracket_of_labelled_values_takes_the_outer_label(tmp_path):
+    lines = [f"Epoch: [{e}]  [{b:>3}/200]  lr: 0.0001  mask_loss: [local: {0.9 - (e * 200 + b) / 2000:.4f} | "
+             f"reduced: 0.7000]  time: 0.48" for e in range(2) for b in range(0, 200, 20)]
+    log, steps, loss = _read(tmp_path, "\n".join(lines) + "\n")
+    assert log.metadata["text"]["loss"] == "mask_loss" and steps[:2] == [0, 20] and steps[-1] == 380
+    assert loss[1] == pytest.approx(0.89)
+
+
+def test_epoch_counters_count_from_the_first_epoch_in_view_in_both_readers(tmp_path):
+    from lossguard.io import text
+
+    lines = [f"2024/01/02 10:00:0{b % 10} - mmengine - INFO - Epoch(train) [{e}][{b}/300]  lr: 1.0e-04  "
+             f"eta: 1 day, 2:03:04  time: 0.5  loss: {0.5 - b / 10000:.4f}" for e in (52, 53) for b in (100, 200, 300)]
+    path = tmp_path / "mm.txt"
+    path.write_text("\n".join(lines) + "\n")
+    want = [100, 200, 300, 400, 500, 600]
+    assert read_log(path).live("loss")[0].tolist() == want  # the known-tool reader that claims it
+    assert text.read(path).live("loss")[0].tolist() == want  # the grammar

@@ -34,13 +34,8 @@ KNOWN_GAPS = {
     # pastes corpus
     "tf-slim__2.txt": "analyser: the spike at 319 is named spike_no_recovery at 327 (outside the margin)",
     "deepspeech-pytorch__1.txt": "analyser: a fast spike called on 10 noisy points of a healthy paste",
-    "sockeye__1.txt": "only a perplexity is printed: read as log(ppl) (the issue's rule); the manifest holds the ppl",
-    "sockeye__2.txt": "same as sockeye__1.txt",
     "tf-od-api-v2__1.txt": "analyser: divergence found from 200, the manifest says 700",
     "yolact__1.txt": "the loss is the column 'T' (total) among B, C, M, S: no name says so (--loss-key T reads it)",
-    "metriclogger__1.txt": "the loss is nested, 'predict_loss: [local: X | reduced: Y]': read as 'local'",
-    "mmengine__1.txt": "read by the pasted reader as (epoch - 1) x iters + iter; the manifest counts from the "
-                       "first epoch in view",
     "waveglow__1.txt": "custom print whose step the grammar does not pair with the loss",
 }
 

@@ -16,7 +16,8 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|\x1b\]\d*;[^\x07\x1b
 # Prefixes a logger or launcher writes before the message, repeated as long as one matches.
 _PREFIX = re.compile(
     r"^\s*(?:"
-    r"\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?"  # ISO timestamp
+    r"\[?\d{4}([-/])\d\d\1\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?"  # ISO (or 2023/06/09) timestamp
+    r"|[\w.]+\s+-\s+(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+-"  # "mmengine - INFO -": logger name, level
     r"|\[?\d\d:\d\d:\d\d(?:[.,]\d+)?\]?"  # a clock time alone
     r"|[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+\s+[\w./-]+:\d+\]"  # absl / glog
     r"|\[?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|NOTICE)\]?(?=[\s:|\]-])"  # a level

@@ -37,6 +37,9 @@ _WORD = re.compile(r"[A-Za-z]{2,}")
 _EVALUATION = frozenset({"val", "valid", "validation", "eval", "evaluation", "evaluating", "test", "testing"})
 _LETTER = re.compile(r"[^\W\d_]")
 _ERRORISH = re.compile(r"error|exception|abort|found|detected|encountered|diverg", re.I)
+_NESTED = re.compile(r"(?:^|[\s,|])([A-Za-z_][\w/.-]*)\s*[:=]\s*\[\s*[A-Za-z_]\w*\s*[:=]\s*$")
+"""A label opening a bracket of labelled values (MetricLogger's ``predict_loss: [local: X | reduced: Y]``):
+the first value is read under the outer label, the others as ``outer inner``."""
 MAX_LABEL_WORDS = 4
 """Longer labels are prose: only their last words are kept (``... and the loss`` -> ``and the loss``)."""
 
@@ -187,10 +190,18 @@ def parse(pieces: list[str]) -> Template:
     kinds: list[StepKind | None] = []
     totals: list[tuple[int, int]] = []
     skip = set()
+    nest = None  # the label of an open "k: [a: v | b: w]" group
     for i in range(n):
         if i in skip:
             continue
         label = label_of(rest[i])
+        outer = _NESTED.search(rest[i])
+        if outer is not None:  # "predict_loss: [local: 0.67 | reduced: 0.69]": the first is the value
+            label = nest = outer.group(1).strip()
+        elif nest is not None and label:
+            label = f"{nest} {label}"
+        if nest is not None and "]" in rest[i + 1]:
+            nest = None
         after = rest[i + 1].strip().lower() if i + 1 < n else ""
         counter = i + 1 < n and after in ("/", "of") and not units[i]
         if counter:
