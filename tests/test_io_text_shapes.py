@@ -228,3 +228,10 @@ def test_epoch_counters_count_from_the_first_epoch_in_view_in_both_readers(tmp_p
     want = [100, 200, 300, 400, 500, 600]
     assert read_log(path).live("loss")[0].tolist() == want  # the known-tool reader that claims it
     assert text.read(path).live("loss")[0].tolist() == want  # the grammar
+
+
+def test_a_bar_cut_short_is_not_glued_to_the_lines_after_it(tmp_path):
+    text = "Epoch 0:  45%|####5     | 450/1000 [00:12<00:15, 36.5it/s, loss=2.34\n"
+    text += "".join(f"  step {s} loss {2 - s / 100:.3f}\n" for s in range(1, 30))
+    _, steps, _ = _read(tmp_path, text)
+    assert steps == list(range(1, 30))

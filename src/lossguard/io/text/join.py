@@ -28,6 +28,16 @@ _ITEM = re.compile(_NUM, re.I)
 _CONTINUES = re.compile(r"^(?:\s|['\"\]}),]|" + _NUM + r")", re.I)
 
 
+_OPEN_TAIL = re.compile(r"[\[{][-+\w.'\":,\s()=]*$")
+"""What may follow the bracket left open: numbers, names, quotes, ``:``, ``,``, ``=`` and reprs' parentheses
+(a dict entry, array elements), not a progress bar's ``[00:12<00:15, 36.5it/s`` cut short."""
+
+
+def opens(text: str) -> bool:
+    """True when ``text`` leaves a ``[`` or ``{`` open on an array's elements or a dict's entries."""
+    return unbalanced(text) and _OPEN_TAIL.search(text) is not None
+
+
 def unbalanced(text: str) -> bool:
     """True when ``text`` leaves a ``[`` or ``{`` open."""
     return text.count("[") > text.count("]") or text.count("{") > text.count("}")
@@ -68,7 +78,7 @@ class Joiner:
     def push(self, number: int, text: str) -> list[tuple[int, str]]:
         """The records ready after reading one line."""
         if self._open is None:
-            if ("[" in text or "{" in text) and unbalanced(text):
+            if ("[" in text or "{" in text) and opens(text):
                 self._open = (number, [text.rstrip()])
                 return []
             return [(number, text)]
