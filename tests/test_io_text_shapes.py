@@ -235,3 +235,10 @@ def test_a_bar_cut_short_is_not_glued_to_the_lines_after_it(tmp_path):
     text += "".join(f"  step {s} loss {2 - s / 100:.3f}\n" for s in range(1, 30))
     _, steps, _ = _read(tmp_path, text)
     assert steps == list(range(1, 30))
+
+
+def test_a_stop_line_without_a_step_is_a_nan_at_the_next_step_of_epoch_batches(tmp_path):
+    lines = [f"Epoch: [{e}]  [{b:>3}/100]  lr: 0.001  loss: {3 - (e * 100 + b) / 1000:.4f} (3.0)"
+             for e in range(2) for b in range(0, 100, 10)]
+    log, steps, loss = _read(tmp_path, "\n".join(lines + ["Loss is nan, stopping training"]) + "\n")
+    assert steps[-2:] == [190, 200] and np.isnan(loss[-1]) and np.all(np.isfinite(loss[:-1]))

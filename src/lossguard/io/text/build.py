@@ -213,10 +213,12 @@ def _per_epoch(parts, raw: np.ndarray) -> int:
 def _crash_point(scan: Scan, choice: Choice, points: Points) -> None:
     """A crash line naming a NaN/Inf after the last loss line: a non-finite loss at its step (the
     step after the last one logged when the line names none)."""
-    if LOSS not in points.metrics or not scan.crashes or choice.rule is StepRule.EPOCH_BATCH:
+    if LOSS not in points.metrics or not scan.crashes:
         return
     seg, step, val, line = points.metrics[LOSS]
     crash = scan.crashes[-1]
+    if choice.rule is StepRule.EPOCH_BATCH and crash.step is not None:
+        return  # a step named in a crash line is in one counter, not in epoch x batches + batch
     if crash.line <= int(line.max()):
         return
     last_seg = int(seg.max())

@@ -18,6 +18,7 @@ import enum
 import re
 from dataclasses import dataclass
 
+from .crash import ERRORISH as _ERRORISH
 from .names import StepKind, is_ppl, loss_rank, step_kind
 
 SPLIT = re.compile(r"(?<![\w.])([-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\d.])|"
@@ -36,7 +37,6 @@ _BRACKETED = re.compile(r"\[\s*([A-Za-z_][\w /.-]*?)\s*\]$")
 _WORD = re.compile(r"[A-Za-z]{2,}")
 _EVALUATION = frozenset({"val", "valid", "validation", "eval", "evaluation", "evaluating", "test", "testing"})
 _LETTER = re.compile(r"[^\W\d_]")
-_ERRORISH = re.compile(r"error|exception|abort|found|detected|encountered|diverg", re.I)
 _NESTED = re.compile(r"(?:^|[\s,|])([A-Za-z_][\w/.-]*)\s*[:=]\s*\[\s*[A-Za-z_]\w*\s*[:=]\s*$")
 """A label opening a bracket of labelled values (MetricLogger's ``predict_loss: [local: X | reduced: Y]``):
 the first value is read under the outer label, the others as ``outer inner``."""
