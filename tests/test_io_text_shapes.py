@@ -242,3 +242,9 @@ def test_a_stop_line_without_a_step_is_a_nan_at_the_next_step_of_epoch_batches(t
              for e in range(2) for b in range(0, 100, 10)]
     log, steps, loss = _read(tmp_path, "\n".join(lines + ["Loss is nan, stopping training"]) + "\n")
     assert steps[-2:] == [190, 200] and np.isnan(loss[-1]) and np.all(np.isfinite(loss[:-1]))
+
+
+def test_a_counter_glued_to_its_number_by_an_underscore(tmp_path):
+    text = "".join(f"iter_{s}:\tloss_{-3 - s / 1000:.6f}\n" for s in range(100, 400, 20))
+    _, steps, loss = _read(tmp_path, text)
+    assert steps[0] == 100 and steps[-1] == 380 and loss[0] == pytest.approx(-3.1)

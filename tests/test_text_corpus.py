@@ -35,7 +35,6 @@ KNOWN_GAPS = {
     "deepspeech-pytorch__1.txt": "analyser: a fast spike called on 10 noisy points of a healthy paste",
     "tf-od-api-v2__1.txt": "analyser: divergence found from 200, the manifest says 700",
     "yolact__1.txt": "the loss is the column 'T' (total) among B, C, M, S: no name says so (--loss-key T reads it)",
-    "waveglow__1.txt": "custom print whose step the grammar does not pair with the loss",
 }
 
 

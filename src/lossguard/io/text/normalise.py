@@ -26,6 +26,9 @@ _PREFIX = re.compile(
     r")\s*[:|\-]?\s*")
 _RANK = re.compile(r"^\s*\[(?:rank|default)\s*(\d+)\]:?")
 _QUOTE = re.compile(r"^(?:\s*>)+\s?")
+_GLUED = re.compile(r"(?i)\b(step|steps|iter|iteration|epoch|loss|batch)_(?=[-+]?(?:\d|nan\b|inf))")
+"""A counter or loss name glued to its number by ``_`` (``step_78540:\tloss_-4.06``, a custom print):
+the ``_`` is read as a space, as a person reads it."""
 
 
 def strip_ansi(text: str) -> str:
@@ -44,6 +47,8 @@ def normalise(line: str) -> tuple[str, int | None]:
         line = _QUOTE.sub("", line)
     if "`" in line:
         line = line.replace("`", " ")
+    if "_" in line:
+        line = _GLUED.sub(r"\1 ", line)
     rank = None
     m = _RANK.match(line)
     if m is not None:
