@@ -248,3 +248,15 @@ def test_a_counter_glued_to_its_number_by_an_underscore(tmp_path):
     text = "".join(f"iter_{s}:\tloss_{-3 - s / 1000:.6f}\n" for s in range(100, 400, 20))
     _, steps, loss = _read(tmp_path, text)
     assert steps[0] == 100 and steps[-1] == 380 and loss[0] == pytest.approx(-3.1)
+
+
+def test_leading_counters_joined_by_pipes_the_one_counting_up_is_the_step(tmp_path):
+    lines = []
+    step = 0
+    for epoch in (1, 2, 3):
+        for b in range(1, 41):
+            step += 1
+            lines.append(f"\r{epoch}|{step}|Loss: {5 - step / 100:.4f}:  {b * 2}%|#  | {b}/40 [00:01<00:10, 2.1it/s]")
+    log, steps, loss = _read(tmp_path, "".join(lines) + "\n")
+    assert steps == list(range(1, 121)) and loss[0] == pytest.approx(4.99)
+    assert log.metadata["text"]["step"] == "#2"

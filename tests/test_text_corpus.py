@@ -27,7 +27,6 @@ KNOWN_GAPS = {
     "hf_trainer_v5__tqdm_spike.log": "transformers v5 dicts: claimed by the pasted reader, which finds no line of its own",
     "hf_trainer_v5__printer_nan.log": "transformers v5 printer: numbered by order (no counter the grammar pairs)",
     "litgpt_finetune__level_shift.log": "analyser: the level shift at 338 is named spike_no_recovery",
-    "torchtune__console_spike.log": "the step is the middle of '1|12|Loss: X' in the bar's description: unlabelled",
     "open_clip__healthy.log": "open_clip counts samples ('[ 40960/819200'): the step needs the batch size",
     "open_clip__spike.log": "same as open_clip__healthy.log",
     # pastes corpus

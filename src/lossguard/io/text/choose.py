@@ -226,6 +226,9 @@ def _step(tables: list[Table], step_key: str | None) -> tuple[StepRule, tuple[st
     for kind in (StepKind.BATCH, StepKind.EPOCH):
         pick = [lab for lab in ranked if good[lab] is kind]
         if pick:
+            # Of several batch counters, the one that never goes back and is new on every line (a
+            # global count beside a per-epoch bar and an epoch number printed as bare "N|M|").
+            pick.sort(key=lambda lab: (_restarts(cols[lab][1]), not _unique(cols[lab][1])))
             return StepRule.LABEL, (labels[pick[0]],), seen
     return StepRule.ORDER, (), seen
 
@@ -241,6 +244,11 @@ def _at_total(tables: list[Table], label: str) -> bool:
                     return False
                 seen = True
     return seen
+
+
+def _restarts(vs: list[np.ndarray]) -> int:
+    """How often a counter goes back, over the loss tables that print it."""
+    return int(sum(np.sum(np.diff(v) < 0) for v in vs))
 
 
 def _unique(vs: list[np.ndarray]) -> bool:

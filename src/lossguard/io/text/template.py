@@ -191,6 +191,7 @@ def parse(pieces: list[str]) -> Template:
     totals: list[tuple[int, int]] = []
     skip = set()
     nest = None  # the label of an open "k: [a: v | b: w]" group
+    piped = -1  # the next position of a leading "N|M|" chain of counters
     for i in range(n):
         if i in skip:
             continue
@@ -203,12 +204,17 @@ def parse(pieces: list[str]) -> Template:
         if nest is not None and "]" in rest[i + 1]:
             nest = None
         after = rest[i + 1].strip().lower() if i + 1 < n else ""
-        counter = i + 1 < n and after in ("/", "of") and not units[i]
+        counter = slash = i + 1 < n and after in ("/", "of") and not units[i]
         if counter:
             skip.add(i + 1)
         elif (i == 0 and not label and rest[0].strip() in ("", "[", "(") and rest[1][:1] in (":", "]", ")")
               and not units[0]):
             counter = True  # a leading "N: ..." or "[N] ..." (accelerate's examples, CLU's writer, custom prints)
+        elif not label and not units[i] and rest[i + 1][:1] == "|" and (i == 0 and not rest[0].strip() or piped == i):
+            # Leading integers joined by "|" ("1|12|Loss: 2.34", torchtune's bar description): counters
+            # "#1", "#2", ...; the one that counts up on every line is taken as the step (choose.py).
+            piped = i + 1
+            label, counter = f"#{i + 1}", True
         elif not label:
             continue  # a clock time, a percentage, a running average in parentheses
         if label in ("(", ")") or _DEVICE.search(label):
@@ -218,7 +224,7 @@ def parse(pieces: list[str]) -> Template:
                     or StepKind.BATCH)
         else:
             kind = None if units[i] else step_kind(label)
-        if counter:
+        if slash:  # only an "N/M" or "N of M" counter prints its total (a leading "N:" does not)
             totals.append((len(kept), i + 1))
         kept.append(i)
         labels.append(label)
