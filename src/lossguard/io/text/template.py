@@ -196,7 +196,7 @@ def parse(pieces: list[str]) -> Template:
         if i in skip:
             continue
         label = label_of(rest[i])
-        outer = _NESTED.search(rest[i])
+        outer = _NESTED.search(rest[i]) if "[" in rest[i] else None
         if outer is not None:  # "predict_loss: [local: 0.67 | reduced: 0.69]": the first is the value
             label = nest = outer.group(1).strip()
         elif nest is not None and label:
