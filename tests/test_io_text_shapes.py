@@ -260,3 +260,11 @@ def test_leading_counters_joined_by_pipes_the_one_counting_up_is_the_step(tmp_pa
     log, steps, loss = _read(tmp_path, "".join(lines) + "\n")
     assert steps == list(range(1, 121)) and loss[0] == pytest.approx(4.99)
     assert log.metadata["text"]["step"] == "#2"
+
+
+def test_transformers_5_dicts_of_quoted_numbers(tmp_path):
+    head = "TrainingArguments(output_dir='out', logging_steps=5, learning_rate=2e-05)\n"
+    rows = "".join(f"{{'loss': '{'nan' if k > 8 else f'{3 - k / 10:.4g}'}', 'grad_norm': '1.2', "
+                   f"'learning_rate': '1.9e-05', 'epoch': '{k / 100:.4g}'}}\n" for k in range(1, 11))
+    log, steps, loss = _read(tmp_path, head + rows)
+    assert steps == list(range(5, 55, 5)) and loss[0] == pytest.approx(2.9) and np.isnan(loss[-1])

@@ -24,8 +24,6 @@ KNOWN_GAPS = {
     "nemo_bar__divergence.log": "the manifest takes the bar's N; the grammar the printed global_step (N - 1)",
     "nemo_bar__healthy.log": "same as nemo_bar__divergence.log",
     "keras2__terminal_nan.log": "one point short (510 of 511): TerminateOnNaN's last 'N/N ... loss: nan' redraw",
-    "hf_trainer_v5__tqdm_spike.log": "transformers v5 dicts: claimed by the pasted reader, which finds no line of its own",
-    "hf_trainer_v5__printer_nan.log": "transformers v5 printer: numbered by order (no counter the grammar pairs)",
     "litgpt_finetune__level_shift.log": "analyser: the level shift at 338 is named spike_no_recovery",
     "open_clip__healthy.log": "open_clip counts samples ('[ 40960/819200'): the step needs the batch size",
     "open_clip__spike.log": "same as open_clip__healthy.log",

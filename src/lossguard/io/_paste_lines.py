@@ -84,7 +84,9 @@ class PastedLine:
 
 
 _HF_DICT = re.compile(r"\{\s*'[^']+'\s*:[^{}]*\}")
-_HF_PAIR = re.compile(r"'([^']+)'\s*:\s*(?:tensor\(\s*)?(" + _NUM + r")")
+_HF_PAIR = re.compile(r"'([^']+)'\s*:\s*(?:tensor\(\s*|')?(" + _NUM + r")")
+"""A key and its number in a printed dict; transformers 5 prints each float as a quoted ``.4g``
+string (``'loss': '2.346'``)."""
 _NANOGPT = re.compile(r"\biter\s+(\d+)\s*:\s*(.*)", re.I)
 _NANOGPT_EVAL = re.compile(r"\bstep\s+(\d+)\s*:\s*(train loss.*)", re.I)
 _LLMC = re.compile(r"\bstep\s+(\d+)\s*/\s*\d+\s*[|:]\s*(.*)", re.I)
