@@ -131,6 +131,13 @@ def test_a_loss_printed_as_an_array_is_its_mean_and_nan_when_any_element_is(tmp_
     assert "lr" in log.series
 
 
+def test_a_summarised_numpy_print_is_the_mean_of_the_elements_shown(tmp_path):
+    text = "".join(f"epoch {e} loss [{2 + e:.2f} {3 + e:.2f} ... {4 + e:.2f} {'nan' if e == 9 else f'{5 + e:.2f}'}]\n"
+                   for e in range(10))
+    _, steps, loss = _read(tmp_path, text)
+    assert steps == list(range(10)) and loss[0] == pytest.approx(3.5) and np.isnan(loss[-1])
+
+
 def test_an_unclosed_bracket_does_not_swallow_the_log(tmp_path):
     text = "config: milestones=[30, 60,\n" + "".join(f"step {s} loss {2 - s / 100:.3f}\n" for s in range(1, 30))
     _, steps, loss = _read(tmp_path, text)

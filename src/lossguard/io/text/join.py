@@ -8,7 +8,8 @@ Two shapes people paste break the one-line-one-record rule:
   (:class:`Joiner`);
 * a loss printed as a vector (``loss [9.21 9.20 nan 9.21]``, ``loss: array([2.3, 2.4])``): the
   bracket of bare numbers is replaced by their mean, which is non-finite when any element is
-  (:func:`vector_means`), so a NaN in one element is still reported.
+  (:func:`vector_means`), so a NaN in one element is still reported; numpy's ``...`` in a
+  summarised print is skipped (the mean of the elements shown).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ MAX_JOINED_CHARS = 8192
 """Characters of one glued record at most."""
 
 _NUM = r"(?:[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|-?(?:nan|inf|infinity))"
-_VECTOR = re.compile(r"(?:(?P<call>(?:np\.|jnp\.)?array\()\s*)?\[\s*(?P<items>" + _NUM + r"(?:\s*[,\s]\s*" + _NUM
+_VECTOR = re.compile(r"(?:(?P<call>(?:np\.|jnp\.)?array\()\s*)?\[\s*(?P<items>" + _NUM + r"(?:\s*[,\s]\s*(?:\.\.\.,?\s*)?" + _NUM
                      + r")+)\s*,?\s*\](?(call)(?:\s*,\s*dtype=\w+)?\s*\))", re.I)
 _ITEM = re.compile(_NUM, re.I)
 _CONTINUES = re.compile(r"^(?:\s|['\"\]}),]|" + _NUM + r")", re.I)
