@@ -275,3 +275,12 @@ def test_transformers_5_dicts_of_quoted_numbers(tmp_path):
                    f"'learning_rate': '1.9e-05', 'epoch': '{k / 100:.4g}'}}\n" for k in range(1, 11))
     log, steps, loss = _read(tmp_path, head + rows)
     assert steps == list(range(5, 55, 5)) and loss[0] == pytest.approx(2.9) and np.isnan(loss[-1])
+
+
+def test_bare_number_rows_beat_a_one_off_label_even_under_more_frequent_bars(tmp_path):
+    lines = ["After a while the loss became nan, see below"]
+    for k in range(1, 25):
+        lines += [f"  {p}%|##   | {p}/100 [00:01<00:10]" for p in (10, 50, 90)]
+        lines.append(f"{k * 1000} {'nan' if k > 20 else f'{2 / k:.4f}'}")
+    log, steps, loss = _read(tmp_path, "\n".join(lines) + "\n")
+    assert steps[:2] == [1000, 2000] and len(steps) == 24 and np.isnan(loss[-1])

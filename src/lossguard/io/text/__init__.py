@@ -50,7 +50,7 @@ def _claims(scan: Scan) -> bool:
                                for lab, k in zip(t.labels, t.kinds)):
             if any(k is not None for k in t.kinds) or t.rows >= 5:
                 return True
-    return only_value(scan.tables) is not None
+    return only_value(scan.tables, bare=True) is not None
 
 
 def head_claims(head: bytes) -> bool:

@@ -71,7 +71,7 @@ def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | 
     """The loss and step of the tables, or None when no table holds a loss (or ``loss_key``)."""
     ppl = guessed = False
     others = [c[2] for c in loss_candidates(tables)]
-    if loss_key is None and others and only_value(tables) is not None:
+    if loss_key is None and others and only_value(tables, bare=True) is not None:
         # A label on a line seen once or twice (prose: "... and the loss became nan") does not beat
         # a template that repeats with a counter: frequency outweighs a label match.
         others = [c[2] for c in loss_candidates(tables, min_rows=MIN_GUESS_ROWS)]
@@ -86,19 +86,23 @@ def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | 
         if ppls:
             loss, ppl = ppls[0], True
         else:
-            loss = only_value(tables)
-            if loss is None:
+            found = guessed_value(tables, bare=True)
+            if found is None:
                 return None
-            guessed = True
+            (shape, loss), guessed = found, True
     others = [o for o in others if fold(o) != fold(loss)]
     with_loss = [t for t in tables if fold(loss) in {fold(lab) for lab in t.labels}]
+    pool = tables
+    if guessed and loss.startswith("#"):
+        pool = [t for t in tables if t.labels == shape.labels]  # "#2" names a column of one shape only
+        with_loss = [t for t in with_loss if t in pool]
     training = [t for t in with_loss if not t.template.evaluation]
     with_loss = training or with_loss  # an evaluation line printing the same label is not the training loss
     rule, step, steps_seen = _step(with_loss, step_key)
     dropped = 0
     if rule is not StepRule.ORDER:
         need = {fold(s) for s in step}
-        tables_used = [t for t in tables if need <= {fold(lab) for lab in t.labels}
+        tables_used = [t for t in pool if need <= {fold(lab) for lab in t.labels}
                        and (t in with_loss or not t.template.evaluation)]
         covered = sum(t.rows for t in with_loss if t in tables_used)
         total = sum(t.rows for t in with_loss)
@@ -132,12 +136,33 @@ MIN_GUESS_ROWS = 3
 """Rows a line needs before its only value is taken for the loss (no loss label anywhere)."""
 
 
-def only_value(tables: list[Table]) -> str | None:
+def only_value(tables: list[Table], *, bare: bool = False) -> str | None:
     """The label of the only non-counter value of the most frequent line (a bare ``tensor(2.3)``
-    print, a ``STEP LOSS`` pair), or None when that line holds several values or too few rows."""
+    print, a ``STEP LOSS`` pair), or None when that line holds several values or too few rows.
+
+    With ``bare``, when the most frequent line gives none, the most frequent line of bare numbers
+    (columns ``#1``, ``#2``...) is tried too: rows of unlabelled numbers under a few bars or headers
+    are still the series (a CSV pasted without its header between progress bars)."""
+    found = guessed_value(tables, bare=bare)
+    return found[1] if found is not None else None
+
+
+def guessed_value(tables: list[Table], *, bare: bool = False) -> tuple[Table, str] | None:
+    """(table, label) of :func:`only_value`."""
     if not tables:
         return None
     t = max(tables, key=lambda t: t.rows)
+    found = _value_of(t)
+    if found is None and bare:
+        rows = [u for u in tables if u is not t and u.labels and all(lab.startswith("#") for lab in u.labels)]
+        if rows:
+            t = max(rows, key=lambda u: u.rows)
+            found = _value_of(t)
+    return (t, found) if found is not None else None
+
+
+def _value_of(t: Table) -> str | None:
+    """:func:`only_value` for one table."""
     if t.rows < MIN_GUESS_ROWS:
         return None
     values = [j for j, k in enumerate(t.kinds) if k is None and not integral_increasing(t.column(j))]
