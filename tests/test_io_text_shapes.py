@@ -284,3 +284,16 @@ def test_bare_number_rows_beat_a_one_off_label_even_under_more_frequent_bars(tmp
         lines.append(f"{k * 1000} {'nan' if k > 20 else f'{2 / k:.4f}'}")
     log, steps, loss = _read(tmp_path, "\n".join(lines) + "\n")
     assert steps[:2] == [1000, 2000] and len(steps) == 24 and np.isnan(loss[-1])
+
+
+def test_a_keras_paste_of_two_fits_keeps_the_first_fits_nan(tmp_path):
+    def fit(nan_from):
+        out = []
+        for e in range(1, 11):
+            v = "nan" if e >= nan_from else f"{2 - e * 0.1:.4f}"
+            out += [f"Epoch {e}/10", f"100/100 [==============================] - 2s 20ms/step - loss: {v}"]
+        return out
+    text = "\n".join(fit(7) + ["Then with a lower learning rate:"] + fit(99)) + "\n"
+    log, steps, loss = _read(tmp_path, text)
+    assert steps == list(range(1, 21)) and np.isnan(loss[6]) and np.isfinite(loss[-1])
+    assert _kinds(log).get("non_finite") == [7]

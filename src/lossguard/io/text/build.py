@@ -190,7 +190,7 @@ def new_runs(seq: np.ndarray, breaks: np.ndarray, lines: np.ndarray) -> tuple[np
         prev, start, end = seq[bounds[k - 1]:bounds[k]], bounds[k], bounds[k + 1]
         retrace = seq[start + 1:min(end, start + 1 + RETRACE)]
         if (seq[start] != prev[0] or len(prev) < 2 or len(retrace) < min(RETRACE, len(prev) - 1)
-                or not np.all((retrace > seq[start]) & (retrace <= prev.max()))):
+                or not np.all((retrace >= seq[start]) & (retrace <= prev.max())) or not retrace.max() > seq[start]):
             continue  # a new run retraces the steps of the one before (a bar reset to 0 jumps past them)
         gaps = np.diff(prev)
         gaps = gaps[gaps > 0]
