@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .names import StepKind, fold, is_ppl, loss_rank
+from .guess import MIN_GUESS_ROWS, guessed_value, integral_increasing, only_value
 from .records import Table
 
 
@@ -121,8 +122,10 @@ def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | 
         choice.warnings.append(f"the lines with '{loss}' print no step counter: they are numbered 1, 2, 3, ... "
                                "in order; pass --step-key LABEL if a printed number is the step")
     if guessed and loss.startswith("#"):
+        as_step = "" if rule is StepRule.ORDER else f" and column {step[0]}, a whole number that counts up, as the step"
         choice.warnings.append(f"no value is labelled as a loss: column {loss} (the only value, or the first column "
-                               f"of fractions, of the most frequent line of bare numbers) is read as the loss{'' if rule is StepRule.ORDER else f' and column {step[0]}, a whole number that counts up, as the step'}; "
+                               f"of fractions, of the most frequent line of bare numbers) is read as the loss"
+                               f"{as_step}; "
                                "pass --loss-key '#N' / --step-key '#N' to read other columns")
     elif guessed:
         choice.warnings.append(f"no value is labelled as a loss: '{loss}', the only value of the most frequent line, "
@@ -132,54 +135,6 @@ def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | 
     return choice
 
 
-MIN_GUESS_ROWS = 3
-"""Rows a line needs before its only value is taken for the loss (no loss label anywhere)."""
-
-
-def only_value(tables: list[Table], *, bare: bool = False) -> str | None:
-    """The label of the only non-counter value of the most frequent line (a bare ``tensor(2.3)``
-    print, a ``STEP LOSS`` pair), or None when that line holds several values or too few rows.
-
-    With ``bare``, when the most frequent line gives none, the most frequent line of bare numbers
-    (columns ``#1``, ``#2``...) is tried too: rows of unlabelled numbers under a few bars or headers
-    are still the series (a CSV pasted without its header between progress bars)."""
-    found = guessed_value(tables, bare=bare)
-    return found[1] if found is not None else None
-
-
-def guessed_value(tables: list[Table], *, bare: bool = False) -> tuple[Table, str] | None:
-    """(table, label) of :func:`only_value`."""
-    if not tables:
-        return None
-    t = max(tables, key=lambda t: t.rows)
-    found = _value_of(t)
-    if found is None and bare:
-        rows = [u for u in tables if u is not t and u.labels and all(lab.startswith("#") for lab in u.labels)]
-        if rows:
-            t = max(rows, key=lambda u: u.rows)
-            found = _value_of(t)
-    return (t, found) if found is not None else None
-
-
-def _value_of(t: Table) -> str | None:
-    """:func:`only_value` for one table."""
-    if t.rows < MIN_GUESS_ROWS:
-        return None
-    values = [j for j, k in enumerate(t.kinds) if k is None and not integral_increasing(t.column(j))]
-    if len(values) != 1:
-        if (len(values) > 1 and all(lab.startswith("#") for lab in t.labels)
-                and any(integral_increasing(t.column(j)) for j in range(len(t.labels)))):
-            # Columns of numbers only, one of them counting up (a CSV pasted without its header):
-            # the first column of fractions after the counter is the loss.
-            values = [j for j in values if not _whole_finite(t.column(j))][:1]
-        if len(values) != 1:
-            return None
-    v = t.column(values[0])
-    if _whole_finite(v):
-        return None  # whole numbers (a year, a page, a count) are no loss
-    return t.labels[values[0]]
-
-
 def _match(tables: list[Table], key: str) -> str | None:
     want = fold(key)
     for t in tables:
@@ -187,15 +142,6 @@ def _match(tables: list[Table], key: str) -> str | None:
             if fold(lab) == want:
                 return lab
     return None
-
-
-def integral_increasing(values: np.ndarray) -> bool:
-    """True for whole numbers that mostly go up (a restart or two may send them back)."""
-    if not len(values) or not np.all(np.isfinite(values)) or np.any(values != np.round(values)):
-        return False
-    d = np.diff(values)
-    up, down = int((d > 0).sum()), int((d < 0).sum())
-    return len(values) == 1 or (up >= 1 and down <= max(1, up // 10))
 
 
 def _columns(tables: list[Table], *, own: bool = False) -> dict[str, tuple[StepKind, list[np.ndarray]]]:
@@ -300,12 +246,6 @@ def _has_total(tables: list[Table], label: str) -> bool:
 def _whole(vs: list[np.ndarray]) -> bool:
     v = np.concatenate(vs)
     return bool(len(v)) and bool(np.all(np.isfinite(v))) and bool(np.all(v == np.round(v)))
-
-
-def _whole_finite(v: np.ndarray) -> bool:
-    """True when the finite values of a column are whole numbers (a count, a year: no loss)."""
-    finite = v[np.isfinite(v)]
-    return bool(len(finite)) and bool(np.all(finite == np.round(finite)))
 
 
 def _restarts_each_epoch(tables: list[Table], epoch: str, batch: str) -> bool:

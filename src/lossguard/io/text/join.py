@@ -23,8 +23,9 @@ MAX_JOINED_CHARS = 8192
 """Characters of one glued record at most."""
 
 _NUM = r"(?:[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|-?(?:nan|inf|infinity))"
-_VECTOR = re.compile(r"(?:(?P<call>(?:np\.|jnp\.)?array\()\s*)?\[\s*(?P<items>" + _NUM + r"(?:\s*[,\s]\s*(?:\.\.\.,?\s*)?" + _NUM
-                     + r")+)\s*,?\s*\](?(call)(?:\s*,\s*dtype=\w+)?\s*\))", re.I)
+_VECTOR = re.compile(r"(?:(?P<call>(?:np\.|jnp\.)?array\()\s*)?\[\s*(?P<items>" + _NUM
+                     + r"(?:\s*[,\s]\s*(?:\.\.\.,?\s*)?" + _NUM + r")+)\s*,?\s*\]"
+                     r"(?(call)(?:\s*,\s*dtype=\w+)?\s*\))", re.I)
 _ITEM = re.compile(_NUM, re.I)
 _CONTINUES = re.compile(r"^(?:\s|['\"\]}),]|" + _NUM + r")", re.I)
 
