@@ -130,6 +130,8 @@ def build(scan: Scan, choice: Choice) -> Points:
                 reset[1:] &= (loss[1:] == loss[:-1]) | (np.isnan(loss[1:]) & np.isnan(loss[:-1]))
                 reset[:1] = False
                 keep &= ~reset
+        if keep.all():
+            keep = slice(None)  # every row kept: views, no copies of million-row columns
         for j, (lab, kind) in enumerate(zip(t.labels, t.kinds)):
             if j in used or not lab or fold(lab) == "rank":
                 continue
@@ -148,7 +150,10 @@ def build(scan: Scan, choice: Choice) -> Points:
     out: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
     repeated = 0
     for name, chunks in metrics.items():
-        seg, step, val, line, place = (np.concatenate([c[i] for c in chunks]) for i in range(5))
+        if len(chunks) == 1:
+            seg, step, val, line, place = chunks[0]  # one table: no copy
+        else:
+            seg, step, val, line, place = (np.concatenate([c[i] for c in chunks]) for i in range(5))
         if len(chunks) > 1 or not (np.all(np.diff(step) > 0) and np.all(seg == seg[0])):
             idx = np.lexsort((place, step, seg))  # already in order in a plain run: no sort
             seg, step, val, line = seg[idx], step[idx], val[idx], line[idx]
