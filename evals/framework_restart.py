@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import sys
+from importlib import resources
 from pathlib import Path
 
 BLOCK, BATCH = 32, 8
@@ -45,7 +46,7 @@ class Windows:
     def __init__(self) -> None:
         import torch
 
-        raw = (Path(__file__).resolve().parent.parent / "demo" / "corpus.txt").read_bytes()
+        raw = resources.files("lossguard.demo").joinpath("corpus.txt").read_bytes()  # the demo's shipped corpus
         self.data = torch.frombuffer(bytearray(raw), dtype=torch.uint8).long()
         self.span = len(self.data) - BLOCK - 1
 

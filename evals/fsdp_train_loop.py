@@ -23,8 +23,8 @@ import argparse
 import json
 import os
 import sys
+from importlib import resources
 import time
-from pathlib import Path
 
 
 def _args(argv=None) -> argparse.Namespace:
@@ -50,7 +50,7 @@ class CorpusWindows:
     def __init__(self, block: int) -> None:
         import torch
 
-        data = (Path(__file__).resolve().parent.parent / "demo" / "corpus.txt").read_bytes()
+        data = resources.files("lossguard.demo").joinpath("corpus.txt").read_bytes()  # the demo's shipped corpus
         self.data = torch.frombuffer(bytearray(data), dtype=torch.uint8).long()
         self.block = block
         self.n = 4096
