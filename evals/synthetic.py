@@ -51,8 +51,9 @@ from lossguard.runlog import RunLog, RunLogBuilder
 from evals.synthetic_events import (FAST_RECOVERY_MAX, SLOW_RECOVERY_MIN, SPIKE_KINDS, STREAM_NAMES,  # noqa: F401
                                TERMINAL_KINDS, RunDraft, TrueEvent)
 
-GENERATED_KINDS = tuple(k for k in K if k not in (K.REGIME_CHANGE, K.STALL))
-"""The kinds this generator injects (every kind but the regime change, added after it)."""
+GENERATED_KINDS = tuple(k for k in K if k not in (K.REGIME_CHANGE, K.STALL, K.UPDATES_STOPPED))
+"""The kinds this generator injects (every kind but those added after it: regime change, stall, updates
+stopped)."""
 
 __all__ = ["GENERATED_KINDS", "FAST_RECOVERY_MAX", "SLOW_RECOVERY_MIN", "SPIKE_KINDS", "TERMINAL_KINDS", "SyntheticRun",
            "TrueEvent", "generate_run", "generate_suite"]

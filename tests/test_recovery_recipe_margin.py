@@ -1,4 +1,5 @@
-"""The skip margin is scaled to the run: PaLM's 200 batches, at most 5% of a run whose length is known."""
+"""The skip margin is scaled to the run: PaLM's 200 batches, at most 5% of a run whose length is known,
+never below min_skip_margin (20)."""
 import pytest
 
 from lossguard.errors import LossguardError
@@ -16,7 +17,9 @@ def test_margin_is_the_recipe_margin_for_long_or_unknown_runs():
 def test_margin_is_at_most_a_fraction_of_a_short_run():
     r = RecoveryRecipe()
     assert r.margin_for(400) == 20
-    assert r.margin_for(10) == 1             # never zero: the batch after the episode is skipped too
+    assert r.margin_for(200) == 20           # the floor (min_skip_margin), not 5% = 10 (issue 23)
+    assert r.margin_for(10) == 20            # the floor whatever the run's length
+    assert RecoveryRecipe(min_skip_margin=0).margin_for(10) == 1  # never zero: the next batch too
     assert RecoveryRecipe(max_skip_fraction=1.0).margin_for(400) == 200
 
 
@@ -62,3 +65,15 @@ def test_an_episode_well_after_the_skip_is_a_new_incident():
         out = policy.observe(_bad(s))
     later = next(d for d in out if d.action.value == "rollback")
     assert "recurrence" not in later.numbers and later.numbers["suspect"] == "data"
+
+
+@pytest.mark.parametrize("run_steps", [200, 1_000, 1_000_000])
+def test_a_20_batch_pocket_is_skipped_whole_from_200_to_1m_steps(run_steps):
+    """The guard acts after 3 of the pocket's 20 bad batches; the margin covers the other 17."""
+    policy = RecoveryPolicy(PolicyConfig(), run_steps=run_steps)
+    onset = run_steps // 2
+    out = [d for s in range(onset, onset + 3) for d in policy.observe(_bad(s))]
+    (rollback,) = [d for d in out if d.action.value == "rollback"]
+    start, stop = rollback.numbers["skip_batches"]
+    assert start == onset and stop >= onset + 20
+    assert stop - onset <= max(23, 0.05 * run_steps + 3)  # and never more than 5% of the run beyond the floor

@@ -122,3 +122,61 @@ def test_a_spike_inside_the_plateau_does_not_end_it(tmp_path):
     stalls = find_stalls(np.arange(n), loss, lr=(np.arange(n), cosine_lr(n, 0.1, 60)))
     assert len(stalls) == 1 and stalls[0].onset <= 200 and stalls[0].end >= 500
     assert "resumed" in stalls[0].reasons
+
+
+NATURAL = Path(__file__).parent / "data" / "natural"
+
+
+def spike_then_plateau(n: int, seed: int, noise: float = 0.06) -> np.ndarray:
+    """The shape of benchmarks/natural_instability.py at LR 1.0: the best level by 7% of the run, a
+    warm-up spike far above it, back to that level and flat at the peak LR, resuming at the decay."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(n, dtype=float)
+    y = 3.42 + 2.1 * np.exp(-t / (0.01 * n))
+    hit = t >= 0.075 * n  # the spike: up by 1.1 at once, decaying over 3% of the run ...
+    y[hit] += 1.1 * np.exp(-(t[hit] - 0.075 * n) / (0.03 * n)) + 0.05  # ... back to just above the best
+    y[(t >= 0.325 * n) & (t < 0.375 * n)] += 0.3  # a burst of hard batches inside the plateau
+    after = t >= 0.58 * n
+    y[after] -= 0.55 * ((t[after] - 0.58 * n) / (0.42 * n)) ** 0.8  # learning resumes as the LR decays
+    return y + rng.normal(0, noise, n)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_warm_up_spike_before_the_plateau_does_not_hide_it(tmp_path, seed):
+    # issue 20, LR 1.0: the stretch right before the plateau is the spike, not progress; the early
+    # trend is read up to the best level reached before it
+    n = 600
+    loss = spike_then_plateau(n, seed)
+    lr = cosine_lr(n, 1.0, 60)
+    stalls = find_stalls(np.arange(n), loss, lr=(np.arange(n), lr))
+    assert len(stalls) == 1
+    st = stalls[0]
+    assert 60 <= st.onset <= 200 and 250 <= st.end <= 400
+    assert {"resumed", "lr_at_peak"} <= set(st.reasons)
+    assert st.level - st.expected >= 3 * st.tol
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_jump_up_that_stays_is_not_a_stall_of_the_earlier_level(seed):
+    # the best level before a plateau anchors the trend only when the plateau comes back to it:
+    # a loss that jumps up and stays there (a level shift) is another test's finding
+    n = 1200
+    t = np.arange(1, n + 1)
+    loss = healthy(n, seed)
+    loss[400:] += 0.8
+    assert find_stalls(t, loss, lr=(t, np.full(n, 1e-3))) == []
+    # ... even when it sits flat up there and falls again at the LR decay
+    jumped = stalled(n, seed, start=400, stop=750) + 0.8 * (t > 400)
+    assert find_stalls(t, jumped, lr=(t, cosine_lr(n, 0.1, 60))) == []
+
+
+def test_the_real_lr_1_run_is_named_a_stall():
+    # benchmarks/natural_instability.py --lrs 1.0 --configs clip --seeds 0 --steps 600 (README there)
+    rep = analyze(read_log(NATURAL / "clip_lr1_s0.jsonl"))
+    stalls = [i for i in rep.incidents if i.kind is K.STALL]
+    assert len(stalls) == 1
+    inc = stalls[0]
+    assert 100 <= inc.onset <= 200 and 250 <= inc.peak <= 360
+    assert inc.end is not None and inc.end <= 450  # resumed as the LR decayed
+    assert set(inc.details["tests"]) == {"resumed", "lr_at_peak", "attn_logits"}
+    assert inc.baseline < 3.42 - 0.1 < inc.peak_value  # far above where its progress was heading

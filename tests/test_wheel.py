@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-# What a user needs to test their own setup: fault injection and a 2-rank launcher.
-KEPT_TESTING = {"__init__.py", "faults.py", "distributed.py"}
+# What a user needs to test their own setup: fault injection, a 2-rank launcher, the GPU self-check.
+KEPT_TESTING = {"__init__.py", "faults.py", "distributed.py", "gpu_check.py"}
 
 pytestmark = pytest.mark.slow  # a setuptools build: ~20-40 s on the shared 2 cores
 

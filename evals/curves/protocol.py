@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from evals.curves.families import FAMILIES, Family, Split
+from evals.curves.events import INJECTORS
 from evals.curves.generator import generate
 from evals.curves.truth import CurveRun, EventKind
 from evals.curves.writers import LogFormat, formats_for, write_log
 
-KIND_CYCLE: tuple[EventKind | None, ...] = (None, *EventKind)
-"""The kind of run ``i`` is ``KIND_CYCLE[i % len(KIND_CYCLE)]``; None is a clean run."""
+KIND_CYCLE: tuple[EventKind | None, ...] = (None, *(k for k in EventKind if k in INJECTORS))
+"""The kind of run ``i`` is ``KIND_CYCLE[i % len(KIND_CYCLE)]``; None is a clean run. Only the kinds
+this generator injects (the analyser's newer kinds -- stall, updates stopped -- have no injector)."""
 SEED_BASE = {Split.TUNE: 10_000_000, Split.TEST: 20_000_000}
 """First seed of each split; a family gets a block of SEEDS_PER_FAMILY seeds."""
 SEEDS_PER_FAMILY = 100_000

@@ -165,6 +165,9 @@ ADVICE = {
              "where the attention logits grew, add QK-LayerNorm and z-loss (lossguard.techniques.qk_norm), or keep "
              "the model and let the guard's PrecursorTreatment clip them (QK-clip, then an LR cut). Without the "
              "attention logits in the log, StabilityGuard(..., precursors=True) records them.",
+    K.UPDATES_STOPPED: "No update was applied for a long stretch: the run logged but did not train. Find why every "
+                       "step was skipped (non-finite gradients under bf16/fp16, a loss scale at its minimum, a "
+                       "guard withholding every step) before spending more compute.",
 }
 """Advice in words for an incident the policy does not act on (never an action of its own)."""
 

@@ -36,10 +36,22 @@ class ShardedTrainState(StateParts):
 
     # ------------------------------------------------------------------ the two parts
     def sharded_state_dict(self) -> dict[str, Any]:
-        """``{"model", "optim"}`` as DCP state dicts (DTensor shards; no gathering)."""
+        """``{"model", "optim"}`` as DCP state dicts (DTensor shards; no gathering).
+
+        Leaves a fresh optimizer fresh. ``get_state_dict`` materialises the state of an optimizer
+        that has not stepped yet by stepping it on zero gradients at lr 0: for Adam that leaves
+        ``t = 1`` and zero moments, so every later update of the run would differ from the run
+        that never saved (the guard's step-0 checkpoint did exactly that, issue 23). The
+        materialised tensors stay in the returned dict (DCP needs every key, and they are what a
+        fresh optimizer's first step would overwrite), the live optimizer's state is emptied again,
+        and :meth:`rank_state_dict` records ``optimizer_fresh`` so a load empties it too.
+        """
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
+        fresh = not self.optimizer.state
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        if fresh:
+            self.optimizer.state.clear()
         return {"model": model_sd, "optim": optim_sd}
 
     def rank_state_dict(self) -> dict[str, Any]:
@@ -49,6 +61,7 @@ class ShardedTrainState(StateParts):
                 "scaler": None if self.scaler is None else self.scaler.state_dict(),
                 "data": None if self.data is None else self.data.state_dict(),
                 "extras": {key: obj.state_dict() for key, obj in self.extras.items()},
+                "optimizer_fresh": not self.optimizer.state,  # see sharded_state_dict
                 "rng": capture_rng()}
 
     def state_dict(self) -> dict[str, Any]:
@@ -65,6 +78,8 @@ class ShardedTrainState(StateParts):
                 raise CheckpointError(f"{name}: the checkpoint has {'none' if rank_sd.get(name) is None else 'one'}, "
                                       f"this run has {'none' if obj is None else type(obj).__name__}",
                                       fix="build the ShardedTrainState with the same parts as the run that saved it")
+        if rank_sd.get("optimizer_fresh"):
+            self.optimizer.state.clear()  # saved before its first step: fresh again, as then
         saved = rank_sd.get("extras", {})
         for key, obj in self.extras.items():
             if key in saved:

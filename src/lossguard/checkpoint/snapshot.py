@@ -85,6 +85,11 @@ class HostSnapshot:
                 out += [_local(st[k]) for k in sorted(st) if hasattr(st[k], "copy_")]
         return out
 
+    def discard_after(self, step: int) -> None:
+        """Forget the snapshots newer than ``step`` (a rollback to ``step`` abandoned them); their
+        buffers are dropped, and re-allocated by the next :meth:`take` that needs one."""
+        self._slots = [s for s in self._slots if s.step is None or s.step <= int(step)]
+
     def maybe_take(self, step: int) -> bool:
         """Take a snapshot if ``step`` is a multiple of ``every``; returns whether it did."""
         if step % self.every:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError, ConfigError, raise_all
-from .files import CheckpointInfo, Checksum, HashingFile, file_crc, fsync_dir, pid_alive
+from .files import CheckpointInfo, Checksum, HashingFile, entry_matches, fsync_dir, pid_alive
 from .names import STORE_NAME, STORE_SIDE, store_name
 
 __all__ = ["CheckpointInfo", "CheckpointStore"]
@@ -115,7 +115,7 @@ class CheckpointStore:
                 return bad(f"{name} has {size} bytes, the manifest recorded {recorded}", total)
         if checksum:
             for name, expected in sorted(files.items()):
-                if file_crc(path / name) != expected.get(Checksum.NAME):
+                if not entry_matches(path / name, expected):  # CRC-32, or a sharded store's CRC-32C
                     return bad(f"{name} does not match its CRC-32 in {MANIFEST} (corrupted)", total)
         return CheckpointInfo(step, path, True, "", total, step in self._protected)
 
@@ -179,6 +179,26 @@ class CheckpointStore:
             self._discard(self.path_of(step), "trash")
             deleted.append(step)
         return deleted
+
+    def supersede_after(self, step: int) -> list[int]:
+        """Remove every checkpoint newer than ``step`` (valid or damaged): a rollback to ``step``
+        abandoned the timeline they belong to, so :meth:`load` must never find them again.
+
+        Each one is renamed aside first (one atomic rename, so no half-removed directory keeps a
+        checkpoint's name), newest first, so a kill midway leaves a prefix of the old timeline that
+        the rollback's ``ledger.resume_from`` still overrides; calling it again finishes the job.
+
+        Returns:
+            The removed steps, newest first.
+        """
+        removed = []
+        for info in reversed(self.list()):
+            if info.step > int(step):
+                self._discard(info.path, "trash")
+                removed.append(info.step)
+        if removed:
+            fsync_dir(self.directory)
+        return removed
 
     def _discard(self, path: Path, kind: str) -> None:
         # Rename first so a half-deleted directory never carries a checkpoint's name.

@@ -15,7 +15,8 @@ passes, each over what the passes before it left unclaimed (:class:`.context.Cla
    and climbs on fewer than 32 points, sudden drops on logs too short for the windowed test;
    then stalls: a long plateau far above the early trend (:mod:`.stall`);
 9. the companion series (:mod:`.companions`): loss streams, grad norm, NaN, fp16 loss scale;
-10. one event, one incident (:mod:`.merge`).
+10. stretches where no update was applied (:mod:`.updates_stopped`);
+11. one event, one incident (:mod:`.merge`).
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ from .short import coverage_notes, short_pass
 from .short_spikes import short_spike_pass
 from .precursors import precursor_notes
 from .stall import stall_pass
+from .updates_stopped import stalled_updates
 
 
 @dataclass
@@ -112,6 +114,7 @@ def find_incidents(log: RunLog, cfg: AnalyzeConfig) -> Found:
     nonfinite_incidents(log, ctx.metric, out)
     loss_scale_collapses(log, cfg, out)
     precursor_notes(ctx)
+    stalled_updates(log, ctx.metric, out)
     incidents = one_event_one_incident(ctx, out)
     incidents.sort(key=lambda i: (i.onset, i.kind.value))
     return Found(incidents, ctx.metric, k, ctx.notes + coverage_notes(ctx))

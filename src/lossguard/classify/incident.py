@@ -38,6 +38,10 @@ class IncidentKind(str, Enum):
     STALL = "stall"
     """The loss stops improving far above where its early progress was heading, for a long stretch,
     typically while the LR is at its peak (attention-logit growth), and resumes (or not) as it decays."""
+    UPDATES_STOPPED = "updates_stopped"
+    """The run kept logging but applied no update for a long stretch: a grad norm logged as a skip
+    sentinel (DeepSpeed's -1), a loss repeating the same float exactly, or the guard skipping every
+    step (:mod:`lossguard.detect.updates_stopped`)."""
     REGIME_CHANGE = "regime_change"
     """The loss leaves its level and its noise jumps to a new, lasting level (or it becomes exactly
     zero): the data or the loss changed underneath the run, upward or suspiciously downward."""

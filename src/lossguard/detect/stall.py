@@ -14,8 +14,12 @@ medians of the whole log):
    over which the loss improves by less than ``tol`` (a spike inside it does not end it, as long as
    the plateau's median stays level) (the larger of ``tol_sigma`` standard errors of
    a block median and ``tol_rel`` of the level);
-2. **after progress**: just before it, the loss was falling at a rate (per unit of log(step)) that,
-   carried on over the plateau, would have taken it at least ``gap_tol`` tolerances lower;
+2. **after progress**: before it, the loss was falling at a rate (per unit of log(step)) that,
+   carried on over the plateau, would have taken it at least ``gap_tol`` tolerances lower. The
+   rate is read from the running minimum of the block medians up to the best level reached before
+   the plateau, when the plateau comes back to that level: the stretch right before a plateau may
+   be a spike, not progress (issue 20's LR 1.0 run: best 3.42 by step 40, a warm-up spike to 4.5,
+   then 3.4-3.6 from step ~120 to ~345). Otherwise it is read from the stretch just before;
 3. **and a sequel or a cause** -- one of: the loss **resumes** falling after the plateau (within a
    stretch as long as it, ``gap_tol`` tolerances below it and ``resume_ratio`` times as far as it
    fell over the plateau: a converged run has nowhere to go); or the attention logits logged beside
@@ -68,6 +72,12 @@ class StallConfig:
     fraction of the largest."""
     decay_fraction: float = 0.5
     """...and the LR falls below this fraction of the largest after that (the schedule decays)."""
+    trend_from_block: int = 1
+    """The early trend may be read from this block on when the best level before the plateau was
+    reached within the first ``skip_fraction`` blocks (a plateau never opens there). Block 0 holds
+    the initial loss, far above any trend. Issue 20's LR 1.0 run (benchmarks/natural_instability.py)
+    reached its best level, 3.42, in block 2 of 40 (step 40 of 600), spiked, then sat at 3.4-3.6
+    until the LR decayed: its only progress lies in blocks 1-2."""
     attn_logit_high: float = 100.0
     """An attention logit above this is evidence of logit growth. Issue 20: 28-59 at stable LRs,
     294-4.9e5 at unstable ones; Kimi K2 clips at 100."""
@@ -158,16 +168,31 @@ def find_stalls(steps: np.ndarray, loss: np.ndarray, *, lr: tuple[np.ndarray, np
 
 def _judge(j, k, skip, med, centre, edges, s, tol, lr, attn, cfg: StallConfig) -> Stall | None:
     """Conditions 2 and 3 for the plateau of blocks ``j..k``."""
-    # The stretch before, as long as the plateau, but not the first blocks: the first steps' drop
-    # (initialisation, the unigram phase of a language model) is far steeper than any trend.
-    a = max(skip, j - (k - j + 1))
-    if a >= j:
+    # The early progress is read from the running minimum of the block medians (the best level
+    # reached so far), up to block b where the best level before the plateau was reached: the
+    # stretch right before a plateau may be a spike, not progress (issue 20, LR 1.0: best 3.42 by
+    # step 40, a spike to 4.5 in the warm-up, then the plateau). Normally b is the plateau's start.
+    # Only when the plateau comes back to that best level: one that sits far above it followed a
+    # jump up (a level shift, a spike that never recovered), which other tests name.
+    first = min(skip, cfg.trend_from_block)
+    run_min = np.minimum.accumulate(med[:j + 1])
+    b = first + int(np.argmin(med[first:j + 1]))
+    if b < j and float(np.min(med[j:k + 1])) <= run_min[b] + tol:
+        lvl = run_min
+        # not block 0 (the initial loss) nor, when b is later, the first blocks: the first steps'
+        # drop is far steeper than any later trend
+        start = first if b <= skip else skip
+    else:
+        b, lvl, start = j, med, skip
+    # The stretch before b, as long as the plateau.
+    a = max(start, b - (k - j + 1))
+    if a >= b:
         return None
-    t0, t1, t2 = centre[a], centre[j], centre[k]
+    t0, t1, t2 = centre[a], centre[b], centre[k]
     if not 0 < t0 < t1 < t2:
         return None
-    rate = (med[a] - med[j]) / np.log(t1 / t0)  # decline per unit log(step)
-    expected = med[j] - rate * np.log(t2 / t1)
+    rate = (lvl[a] - lvl[b]) / np.log(t1 / t0)  # decline per unit log(step)
+    expected = lvl[b] - rate * np.log(t2 / t1)
     if med[j] - expected < cfg.gap_tol * tol:
         return None
     # Flat relative to that trend: the plateau's own decline (first third's median less the last

@@ -94,7 +94,8 @@ def init_distributed(backend: str = "gloo", *, timeout_s: float = 300.0) -> Dist
     the backend is ``PrefixStore(f"lossguard/attempt-{restart}", store)``: the bootstrap keys of a
     restarted attempt never meet those of the attempt before it (see the module docstring).
     Without ``WORLD_SIZE`` in the environment (a plain ``python train.py``) nothing is started and
-    a single-process context is returned.
+    a single-process context is returned. The process group is destroyed at exit
+    (:mod:`lossguard.distributed.clean_exit`) unless the script does it first.
 
     Args:
         backend: ``"gloo"`` (CPU) or ``"nccl"`` (GPU).
@@ -110,5 +111,7 @@ def init_distributed(backend: str = "gloo", *, timeout_s: float = 300.0) -> Dist
         store, rank, world = next(dist.rendezvous("env://", timeout=timeout))
         store = dist.PrefixStore(f"lossguard/attempt-{restart}", store)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+        from .clean_exit import destroy_at_exit
+        destroy_at_exit()  # without destroy_process_group() some gloo jobs abort at exit (clean_exit.py)
     return DistributedContext(rank=dist.get_rank(), world_size=dist.get_world_size(),
                               local_rank=int(os.environ.get("LOCAL_RANK", dist.get_rank())), restart=restart)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..detect.outlier import OutlierConfig
+from ..detect.updates_stopped import STALL_STEPS
 from ..errors import raise_all
 from ..recovery.config import PolicyConfig
 from .judge.evidence import EvidenceConfig
@@ -62,6 +63,12 @@ class GuardConfig(PolicyConfig):
     """Write each step's loss / grad norm / lr / loss scale to the JSONL log too."""
     halt_raises: bool = True
     """After a halt, ``batches()`` raises :class:`TrainingHalted` instead of just stopping."""
+    max_withheld_streak: int | None = STALL_STEPS
+    """Halt, with a diagnosis, once this many consecutive steps had their update withheld (None:
+    never). 100 (:data:`lossguard.detect.updates_stopped.STALL_STEPS`, the analyser's threshold for a
+    stretch without updates): above the longest legitimate run of skipped steps -- an fp16 loss
+    scale halving from 2**32 to 1 skips at most 32 steps (64 with Megatron's hysteresis 2) -- and
+    far below what a stalled run costs (issue 23: runs that skipped every step for days)."""
     loss_scale_reset_to: float | None = None
     """Scale a loss-scale reset sets; None = the scaler's initial scale."""
 
@@ -78,6 +85,10 @@ class GuardConfig(PolicyConfig):
             p.append(f"loss_scale_reset_to must be > 0 or None, got {self.loss_scale_reset_to}")
         if self.checkpoint_every is not None and (not isinstance(self.checkpoint_every, int) or self.checkpoint_every < 1):
             p.append(f"checkpoint_every must be an integer >= 1 or None, got {self.checkpoint_every!r}")
+        if self.max_withheld_streak is not None and (not isinstance(self.max_withheld_streak, int)
+                                                     or isinstance(self.max_withheld_streak, bool)
+                                                     or self.max_withheld_streak < 1):
+            p.append(f"max_withheld_streak must be an integer >= 1 or None, got {self.max_withheld_streak!r}")
         if not self.replay_rtol >= 0:
             p.append(f"replay_rtol must be >= 0, got {self.replay_rtol}")
         if not isinstance(self.evidence, EvidenceConfig):

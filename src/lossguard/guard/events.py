@@ -4,6 +4,8 @@ Decision records: ``{"step": S, "event": "skip"|"rollback"|"lr_cut"|"loss_scale_
 "replay", "reasons": [...], ...numbers}``. A rollback record also carries ``"to_step"``: lossguard's
 JSONL reader starts a new segment there, so the analyser stitches the run exactly as the guard left
 it. Metric records: ``{"step": S, "loss": ..., "grad_norm": ..., "lr": ..., "loss_scale": ...}``.
+Timing records: ``{"step", "event": "checkpoint_save"|"checkpoint_saved"|"checkpoint_load",
+"seconds", ...}`` (:meth:`EventLog.timing`; see ``docs/guard.md``).
 In shadow mode decisions carry ``"shadow": true`` and a rollback names ``"would_roll_back_to"``
 instead of ``"to_step"`` (nothing was rolled back, so no segment starts).
 The log is strict JSON (any JSON parser reads it; never a bare ``NaN``): in a *metric* record a
@@ -55,6 +57,12 @@ class EventLog:
         rec.setdefault("time", round(time.time(), 3))
         self.records.append(rec)
         self._write(rec)
+
+    def timing(self, rec: dict[str, Any]) -> None:
+        """Write one timing record (a checkpoint save or load: ``{"step", "event", "seconds", ...}``).
+        Written to the file like a decision, but not kept in :attr:`records`: timings differ from
+        run to run and rank to rank, decisions must not."""
+        self._write(strict_json({**rec, "time": round(time.time(), 3)}))
 
     def metrics(self, step: int, values: dict[str, float]) -> None:
         """Write one per-step metric record."""

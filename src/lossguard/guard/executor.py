@@ -13,6 +13,7 @@ restarted process (or a person) can carry it out.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -155,41 +156,69 @@ class RecoveryExecutor:
         target = r.target
         if not self.in_process_rollback:
             return self._rollback_by_restart(d, target)
-        self.store.protect(target)
-        self._rollback_targets.add(target)
-        # Timeline only: the ledger is in neither the checkpoint nor the snapshot.
         from_memory = self.snapshot is not None and target in self.snapshot.steps
+        # 1. Book it, before anything changes: a crash from here on resumes at the target with
+        #    the skip range, budget and LR cut in force (guard.restore() reads resume_from).
+        self._book(d, target, source="memory" if from_memory else "disk")
+        # 2. The abandoned timeline's checkpoints become unreachable to restore().
+        self.abandon_newer(target)
+        # 3. The target's state (the timeline only: the ledger is in neither checkpoint nor snapshot).
+        t0 = time.perf_counter()
         if from_memory:
             self.snapshot.restore(target)
         else:
             self.state.restore(self.store, target)
+        self.log.timing({"step": target, "event": "checkpoint_load", "source": "memory" if from_memory else "disk",
+                         "seconds": round(time.perf_counter() - t0, 6)})
+        # 4. As a rollback leaves the timeline; then the newest checkpoint is the target itself.
+        self.after_restore(target)
+        self.ledger.resume_from = None
+        self.ledger.save()
+        return Outcome(rolled_back_to=target)
+
+    def _book(self, d: Decision, target: int, **extra: Any) -> None:
+        """Step 1 of every rollback: protect the target, name it in ``ledger.resume_from``, book the
+        budget, skip range and LR cut (:meth:`RecoveryPolicy.rolled_back`) and write the ledger."""
+        self.store.protect(target)
+        self._rollback_targets.add(target)
+        self.ledger.resume_from = target
         follow = self.policy.rolled_back(d, target)
-        self.emit(d, to_step=target, source="memory" if from_memory else "disk")
+        self.emit(d, to_step=target, **extra)
+        for f in follow:
+            self.emit(f)
+        self.ledger.save()
+
+    def abandon_newer(self, target: int) -> None:
+        """Step 2: remove the checkpoints (and host snapshots) newer than ``target``, the abandoned
+        timeline's (every rank calls it; a sharded store coordinates its ranks itself)."""
+        removed = self.store.supersede_after(target) if hasattr(self.store, "supersede_after") else []
+        if self.snapshot is not None:
+            self.snapshot.discard_after(target)
+        if removed:
+            self.log.event({"step": target, "event": "checkpoints_superseded", "steps": sorted(removed)})
+
+    def after_restore(self, target: int) -> None:
+        """Step 4: the restored timeline as a rollback leaves it (no open episode; the loss scale
+        reset when the recipe says so). The in-process rollback and a process resuming a booked
+        rollback (:meth:`StabilityGuard.restore`) both call it, so their runs are the same."""
+        self.policy.reset_timeline(self.ledger.last_rollback)
         if self.scaler is not None and self.config.recipe.reset_loss_scale:
             from ..techniques.loss_scale import reset_grad_scaler
             from .gate import optimizer_state_finite
             if optimizer_state_finite(self.optimizer):
                 new = reset_grad_scaler(self.scaler, self.config.loss_scale_reset_to)
                 self.emit(loss_scale_reset_with(target, {"new_scale": new}))
-        for f in follow:
-            self.emit(f)
-        self.ledger.save()
-        return Outcome(rolled_back_to=target)
 
     def _rollback_by_restart(self, d: Decision, target: int) -> Outcome:
         """Framework mode: book the rollback in the ledger (skip range, budget, LR cut) and name the
         checkpoint in ``ledger.resume_from``; the process then exits with ExitCode.ROLLBACK and the
-        relaunched one resumes from that checkpoint and skips the batches (docs/large-runs.md)."""
+        relaunched one resumes from that checkpoint and skips the batches (docs/large-runs.md). The
+        framework's checkpoints newer than the target are removed now and again when the relaunched
+        script asks :func:`lossguard.integrations.resume_checkpoint` (any written on the way out)."""
         from ..distributed.restart import ExitCode
 
-        self.store.protect(target)
-        self._rollback_targets.add(target)
-        self.ledger.resume_from = target
-        follow = self.policy.rolled_back(d, target)
-        self.emit(d, to_step=target, restart=True, exit_code=int(ExitCode.ROLLBACK))
-        for f in follow:
-            self.emit(f)
-        self.ledger.save()
+        self._book(d, target, restart=True, exit_code=int(ExitCode.ROLLBACK))
+        self.abandon_newer(target)
         return Outcome(halted=True, restart=True)
 
     def _halt(self, d: Decision) -> Outcome:

@@ -31,6 +31,7 @@ one step late on CUDA (``defer_host_read``), where a rollback therefore acts one
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -185,6 +186,9 @@ class StabilityGuard:
                                          write_files=self.rank == 0, snapshot=self.snapshot)
         from .precursor_hook import make_monitor
         self.precursors, self.treatment = make_monitor(model, optimizer, precursors, treatment), treatment
+        from .withheld import WithheldStreak
+        self.withheld = WithheldStreak(None if cfg.shadow else cfg.max_withheld_streak)
+        """Consecutive withheld updates (timeline state); halts at ``max_withheld_streak``."""
         self.step_count = 0
         """The step the next batch feeds (skipped steps count; a rollback sets it back)."""
         self._judged = 0          # steps judged by this process (the first ones get the sanity bound's scale)
@@ -198,6 +202,7 @@ class StabilityGuard:
         self._held: list = []     # framework mode: the step's micro-batches so far (references)
         self._pending = None      # deferred (packed host copy, meta) of the previous step
         self._reiter = False      # batches() must re-create its iterator (after a rollback)
+        self._inflight = None     # the asynchronous save whose completion is not logged yet
         self.last_record: Verdict | None = None
         """The verdict of the latest processed step."""
 
@@ -389,6 +394,8 @@ class StabilityGuard:
         if (self.store is not None and cfg.checkpoint_every and not self.halted
                 and self.step_count % cfg.checkpoint_every == 0 and not self._reiter):
             self.save()
+        elif self._inflight is not None:
+            self.poll_save()
 
     def before_optimizer_step(self, loss) -> bool:
         """Framework mode: judge this step when a framework (Lightning, HF, ...) calls
@@ -486,6 +493,9 @@ class StabilityGuard:
                         self._add_to_diagnosis(self.namer.summary())
                     break
             else:
+                halt = self.withheld.update(v.step, bool(v.bad) and not self.config.shadow)
+                if halt is not None and self.executor.carry_out(halt).halted:
+                    self.halted = True
                 return
         if out.rolled_back_to is not None:
             # The decision is over: now the restored timeline (detector windows, episode, data
@@ -534,23 +544,66 @@ class StabilityGuard:
         if self.config.loss_rise is not None:  # the loss-rise rule's target must survive pruning
             self.executor.keep_target(self.policy.level.get("best_step"))
         self.state.step = self.step_count
+        self.poll_save()  # a previous async save finished: log it before the next one starts
+        t0 = time.perf_counter()
         if self.snapshot is not None:
             self.snapshot.take()  # the same state, kept in host memory for a fast rollback
-        if self.store.asynchronous:  # a sharded store with its own gloo group
-            return self.store.async_save(self.step_count, self.state.state_dict())
-        return self.store.save(self.step_count, self.state.state_dict())
+        asynchronous = getattr(self.store, "asynchronous", False)  # a sharded store with its own gloo group
+        if asynchronous:
+            self.poll_save(wait=True)  # one save in flight (the store would wait for it anyway)
+            out = self._inflight = self.store.async_save(self.step_count, self.state.state_dict())
+        else:
+            out = self.store.save(self.step_count, self.state.state_dict())
+        self.log.timing({"step": self.step_count, "event": "checkpoint_save", "mode": "async" if asynchronous else "sync",
+                         "seconds": round(time.perf_counter() - t0, 6), "snapshot": self.snapshot is not None})
+        return out
+
+    @property
+    def pending_save(self):
+        """The asynchronous save in flight (a :class:`lossguard.checkpoint.PendingSave`: ``done()``,
+        ``wait()``, ``seconds``), or None when there is none or it was already logged as finished."""
+        return self._inflight
+
+    def poll_save(self, *, wait: bool = False) -> None:
+        """Log the completion of the asynchronous save in flight once it is done (``wait``: block
+        for it). Called at every step and save and at :meth:`close`; never blocks unless asked."""
+        pending = self._inflight
+        if pending is None or not (wait or pending.done()):
+            return
+        self._inflight = None
+        rec = {"step": pending.step, "event": "checkpoint_saved", "mode": "async"}
+        try:
+            pending.wait()
+            rec["seconds"] = round(pending.seconds, 6)
+        except Exception as exc:  # noqa: BLE001 - logged here, raised by the store's next wait()
+            rec["error"] = str(exc).splitlines()[0]
+        self.log.timing(rec)
 
     def restore(self, step: int | None = None) -> int:
         """Resume from the store; returns the step.
 
         Args:
             step: the checkpoint to load. None = the ledger's ``resume_from`` if a previous process
-                left one (a rollback it could not carry out; it is then cleared), else the newest valid.
+                left one (a rollback booked but not finished: a framework restart, or a crash in
+                the middle of an in-process rollback), else the newest valid.
+
+        A booked rollback is finished exactly as the in-process one would have: the checkpoints
+        newer than its target are removed (every rank calls this), the target is loaded, the
+        timeline is reset as a rollback leaves it, and only then is ``resume_from`` cleared -- so
+        a crash at any moment of a rollback, or of this resume, resumes on the new timeline.
         """
-        if step is None and self.ledger.resume_from is not None:
-            step, self.ledger.resume_from = self.ledger.resume_from, None
-            self.ledger.save()
+        pending = self.ledger.resume_from if step is None else None
+        if pending is not None:
+            step = pending
+            self.executor.abandon_newer(pending)
+        t0 = time.perf_counter()
         self.state.restore(self.store, step)  # a sharded state loads into its own template (DCP)
+        self.log.timing({"step": self.state.step, "event": "checkpoint_load", "source": "disk",
+                         "seconds": round(time.perf_counter() - t0, 6)})
+        if pending is not None:
+            self.executor.after_restore(pending)
+            self.ledger.resume_from = None
+            self.ledger.save()
         self.step_count = self.state.step
         self._reiter = True
         return self.step_count
@@ -559,7 +612,8 @@ class StabilityGuard:
         """The timeline: detector windows, the policy's open episode, the data counter (JSON-safe).
         Goes into every checkpoint (TrainState extras) and is rolled back with it."""
         return {"format": GUARD_FORMAT, "judge": self.judge.state_dict(), "policy": self.policy.state_dict(),
-                "data_count": self._data_count, "lr_ramp": self._lr_ramp.state_dict()}
+                "data_count": self._data_count, "lr_ramp": self._lr_ramp.state_dict(),
+                "withheld": self.withheld.state_dict()}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output (format 1, from before the ledger, is read too)."""
@@ -574,6 +628,7 @@ class StabilityGuard:
         self.policy.load_state_dict(sd["policy"])
         self._data_count = int(sd["data_count"])
         self._lr_ramp.load_state_dict(sd.get("lr_ramp"))
+        self.withheld.load_state_dict(sd.get("withheld"))
 
     def adopt_ledger(self, ledger: RunLedger) -> None:
         """Use ``ledger`` from now on (a framework callback restoring its own saved ledger)."""
@@ -586,6 +641,7 @@ class StabilityGuard:
     def close(self) -> None:
         """Process any deferred verdict, wait for an asynchronous save in flight, close the log."""
         self.flush()
+        self.poll_save(wait=True)
         if self.store is not None:
             self.store.wait()
         self.log.close()

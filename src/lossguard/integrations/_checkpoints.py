@@ -82,6 +82,33 @@ class FrameworkCheckpoints:
         return self._found().get(int(step), self.directory / (f"checkpoint-{int(step)}" if self.kind == "hf"
                                                               else f"step={int(step)}.ckpt"))
 
+    def supersede_after(self, step: int) -> list[int]:
+        """Remove the framework's checkpoints newer than ``step`` (a rollback to ``step`` abandoned
+        their timeline): each is renamed to a hidden ``.superseded-*`` name first (atomic, and no
+        longer matched by :meth:`steps` or the framework's own listing), then deleted. Safe to call
+        from several ranks at once (a name another rank already moved is passed over).
+
+        Returns:
+            The removed steps.
+        """
+        import shutil
+
+        removed = []
+        if not self.directory.is_dir():
+            return removed
+        for entry in sorted(self.directory.iterdir()):
+            found = framework_step(entry.name if self.kind == "hf" else entry.stem + ".", self.kind)
+            if found is None or found <= int(step) or entry.name.startswith("."):
+                continue
+            side = entry.with_name(f".superseded-{entry.name}-{os.getpid()}")
+            try:
+                os.rename(entry, side)
+            except FileNotFoundError:
+                continue  # another rank moved it first
+            shutil.rmtree(side, ignore_errors=True) if side.is_dir() else side.unlink(missing_ok=True)
+            removed.append(found)
+        return removed
+
     def protect(self, step: int) -> None:
         """Remember a rollback target. The framework prunes on its own: keep ``save_total_limit``
         (HF) / ``save_top_k`` (Lightning) large enough that the target survives."""
@@ -98,12 +125,17 @@ def resume_checkpoint(directory: str | os.PathLike, kind: str) -> str | None:
 
     Pass it to ``trainer.train(resume_from_checkpoint=...)`` (HF) or ``trainer.fit(..., ckpt_path=...)``
     (Lightning).
+
+    With a booked rollback it also finishes it: the checkpoints newer than the target (the abandoned
+    timeline, and any the framework wrote on its way out) are removed, so a crash after the resumed
+    run clears ``resume_from`` can never bring them back.
     """
     ckpts = FrameworkCheckpoints(directory, kind)
     ledger_path = Path(directory) / LEDGER_FILE
     if ledger_path.exists():
         target = RunLedger.load(ledger_path).resume_from
         if target is not None:
+            ckpts.supersede_after(target)
             return str(ckpts.path_of(target))
     steps = ckpts.steps()
     return str(ckpts.path_of(steps[-1])) if steps else None

@@ -48,6 +48,7 @@ def resume_ledger(guard, step: int) -> None:
                       f"{step}; pass lossguard's resume_checkpoint(...) as the checkpoint to resume from",
                       stacklevel=3)
         return
+    guard.executor.after_restore(step)  # the timeline as the rollback leaves it (as in-process)
     led.resume_from = None
     led.save()
 

@@ -302,7 +302,8 @@ class RecoveryPolicy:
         led.last_rollback = {"onset": int(decision.numbers.get("onset", decision.step)),
                              "onset_batch": None if rng is None else int(rng[0]), "to_step": int(to_step),
                              "skip_batches": None if rng is None else [int(rng[0]), int(rng[1])],
-                             "recurrence": int(decision.numbers.get("recurrence", 0))}
+                             "recurrence": int(decision.numbers.get("recurrence", 0)),
+                             "cause": decision.numbers.get("cause")}
         self.restart_timeline(decision)
         cut = self.lr_cut_after_rollback(decision, to_step)
         return [] if cut is None else [cut]
@@ -311,9 +312,15 @@ class RecoveryPolicy:
         """The timeline after a rollback: no open episode, no overflow streak; after a loss-rise
         rollback the rise rule watches the new, cut LR afresh. (The guard calls it again once it
         has loaded the restored timeline, which would otherwise bring back the checkpoint's episode.)"""
+        self.reset_timeline({"cause": decision.numbers.get("cause")})
+
+    def reset_timeline(self, rollback: dict[str, Any] | None) -> None:
+        """:meth:`restart_timeline` from a rollback's ledger record (``ledger.last_rollback``): what a
+        process resuming a rollback that a crash interrupted calls, so its timeline equals the one
+        the in-process rollback would have left."""
         self.episode, self.overflow_streak, self.episode_tests = None, 0, {}
-        if decision.numbers.get("cause") == "loss_rising":
-            self.level = {"seen": 0, "best": None, "best_step": None}
+        if rollback is not None and rollback.get("cause") == "loss_rising":
+            self.level = {"seen": 0, "best": None, "best_step": None}  # watch the new, cut LR afresh
 
     # ---------------------------------------------------------------- queries
     def lr_factor(self, step: int) -> float:

@@ -34,12 +34,13 @@ KIND_STYLE: dict[K, tuple[str, str]] = {
     K.GRAD_NORM_SPIKE: ("grad-norm spike", "#e57373"),
     K.REGIME_CHANGE: ("change of regime", "#37474f"),
     K.STALL: ("stall", "#5d4037"),
+    K.UPDATES_STOPPED: ("stretch without updates", "#263238"),
 }
 """Every incident kind's name (as used in a sentence) and its colour in charts and legends."""
 
 _PLURAL = {K.REPEATED_DATA: "resumes onto repeated data", K.NON_FINITE: "NaN/Inf steps",
            K.STREAM_SPIKE: "spikes in one data stream", K.LOSS_SCALE_COLLAPSE: "fp16 loss-scale collapses",
-           K.REGIME_CHANGE: "changes of regime"}
+           K.REGIME_CHANGE: "changes of regime", K.UPDATES_STOPPED: "stretches without updates"}
 
 
 def kind_label(kind: K) -> str:
@@ -55,6 +56,8 @@ def magnitude(inc: Incident) -> str:
     """How bad, in the form an engineer compares runs by: ``2.3x``, ``NaN``, ``scale 65536 -> 1``."""
     if inc.kind is K.NON_FINITE:
         return "NaN" if math.isnan(inc.peak_value) else ("Inf" if math.isinf(inc.peak_value) else "non-finite")
+    if inc.kind is K.UPDATES_STOPPED:
+        return f"{inc.details.get('steps', '?')} steps"
     if inc.kind is K.LOSS_SCALE_COLLAPSE:
         return f"scale {_num(inc.baseline)} \u2192 {_num(inc.peak_value)}"
     if not (math.isfinite(inc.baseline) and math.isfinite(inc.peak_value)):

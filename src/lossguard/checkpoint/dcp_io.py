@@ -1,0 +1,180 @@
+"""DCP storage that checksums what it writes and verifies what it reads, each byte touched once.
+
+The sharded store used to checksum a checkpoint by reading every file back after DCP wrote it, and
+to verify one by reading every file before DCP read it again: a sync save cost 1.4-2.5x plain DCP
+and a load 1.5-2.1x (issue 23). Here the checksum rides on DCP's own I/O instead:
+
+- :class:`HashingFileSystem` is DCP's ``FileSystem`` whose write streams hash the bytes on their
+  way to disk (CRC-32C through ``google-crc32c`` when installed, else zlib's CRC-32:
+  :func:`lossguard.checkpoint.files.fast_checksum`) and record ``{name: {"size", algorithm: hex}}``
+  per file, ``.metadata`` included (its temp name's entry follows DCP's rename);
+- :class:`VerifyingFileSystem` checks each checkpoint file DCP opens (one sequential pass in 4 MiB
+  blocks) against the manifest before handing it to DCP, whose own reads then come from the page
+  cache: a damaged file is refused before any tensor of it is parsed. (Handing DCP the bytes of
+  that one read instead -- each byte read once -- was slower here: a buffer the size of the shard,
+  freshly allocated, costs more in page faults than the second read from the cache.) DCP loads in place, so a
+  damaged file on one rank can leave the tensors read from the files before it loaded (the
+  store's ``load(None)`` then loads an older checkpoint over them; an explicit step raises).
+
+Both plug into the stock ``FileSystemWriter`` / ``FileSystemReader`` (their ``fs`` attribute):
+DCP's planning, file layout and metadata are untouched, so a checkpoint stays loadable by plain
+``dcp.load``.
+"""
+from __future__ import annotations
+
+import io
+import os
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .files import CHECKSUMS, Checksum, ChecksumMismatch
+
+__all__ = ["HashingFileSystem", "VerifyingFileSystem", "ChecksumMismatch", "hashing_writer", "verifying_reader"]
+
+
+class _HashingStream(io.RawIOBase):
+    """A write-only stream that hashes and counts every byte before passing it on."""
+
+    def __init__(self, raw, crc: Checksum) -> None:
+        super().__init__()
+        self.raw, self.crc, self.size = raw, crc, 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        self.crc.update(view)
+        self.size += len(view)
+        return self.raw.write(view)
+
+    def tell(self) -> int:
+        return self.raw.tell()
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+
+def _fs_base():
+    from torch.distributed.checkpoint.filesystem import FileSystem
+
+    return FileSystem
+
+
+class HashingFileSystem(_fs_base()):
+    """DCP's local ``FileSystem``; every file written through it is hashed on the way (see module)."""
+
+    def __init__(self, algorithm: type[Checksum]) -> None:
+        super().__init__()
+        self.algorithm = algorithm
+        self.table: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()  # DCP may write several files from several threads
+
+    @contextmanager
+    def create_stream(self, path, mode: str):
+        if "w" not in mode:
+            with super().create_stream(path, mode) as stream:
+                yield stream
+            return
+        with Path(path).open(mode) as raw:
+            stream = _HashingStream(raw, self.algorithm())
+            yield stream
+        with self._lock:
+            self.table[Path(path).name] = {"size": stream.size, self.algorithm.NAME: stream.crc.hexdigest()}
+
+    def rename(self, path, new_path) -> None:
+        super().rename(path, new_path)
+        with self._lock:
+            entry = self.table.pop(Path(path).name, None)
+            if entry is not None:
+                self.table[Path(new_path).name] = entry
+
+
+class VerifyingFileSystem(_fs_base()):
+    """DCP's local ``FileSystem`` that checks each file it opens for reading against ``expected``."""
+
+    def __init__(self, expected: dict[str, dict[str, Any]]) -> None:
+        super().__init__()
+        self.expected = expected
+
+    @contextmanager
+    def create_stream(self, path, mode: str):
+        entry = self.expected.get(Path(path).name)
+        if "r" not in mode or entry is None:
+            with super().create_stream(path, mode) as stream:
+                yield stream
+            return
+        with open(path, "rb") as fh:
+            check_stream(fh, Path(path).name, entry)  # one pass in 4 MiB blocks, then DCP reads it
+            fh.seek(0)                                 # again (from the page cache): no big buffer
+            yield fh
+
+
+def _algorithm(name_of_file: str, entry: dict[str, Any]) -> tuple[str, type[Checksum]]:
+    name = next((n for n in CHECKSUMS if n in entry), None)
+    if name is None:
+        raise ChecksumMismatch(f"{name_of_file}: the manifest records no checksum this lossguard knows")
+    return name, CHECKSUMS[name]
+
+
+def _check(name_of_file: str, entry: dict[str, Any], size: int, algo: str, crc: Checksum) -> None:
+    if size != entry.get("size"):
+        raise ChecksumMismatch(f"{name_of_file} has {size} bytes, the manifest recorded {entry.get('size')}")
+    if crc.hexdigest() != entry[algo]:
+        label = {"crc32": "CRC-32", "crc32c": "CRC-32C"}.get(algo, algo)
+        raise ChecksumMismatch(f"{name_of_file} does not match its {label} in manifest.json (corrupted)")
+
+
+def check_stream(fh, name_of_file: str, entry: dict[str, Any]) -> None:
+    """Read an open binary file to its end in 4 MiB blocks (one reused buffer) and check it against
+    a manifest entry. Raises :class:`ChecksumMismatch`."""
+    algo, cls = _algorithm(name_of_file, entry)
+    crc, size = cls(), 0
+    buf = bytearray(1 << 22)
+    view = memoryview(buf)
+    while True:
+        n = fh.readinto(buf)
+        if not n:
+            break
+        crc.update(view[:n])
+        size += n
+    _check(name_of_file, entry, size, algo, crc)
+
+
+def read_verified(path: Path, entry: dict[str, Any]) -> bytes:
+    """The file's bytes, read once, after checking size and checksum against a manifest entry.
+
+    Raises:
+        ChecksumMismatch: wrong size, unknown algorithm or wrong checksum.
+    """
+    with open(path, "rb") as fh:
+        data = fh.read()
+    algo, cls = _algorithm(path.name, entry)
+    crc = cls()
+    crc.update(data)
+    _check(path.name, entry, len(data), algo, crc)
+    return data
+
+
+def hashing_writer(path: os.PathLike, algorithm: type[Checksum]):
+    """A ``FileSystemWriter`` for ``path`` whose files are hashed while written; ``writer.fs.table``
+    holds the results once the save is done."""
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    writer = FileSystemWriter(path)
+    writer.fs = HashingFileSystem(algorithm)
+    return writer
+
+
+def verifying_reader(path: os.PathLike, expected: dict[str, dict[str, Any]]):
+    """A ``FileSystemReader`` for ``path`` that verifies every file it reads against ``expected``."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    reader = FileSystemReader(path)
+    reader.fs = VerifyingFileSystem(expected)
+    return reader
