@@ -24,28 +24,14 @@ KNOWN_GAPS = {
     "nemo_bar__divergence.log": "the manifest takes the bar's N; the grammar the printed global_step (N - 1)",
     "nemo_bar__healthy.log": "same as nemo_bar__divergence.log",
     "keras2__terminal_nan.log": "one point short (510 of 511): TerminateOnNaN's last 'N/N ... loss: nan' redraw",
-    "hf_trainer_v5__tqdm_spike.log": "transformers v5 dicts: claimed by the pasted reader, which finds no line of its own",
-    "hf_trainer_v5__printer_nan.log": "transformers v5 printer: numbered by order (no counter the grammar pairs)",
     "litgpt_finetune__level_shift.log": "analyser: the level shift at 338 is named spike_no_recovery",
-    "timm__healthy.log": "timm 'Train: E [ idx/1250 ( p%)]': the epoch is labelled 'Train', not read as an epoch",
-    "timm__spike.log": "same as timm__healthy.log",
-    "deit__nan.log": "the NaN step's line is not read as a point (one short)",
-    "torchtune__console_spike.log": "the step is the middle of '1|12|Loss: X' in the bar's description: unlabelled",
     "open_clip__healthy.log": "open_clip counts samples ('[ 40960/819200'): the step needs the batch size",
     "open_clip__spike.log": "same as open_clip__healthy.log",
-    "ultralytics__classify_healthy.log": "ultralytics prints a column header row, then rows of values under it",
-    "ultralytics__classify_spike.log": "same as ultralytics__classify_healthy.log",
     # pastes corpus
     "tf-slim__2.txt": "analyser: the spike at 319 is named spike_no_recovery at 327 (outside the margin)",
     "deepspeech-pytorch__1.txt": "analyser: a fast spike called on 10 noisy points of a healthy paste",
-    "sockeye__1.txt": "only a perplexity is printed: read as log(ppl) (the issue's rule); the manifest holds the ppl",
-    "sockeye__2.txt": "same as sockeye__1.txt",
     "tf-od-api-v2__1.txt": "analyser: divergence found from 200, the manifest says 700",
     "yolact__1.txt": "the loss is the column 'T' (total) among B, C, M, S: no name says so (--loss-key T reads it)",
-    "metriclogger__1.txt": "the loss is nested, 'predict_loss: [local: X | reduced: Y]': read as 'local'",
-    "mmengine__1.txt": "read by the pasted reader as (epoch - 1) x iters + iter; the manifest counts from the "
-                       "first epoch in view",
-    "waveglow__1.txt": "custom print whose step the grammar does not pair with the loss",
 }
 
 

@@ -239,6 +239,20 @@ def _short_drop(ctx: Context) -> Incident | None:
                                                 "points": n})
 
 
+SUSTAINED_POINTS = 4
+"""Points after a jump that must all stay up for one point before it to count as the level (a
+paste that starts just before the jump: ``1.70, 11.46, 11.46, 11.47, ...``)."""
+
+
+def _sustained(x: np.ndarray, s: int, level: float, rise: float) -> bool:
+    """True when at least :data:`SUSTAINED_POINTS` points from ``s`` on all keep at least
+    :data:`STILL_HIGH` of the ``rise`` above ``level``, and the rise is at least the level itself
+    (a doubling: one point is a rough level, so only a jump far above any noise of it counts)."""
+    after = x[s:]
+    return (len(after) >= SUSTAINED_POINTS and rise >= abs(level)
+            and bool(np.all(after >= level + STILL_HIGH * rise)))
+
+
 def short_pass(ctx: Context) -> None:
     """The relative rules over a log shorter than :data:`SHORT_LOG_POINTS` (see the module docstring)."""
     drop = _short_drop(ctx)
@@ -260,8 +274,8 @@ def short_pass(ctx: Context) -> None:
     d = np.diff(x[m:p + 1])
     s = m + 1 + int(np.argmax(d))
     if float(d.max()) >= JUMP_SHARE * rise:
-        if s < MIN_JUDGED_POINTS - 1:
-            return  # one point before the jump sets no level
+        if s < MIN_JUDGED_POINTS - 1 and not _sustained(x, s, x[m], rise):
+            return  # one point before the jump sets no level, unless the loss stays up after it
         inc = _spike(ctx, s)
     elif p - m + 1 >= CLIMB_POINTS and x[-1] - x[m] >= STILL_HIGH * rise:
         inc = _climb(ctx, m, p)

@@ -69,6 +69,9 @@ class PastedLine:
         tool: the tool that printed it (``"hf_trainer"``, ``"nanogpt"``, ...), for metadata.
         rank: the rank that printed an overflow line (0 when the line does not say).
         overflow: what an overflow line reports (None for every other line).
+        per_epoch: for a step computed as ``(epoch - 1) x per_epoch + batch`` (mmcv's ``Epoch [e][b/N]``),
+            ``N``: the reader counts epochs from the first one in view instead (a paste that starts
+            at epoch 147 is numbered from 0 + batch, as the text grammar and the corpus count).
     """
 
     kind: LineKind
@@ -77,10 +80,13 @@ class PastedLine:
     tool: str = ""
     rank: int = 0
     overflow: megatron.Overflow | None = None
+    per_epoch: int | None = None
 
 
 _HF_DICT = re.compile(r"\{\s*'[^']+'\s*:[^{}]*\}")
-_HF_PAIR = re.compile(r"'([^']+)'\s*:\s*(?:tensor\(\s*)?(" + _NUM + r")")
+_HF_PAIR = re.compile(r"'([^']+)'\s*:\s*(?:tensor\(\s*|')?(" + _NUM + r")")
+"""A key and its number in a printed dict; transformers 5 prints each float as a quoted ``.4g``
+string (``'loss': '2.346'``)."""
 _NANOGPT = re.compile(r"\biter\s+(\d+)\s*:\s*(.*)", re.I)
 _NANOGPT_EVAL = re.compile(r"\bstep\s+(\d+)\s*:\s*(train loss.*)", re.I)
 _LLMC = re.compile(r"\bstep\s+(\d+)\s*/\s*\d+\s*[|:]\s*(.*)", re.I)
@@ -240,7 +246,7 @@ def _mmengine(line: str) -> PastedLine | None:
         m = _MM_ITER.search(line)
         if m is None:
             return None
-        step, rest, epoch = int(m.group(1)), m.group(2), None
+        step, rest, epoch, per_epoch = int(m.group(1)), m.group(2), None, None
     metrics = {}
     for key, num in _MM_PAIR.findall(rest):
         if key != "eta":  # a duration ("1 day, 2:10:11"), not a number
@@ -249,7 +255,8 @@ def _mmengine(line: str) -> PastedLine | None:
         return None
     if epoch is not None:
         metrics.setdefault(EPOCH, float(epoch))
-    return PastedLine(kind=LineKind.STEPPED, step=step, metrics=metrics, tool="mmengine")
+    return PastedLine(kind=LineKind.STEPPED, step=step, metrics=metrics, tool="mmengine",
+                      per_epoch=per_epoch if epoch is not None else None)
 
 
 def _fields(text: str, separator: str) -> dict[str, float]:

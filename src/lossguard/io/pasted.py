@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import LogFormatError
-from ..metrics import LOSS_SCALE, SKIPPED_ITERS
+from ..metrics import EPOCH, LOSS_SCALE, SKIPPED_ITERS
 from ..runlog import RunLog, RunLogBuilder
 from . import megatron
 from ._paste_lines import LineKind, PastedLine, parse_line
@@ -154,6 +154,7 @@ class _State:
     overflows: list[tuple[megatron.Overflow, int]] = field(default_factory=list)  # all, for a stepless paste
     events: list[dict] = field(default_factory=list)
     tools: dict[str, None] = field(default_factory=dict)
+    first_epoch: int | None = None  # the first epoch in view, for lines numbered (epoch - 1) x N + batch
 
     @property
     def seg(self) -> _Segment:
@@ -273,6 +274,12 @@ def _take(state: _State, parsed: PastedLine, number: int) -> None:
         step = state.seg.last_step if state.seg.last_step is not None else 0
     else:
         step = parsed.step
+        if parsed.per_epoch and EPOCH in parsed.metrics:
+            # Epochs count from the first one in view (the text grammar's rule, the corpus' numbering).
+            epoch = int(parsed.metrics[EPOCH])
+            if state.first_epoch is None:
+                state.first_epoch = epoch
+            step -= (state.first_epoch - 1) * parsed.per_epoch
         last = state.seg.last_step
         if last is not None and step < last:
             state.restart(f"step {step} after {last} at line {number}")

@@ -6,12 +6,15 @@ The reader (``--format text``) takes console output and pastes that no specific 
    logger and rank prefixes); ``\\r`` redraws are split into lines;
 2. :mod:`.template` masks each line's numbers into a template and labels every number in the usual
    spellings (``k: v``, ``k=v``, ``k v``, ``| k v |``, ``'k': v``, ``k=tensor(v)``, ``N/M``);
-3. :mod:`.records` glues records spread over lines (a ``[step=N/M]`` header, indented metrics) and
-   gathers the rows of each template in a table;
+3. :mod:`.records` glues records spread over lines (a ``[step=N/M]`` header, indented metrics; a
+   bracket left open, with :mod:`.join`, which also reads an array as its mean), names the columns
+   of a table header, and gathers the rows of each template in a table;
 4. :mod:`.choose` picks the step (global step > iteration > epoch x batch > order) and the loss
-   (ranked names), saying what else was there; ``step_key`` / ``loss_key`` override it;
-5. :mod:`.build` turns the rows into points: restarts become segments, a crash line naming a NaN
-   becomes a non-finite loss.
+   (ranked names; a template must repeat; :mod:`.guess` when no label names one), saying what else
+   was there; ``step_key`` / ``loss_key`` override it;
+5. :mod:`.build` turns the rows into points: restarts become segments (a return to the first step
+   that retraces the run before is a new run, read after it), a crash line naming a NaN becomes a
+   non-finite loss.
 
 What was read and chosen is kept in ``metadata["text"]`` (shown by ``lossguard info --explain``).
 """
@@ -50,7 +53,7 @@ def _claims(scan: Scan) -> bool:
                                for lab, k in zip(t.labels, t.kinds)):
             if any(k is not None for k in t.kinds) or t.rows >= 5:
                 return True
-    return only_value(scan.tables) is not None
+    return only_value(scan.tables, bare=True) is not None
 
 
 def head_claims(head: bytes) -> bool:
@@ -136,6 +139,9 @@ def read(path: Path, *, root: Path | None = None, step_key: str | None = None,
         builder.add_event(event)
     builder.metadata["text"] = explain_doc(scan, choice)
     warnings = choice.warnings + points.warnings
+    if scan.vectors:
+        warnings.append(f"{scan.vectors} value(s) printed as arrays of numbers are read as their mean "
+                        "(non-finite when any element is)")
     if warnings:
         builder.metadata["warnings"] = warnings
     return builder.build()

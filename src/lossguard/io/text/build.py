@@ -95,14 +95,18 @@ def build(scan: Scan, choice: Choice) -> Points:
         steps_all = raw.astype(np.int64)
     seq = steps_all[order]
     breaks = np.flatnonzero(np.diff(seq) < 0) + 1
+    notes = ["start of text"] + [f"step {int(seq[i])} after {int(seq[i - 1])} at line {int(all_lines[order][i])}"
+                                 for i in breaks]
+    if len(breaks) and choice.rule is not StepRule.ORDER:
+        seq, runs = new_runs(seq, breaks, all_lines[order])
+        steps_all[order] = seq
+        warnings += runs
     seg_sorted = np.zeros(len(seq), dtype=np.int64)
     if len(breaks):
         seg_sorted[breaks] = 1
         seg_sorted = np.cumsum(seg_sorted)
     seg_all = np.empty_like(seg_sorted)
     seg_all[order] = seg_sorted
-    notes = ["start of text"] + [f"step {int(seq[i])} after {int(seq[i - 1])} at line {int(all_lines[order][i])}"
-                                 for i in breaks]
     # Rows of one rank only: where a table prints the rank, keep its lowest one.
     metrics: dict[str, list[tuple[np.ndarray, ...]]] = {}
     offset = 0
@@ -126,6 +130,8 @@ def build(scan: Scan, choice: Choice) -> Points:
                 reset[1:] &= (loss[1:] == loss[:-1]) | (np.isnan(loss[1:]) & np.isnan(loss[:-1]))
                 reset[:1] = False
                 keep &= ~reset
+        if keep.all():
+            keep = slice(None)  # every row kept: views, no copies of million-row columns
         for j, (lab, kind) in enumerate(zip(t.labels, t.kinds)):
             if j in used or not lab or fold(lab) == "rank":
                 continue
@@ -144,9 +150,13 @@ def build(scan: Scan, choice: Choice) -> Points:
     out: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
     repeated = 0
     for name, chunks in metrics.items():
-        seg, step, val, line, place = (np.concatenate([c[i] for c in chunks]) for i in range(5))
-        idx = np.lexsort((place, step, seg))
-        seg, step, val, line = seg[idx], step[idx], val[idx], line[idx]
+        if len(chunks) == 1:
+            seg, step, val, line, place = chunks[0]  # one table: no copy
+        else:
+            seg, step, val, line, place = (np.concatenate([c[i] for c in chunks]) for i in range(5))
+        if len(chunks) > 1 or not (np.all(np.diff(step) > 0) and np.all(seg == seg[0])):
+            idx = np.lexsort((place, step, seg))  # already in order in a plain run: no sort
+            seg, step, val, line = seg[idx], step[idx], val[idx], line[idx]
         last = np.ones(len(step), dtype=bool)
         last[:-1] = (seg[1:] != seg[:-1]) | (step[1:] != step[:-1])
         if name == LOSS:
@@ -161,6 +171,42 @@ def build(scan: Scan, choice: Choice) -> Points:
     return points
 
 
+RETRACE = 3
+"""Points after a return to the first step that must fall inside the run before for a new run."""
+
+
+def new_runs(seq: np.ndarray, breaks: np.ndarray, lines: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Steps in text order with each new run moved after the run before it, and a warning per run.
+
+    The rule for text (a paste, a console log): a counter that goes back to the *first* step of the
+    run before (``step 1`` again, ``epoch 0`` again) starts a new run (the same script launched
+    twice), not a rollback; both runs are read, one after the other, so an event in either is
+    reported: the later run's steps are shifted to follow the earlier run by its logging interval
+    (the warning gives the shift, to map a reported step back to the text). A counter that goes back
+    to a step inside the previous range but not its first is a rollback (a resume from a
+    checkpoint): the later points supersede the earlier ones, as in every other reader. A new run
+    retraces the steps of the one before: a lone return to the first step (a progress bar reset to
+    ``0/M`` before the next epoch) is not one.
+    """
+    seq = seq.copy()
+    bounds = [0, *breaks.tolist(), len(seq)]
+    warnings = []
+    for k in range(1, len(bounds) - 1):
+        prev, start, end = seq[bounds[k - 1]:bounds[k]], bounds[k], bounds[k + 1]
+        retrace = seq[start + 1:min(end, start + 1 + RETRACE)]
+        if (seq[start] != prev[0] or len(prev) < 2 or len(retrace) < min(RETRACE, len(prev) - 1)
+                or not np.all((retrace >= seq[start]) & (retrace <= prev.max())) or not retrace.max() > seq[start]):
+            continue  # a new run retraces the steps of the one before (a bar reset to 0 jumps past them)
+        gaps = np.diff(prev)
+        gaps = gaps[gaps > 0]
+        interval = int(np.median(gaps)) if len(gaps) else 1
+        shift = int(prev.max()) + interval - int(seq[start])
+        seq[start:] += shift  # later runs move with it; each is judged against the (shifted) run before
+        warnings.append(f"line {int(lines[start])} starts a new run (the counter is back at its first value, "
+                        f"{int(seq[start] - shift)}): it is read after the run before, its steps shifted by +{shift}")
+    return seq, warnings
+
+
 def _per_epoch(parts, raw: np.ndarray) -> int:
     totals = [t.totals[used[1]] for t, _, _, used in parts if used and used[1] in t.totals]
     if totals:
@@ -172,10 +218,12 @@ def _per_epoch(parts, raw: np.ndarray) -> int:
 def _crash_point(scan: Scan, choice: Choice, points: Points) -> None:
     """A crash line naming a NaN/Inf after the last loss line: a non-finite loss at its step (the
     step after the last one logged when the line names none)."""
-    if LOSS not in points.metrics or not scan.crashes or choice.rule is StepRule.EPOCH_BATCH:
+    if LOSS not in points.metrics or not scan.crashes:
         return
     seg, step, val, line = points.metrics[LOSS]
     crash = scan.crashes[-1]
+    if choice.rule is StepRule.EPOCH_BATCH and crash.step is not None:
+        return  # a step named in a crash line is in one counter, not in epoch x batches + batch
     if crash.line <= int(line.max()):
         return
     last_seg = int(seg.max())

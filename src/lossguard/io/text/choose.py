@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .names import StepKind, fold, is_ppl, loss_rank
+from .guess import MIN_GUESS_ROWS, guessed_value, integral_increasing, only_value
 from .records import Table
 
 
@@ -54,8 +55,9 @@ class Choice:
     warnings: list[str] = field(default_factory=list)
 
 
-def loss_candidates(tables: list[Table]) -> list[tuple[int, int, str]]:
-    """(rank, -rows, label) of every loss-like label, best first."""
+def loss_candidates(tables: list[Table], *, min_rows: int = 1) -> list[tuple[int, int, str]]:
+    """(rank, -rows, label) of every loss-like label printed on at least ``min_rows`` lines, best first
+    (rows of every template that prints the label count: one series in several line shapes)."""
     rows: dict[str, int] = {}
     label_of: dict[str, str] = {}
     for t in tables:
@@ -63,13 +65,17 @@ def loss_candidates(tables: list[Table]) -> list[tuple[int, int, str]]:
             if kind is None and loss_rank(lab) is not None:
                 rows[fold(lab)] = rows.get(fold(lab), 0) + t.rows
                 label_of.setdefault(fold(lab), lab)
-    return sorted((loss_rank(label_of[k]), -n, label_of[k]) for k, n in rows.items())
+    return sorted((loss_rank(label_of[k]), -n, label_of[k]) for k, n in rows.items() if n >= min_rows)
 
 
 def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | None = None) -> Choice | None:
     """The loss and step of the tables, or None when no table holds a loss (or ``loss_key``)."""
     ppl = guessed = False
     others = [c[2] for c in loss_candidates(tables)]
+    if loss_key is None and others and only_value(tables, bare=True) is not None:
+        # A label on a line seen once or twice (prose: "... and the loss became nan") does not beat
+        # a template that repeats with a counter: frequency outweighs a label match.
+        others = [c[2] for c in loss_candidates(tables, min_rows=MIN_GUESS_ROWS)]
     if loss_key is not None:
         loss = _match(tables, loss_key)
         if loss is None:
@@ -81,54 +87,52 @@ def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | 
         if ppls:
             loss, ppl = ppls[0], True
         else:
-            loss = only_value(tables)
-            if loss is None:
+            found = guessed_value(tables, bare=True)
+            if found is None:
                 return None
-            guessed = True
+            (shape, loss), guessed = found, True
     others = [o for o in others if fold(o) != fold(loss)]
     with_loss = [t for t in tables if fold(loss) in {fold(lab) for lab in t.labels}]
+    pool = tables
+    if guessed and loss.startswith("#"):
+        pool = [t for t in tables if t.labels == shape.labels]  # "#2" names a column of one shape only
+        with_loss = [t for t in with_loss if t in pool]
     training = [t for t in with_loss if not t.template.evaluation]
     with_loss = training or with_loss  # an evaluation line printing the same label is not the training loss
     rule, step, steps_seen = _step(with_loss, step_key)
+    dropped = 0
+    if rule is not StepRule.ORDER:
+        need = {fold(s) for s in step}
+        tables_used = [t for t in pool if need <= {fold(lab) for lab in t.labels}
+                       and (t in with_loss or not t.template.evaluation)]
+        covered = sum(t.rows for t in with_loss if t in tables_used)
+        total = sum(t.rows for t in with_loss)
+        if step_key is None and covered * 2 < total:
+            # A counter printed on a minority of the loss lines (a progress bar glued before some
+            # of them) would drop the majority of records: number them all in order instead.
+            dropped, rule, step = total - covered, StepRule.ORDER, ()
     if rule is StepRule.ORDER:
         tables_used = with_loss
-    else:
-        need = {fold(s) for s in step}
-        tables_used = [t for t in tables if need <= {fold(lab) for lab in t.labels}
-                       and (t in with_loss or not t.template.evaluation)]
     choice = Choice(loss=loss, ppl=ppl, rule=rule, step=step, tables=tables_used, other_losses=others,
                     other_steps=[s for s in steps_seen if (s,) != step and s not in step])
+    if dropped:
+        choice.warnings.append(f"the counter on some '{loss}' lines is missing from {dropped} of {total} of them: "
+                               "every line is read in order instead")
     if rule is StepRule.ORDER and step_key is None:
         choice.warnings.append(f"the lines with '{loss}' print no step counter: they are numbered 1, 2, 3, ... "
                                "in order; pass --step-key LABEL if a printed number is the step")
-    if guessed:
+    if guessed and loss.startswith("#"):
+        as_step = "" if rule is StepRule.ORDER else f" and column {step[0]}, a whole number that counts up, as the step"
+        choice.warnings.append(f"no value is labelled as a loss: column {loss} (the only value, or the first column "
+                               f"of fractions, of the most frequent line of bare numbers) is read as the loss"
+                               f"{as_step}; "
+                               "pass --loss-key '#N' / --step-key '#N' to read other columns")
+    elif guessed:
         choice.warnings.append(f"no value is labelled as a loss: '{loss}', the only value of the most frequent line, "
                                "is read as the loss; pass --loss-key LABEL to read another")
     if ppl:
         choice.warnings.append(f"no loss is printed, only the perplexity '{loss}': the loss is read as log({loss})")
     return choice
-
-
-MIN_GUESS_ROWS = 3
-"""Rows a line needs before its only value is taken for the loss (no loss label anywhere)."""
-
-
-def only_value(tables: list[Table]) -> str | None:
-    """The label of the only non-counter value of the most frequent line (a bare ``tensor(2.3)``
-    print, a ``STEP LOSS`` pair), or None when that line holds several values or too few rows."""
-    if not tables:
-        return None
-    t = max(tables, key=lambda t: t.rows)
-    if t.rows < MIN_GUESS_ROWS:
-        return None
-    values = [j for j, k in enumerate(t.kinds) if k is None and not integral_increasing(t.column(j))]
-    if len(values) != 1:
-        return None
-    v = t.column(values[0])
-    finite = v[np.isfinite(v)]
-    if len(finite) and np.all(finite == np.round(finite)):
-        return None  # whole numbers (a year, a page, a count) are no loss
-    return t.labels[values[0]]
 
 
 def _match(tables: list[Table], key: str) -> str | None:
@@ -138,15 +142,6 @@ def _match(tables: list[Table], key: str) -> str | None:
             if fold(lab) == want:
                 return lab
     return None
-
-
-def integral_increasing(values: np.ndarray) -> bool:
-    """True for whole numbers that mostly go up (a restart or two may send them back)."""
-    if not len(values) or not np.all(np.isfinite(values)) or np.any(values != np.round(values)):
-        return False
-    d = np.diff(values)
-    up, down = int((d > 0).sum()), int((d < 0).sum())
-    return len(values) == 1 or (up >= 1 and down <= max(1, up // 10))
 
 
 def _columns(tables: list[Table], *, own: bool = False) -> dict[str, tuple[StepKind, list[np.ndarray]]]:
@@ -202,6 +197,9 @@ def _step(tables: list[Table], step_key: str | None) -> tuple[StepRule, tuple[st
     for kind in (StepKind.BATCH, StepKind.EPOCH):
         pick = [lab for lab in ranked if good[lab] is kind]
         if pick:
+            # Of several batch counters, the one that never goes back and is new on every line (a
+            # global count beside a per-epoch bar and an epoch number printed as bare "N|M|").
+            pick.sort(key=lambda lab: (_restarts(cols[lab][1]), not _unique(cols[lab][1])))
             return StepRule.LABEL, (labels[pick[0]],), seen
     return StepRule.ORDER, (), seen
 
@@ -217,6 +215,11 @@ def _at_total(tables: list[Table], label: str) -> bool:
                     return False
                 seen = True
     return seen
+
+
+def _restarts(vs: list[np.ndarray]) -> int:
+    """How often a counter goes back, over the loss tables that print it."""
+    return int(sum(np.sum(np.diff(v) < 0) for v in vs))
 
 
 def _unique(vs: list[np.ndarray]) -> bool:

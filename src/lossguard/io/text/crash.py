@@ -14,7 +14,8 @@ import re
 from .names import StepKind, step_kind
 
 _NONFINITE = re.compile(r"(?<![\w.])(?:nan|inf|infinity)(?!\w)", re.I)
-_ERRORISH = re.compile(r"error|exception|abort|found|detected|encountered|diverg|stopp|terminat|invalid", re.I)
+ERRORISH = re.compile(r"error|exception|abort|found|detected|encountered|diverg|stopp|terminat|invalid", re.I)
+"""Words of an error-like line (one definition: the template marks such lines, :func:`crash_step` reads them)."""
 _LOSS = re.compile(r"loss|objective", re.I)
 _COUNTER = re.compile(r"\b(global[ _]step|step|iteration|iter|it|update|batch|epoch)\b[\s:=#]*(\d+)", re.I)
 
@@ -23,7 +24,7 @@ def crash_step(line: str) -> tuple[StepKind | None, int | None] | None:
     """(counter kind, step) of a crash line naming a NaN/Inf, ``(None, None)`` for one that names no
     step (``ValueError: nan loss encountered``: the step after the last one logged), or None for any
     other line."""
-    if not _NONFINITE.search(line) or not _ERRORISH.search(line):
+    if not _NONFINITE.search(line) or not ERRORISH.search(line):
         return None
     found = [(step_kind(m.group(1)), int(m.group(2))) for m in _COUNTER.finditer(line)]
     found = [f for f in found if f[0] is not None]

@@ -11,7 +11,9 @@ used if it disagrees. Memory: one block (:data:`BLOCK` bytes) and the tables' fl
 """
 from __future__ import annotations
 
+import io
 import re
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -29,20 +31,29 @@ FIRST_BLOCK = 64 << 10
 HOT_ROWS = 64
 """Rows of one template before its line gets a compiled whole-line regex."""
 
-_NUMBER = r"([-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|-?(?:[Nn][Aa][Nn]|[Ii]nfinity|[Ii]nf|INF))"
+_NUMBER = r"([-+]?(?:\d++(?:\.\d*+)?|\.\d++)(?:[eE][-+]?\d++)?+|-?(?:[Nn][Aa][Nn]|[Ii]nfinity|[Ii]nf|INF))"
+"""A kept number (possessive quantifiers: a number never gives back digits, so no backtracking)."""
 _SPACE = re.compile(r"[ \t]+")
 _CSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_CSI_GROUP = re.compile(r"(\x1b\[[0-9;?]*[ -/]*[@-~])")
 
 
-_OTHER = r"(?:[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"  # a number that is not kept: not captured
+_OTHER = r"(?:[-+]?(?:\d++(?:\.\d*+)?|\.\d++)(?:[eE][-+]?\d++)?+)"  # a number that is not kept: not captured
 
 
 class _Hot:
     """The compiled line of one table: its regex captures the kept numbers (and counter totals)."""
 
-    def __init__(self, table: Table, regex: re.Pattern, kept: list[int], totals: list[int]) -> None:
+    def __init__(self, table: Table, regex: re.Pattern, kept: list[int], totals: list[int],
+                 bulk: re.Pattern | None = None) -> None:
         self.table = table
         self.regex = regex
+        # For whole blocks of hot lines: the same regex without the line anchor when the line starts
+        # with literal text, so the regex engine jumps between lines by a fast search for that text
+        # (with "^" it tries a match at every character). A block is read in bulk only when it
+        # yields one match per line, each ending at a newline.
+        self.bulk = bulk or regex
+        self.colored: re.Pattern | None = None  # the line with its colour codes as literals (see _colored)
         self.kept = kept  # positions among the groups of the kept values, in order
         self.totals = totals  # positions among the groups of the counters' totals, in template order
         self.plain = kept == list(range(len(kept)))  # every group is a kept value: no reordering
@@ -64,14 +75,7 @@ def _compile(table: Table) -> _Hot | None:
     tpl = table.template
     kept = [offset + i for i in tpl.kept]
     totals = [offset + i for _, i in tpl.totals]
-    parts = []
-    for i, piece in enumerate(pieces[0::2]):
-        if piece and not piece.strip() and 0 < i < len(nums):
-            parts.append(r"[ \t]+")
-        else:
-            parts.append(r"[ \t]*".join(re.escape(w) for w in _SPACE.split(piece)))
-        if i < len(nums):
-            parts.append(_NUMBER if i in kept or i in totals else _OTHER)
+    parts = _parts(pieces, kept, totals)
     try:
         regex = re.compile("^" + "".join(parts) + r"[ \t]*\n", re.M)
     except re.error:
@@ -81,7 +85,55 @@ def _compile(table: Table) -> _Hot | None:
     m = regex.match(raw.rstrip("\n") + "\n")
     if m is None or [m.groups()[k] for k in kept_at] != [nums[i] for i in kept]:
         return None
-    return _Hot(table, regex, kept_at, totals_at)
+    bulk = None
+    if parts[0] and not parts[0].startswith("[ \\t]") and pieces[0][:1].strip():
+        bulk = re.compile("".join(parts) + r"[ \t]*\n")
+    hot = _Hot(table, regex, kept_at, totals_at, bulk)
+    hot.colored = _colored(table.raw or "", kept, totals, [nums[i] for i in kept], kept_at)
+    return hot
+
+
+def _parts(pieces: list[str], kept: list[int], totals: list[int], start: int = 0) -> list[str]:
+    """Regex parts of a line split into text and numbers: text literal (runs of spaces loose), kept
+    numbers and totals captured, other numbers matched; ``start`` is the index of the first number."""
+    parts = []
+    nums = len(pieces) // 2
+    for i, piece in enumerate(pieces[0::2]):
+        if piece and not piece.strip() and 0 < i < nums:
+            parts.append(r"[ \t]++")
+        else:
+            parts.append(r"[ \t]*+".join(re.escape(w) for w in _SPACE.split(piece)))
+        if i < nums:
+            parts.append(_NUMBER if start + i in kept or start + i in totals else _OTHER)
+    return parts
+
+
+def _colored(raw: str, kept: list[int], totals: list[int], values: list[str], kept_at: list[int]) -> re.Pattern | None:
+    """The whole-line regex of a line printed with the same colour codes on every line, the codes
+    matched as literal text: a block of such lines is read without removing the codes first (one
+    pass over the text instead of two). None when the line has no codes or the regex would read
+    other numbers than the template."""
+    raw = raw.rstrip("\n")
+    if "\x1b" not in raw:
+        return None
+    pieces = _CSI_GROUP.split(raw)
+    parts: list[str] = []
+    count = 0
+    for k, seg in enumerate(pieces):
+        if k % 2:
+            parts.append(re.escape(seg))
+            continue
+        split = SPLIT.split(seg)
+        parts += _parts(split, kept, totals, count)
+        count += len(split) // 2
+    try:
+        regex = re.compile("".join(parts) + r"[ \t]*\n")
+    except re.error:
+        return None
+    m = regex.match(raw + "\n")
+    if m is None or [m.groups()[k] for k in kept_at] != values:
+        return None
+    return regex
 
 
 def scan_file(path: Path) -> Scan:
@@ -97,6 +149,8 @@ def scan_file(path: Path) -> Scan:
             _slow(scanner, text, number)
             continue
         if "\x1b" in text:
+            if hot.colored is not None and _bulk(scanner, hot, text, number, hot.colored):
+                continue
             text = _CSI.sub("", text)  # colours; rarer escapes leave their line to the line-by-line path
         if _bulk(scanner, hot, text, number):
             continue
@@ -133,17 +187,18 @@ def scan_file(path: Path) -> Scan:
             pos = m.end()
         if pos < len(text):
             _slow(scanner, text[pos:], line)
+    scanner.finish()
     return scanner.scan
 
 
-def _bulk(scanner: Scanner, hot: _Hot, text: str, number: int) -> bool:
+def _bulk(scanner: Scanner, hot: _Hot, text: str, number: int, regex: re.Pattern | None = None) -> bool:
     """A block made only of hot lines (the common case of a long run): every row at once, the
     numbers converted by numpy, no Python per line. False (nothing read) when any other line is in
     the block, so the line-by-line loop keeps headers and other templates in their order."""
     tpl = hot.table.template
     if hot.totals or tpl.header:
         return False
-    found = hot.regex.findall(text)
+    found = (regex or hot.bulk).findall(text)
     n = text.count("\n")
     if not found or len(found) != n:
         return False
@@ -152,11 +207,10 @@ def _bulk(scanner: Scanner, hot: _Hot, text: str, number: int) -> bool:
     if table is None:
         return False
     if n > 1:
-        rows = found[1:] if isinstance(found[0], tuple) else [(x,) for x in found[1:]]
-        if not hot.plain:
-            rows = [tuple(r[k] for k in hot.kept) for r in rows]
         width = len(hot.kept)
-        values = np.array([float(x) for r in rows for x in r], dtype=np.float64).reshape(n - 1, width)
+        values = _floats(found[1:], len(first))
+        if not hot.plain:
+            values = values[:, hot.kept]
         if table.inherited:
             prefix = np.asarray(table.data[-len(table.labels):-width], dtype=np.float64)
             values = np.hstack([np.broadcast_to(prefix, (n - 1, len(prefix))), values])
@@ -167,6 +221,39 @@ def _bulk(scanner: Scanner, hot: _Hot, text: str, number: int) -> bool:
         scan.numeric_lines += n - 1
     scanner.scan.lines += n
     return True
+
+
+def _floats(rows: list, groups: int) -> np.ndarray:
+    """The captured numbers of ``rows`` (tuples of strings, or strings for one group) as an
+    ``(len(rows), groups)`` float array, parsed in C: by pyarrow's CSV reader when installed (the
+    ``fast`` extra the CSV reader uses too; 5x numpy's text parser), else by numpy's; a spelling
+    neither reads goes through ``float()``."""
+    flat = list(rows) if groups == 1 and not isinstance(rows[0], tuple) else list(chain.from_iterable(rows))
+    values = _arrow_floats(flat)
+    if values is None:
+        values = np.fromstring(" ".join(flat), dtype=np.float64, sep=" ")
+        if len(values) != len(flat):
+            values = np.array([float(x) for x in flat], dtype=np.float64)
+    return values.reshape(len(rows), groups)
+
+
+def _arrow_floats(flat: list[str]) -> np.ndarray | None:
+    """``flat`` parsed by pyarrow's CSV reader (one value a row), or None without pyarrow or on any
+    value it does not read as a float."""
+    try:
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+    except ImportError:
+        return None
+    try:
+        table = pacsv.read_csv(io.BytesIO("\n".join(flat).encode()),
+                               read_options=pacsv.ReadOptions(column_names=["v"]),
+                               convert_options=pacsv.ConvertOptions(column_types={"v": pa.float64()},
+                                                                    null_values=[], strings_can_be_null=False))
+    except (pa.ArrowInvalid, ValueError):
+        return None
+    values = table.column(0).to_numpy()
+    return values if len(values) == len(flat) else None
 
 
 def _pick(scanner: Scanner) -> _Hot | None:

@@ -48,6 +48,8 @@ def fold(label: str) -> str:
 def step_kind(label: str) -> StepKind | None:
     """The counter a label names, or None for a label that is no counter."""
     low = " ".join(label.lower().split()).rstrip(".")
+    if "(" in low:  # "Epoch(train)", "iter (train)": the counter named before the phase
+        low = low.split("(", 1)[0].strip() or low
     kind = _KIND_OF.get(low)
     if kind is None:
         kind = _KIND_OF.get(low.replace("_", " ")) or _KIND_OF.get(low.replace(" ", "_"))

@@ -16,7 +16,8 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|\x1b\]\d*;[^\x07\x1b
 # Prefixes a logger or launcher writes before the message, repeated as long as one matches.
 _PREFIX = re.compile(
     r"^\s*(?:"
-    r"\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?"  # ISO timestamp
+    r"\[?\d{4}([-/])\d\d\1\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?"  # ISO (or 2023/06/09) timestamp
+    r"|[\w.]+\s+-\s+(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+-"  # "mmengine - INFO -": logger name, level
     r"|\[?\d\d:\d\d:\d\d(?:[.,]\d+)?\]?"  # a clock time alone
     r"|[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+\s+[\w./-]+:\d+\]"  # absl / glog
     r"|\[?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|NOTICE)\]?(?=[\s:|\]-])"  # a level
@@ -25,6 +26,9 @@ _PREFIX = re.compile(
     r")\s*[:|\-]?\s*")
 _RANK = re.compile(r"^\s*\[(?:rank|default)\s*(\d+)\]:?")
 _QUOTE = re.compile(r"^(?:\s*>)+\s?")
+_GLUED = re.compile(r"(?i)\b(step|steps|iter|iteration|epoch|loss|batch)_(?=[-+]?(?:\d|nan\b|inf))")
+"""A counter or loss name glued to its number by ``_`` (``step_78540:\tloss_-4.06``, a custom print):
+the ``_`` is read as a space, as a person reads it."""
 
 
 def strip_ansi(text: str) -> str:
@@ -43,6 +47,8 @@ def normalise(line: str) -> tuple[str, int | None]:
         line = _QUOTE.sub("", line)
     if "`" in line:
         line = line.replace("`", " ")
+    if "_" in line:
+        line = _GLUED.sub(r"\1 ", line)
     rank = None
     m = _RANK.match(line)
     if m is not None:

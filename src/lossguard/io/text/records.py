@@ -9,18 +9,23 @@ included) go to one :class:`Table`, stored as flat float arrays (no Python objec
 """
 from __future__ import annotations
 
+import re
 from array import array
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from .crash import crash_step
-from .names import StepKind
+from .join import Joiner, vector_means
+from .names import StepKind, is_ppl, loss_rank, step_kind
 from .normalise import normalise
-from .template import SPLIT, Template, parse
+from .template import SPLIT, Template, parse, with_header
 
 MAX_TEMPLATES = 20_000
 """Distinct templates kept; past it, new ones are not tracked (a text that is no log, not a log's
 lines): the memory of a scan stays bounded whatever the input."""
+_TABLE_HEADER = re.compile(r"^\s*[A-Za-z_][\w/.%()-]*(?:(?:\s*[,\t|]\s*|\s+)[A-Za-z_][\w/.%()-]*){1,40}\s*[,|]?\s*$")
+"""A line of column names only (``epoch  train_loss  valid_loss  accuracy  time``, a CSV header)."""
+_HEADER_SPLIT = re.compile(r"\s*[,\t|]\s*|\s+")
 MAX_SKELETONS = 50_000
 """Cached skeletons; the cache is emptied when it grows past this (progress bars redrawn with ever
 new bar glyphs give a new skeleton per line, their templates are still few)."""
@@ -86,6 +91,8 @@ class Scan:
     crashes: list[Crash] = field(default_factory=list)
     lines: int = 0
     numeric_lines: int = 0
+    vectors: int = 0
+    """Values printed as arrays of numbers, read as their mean (:func:`.join.vector_means`)."""
 
 
 class Scanner:
@@ -97,35 +104,75 @@ class Scanner:
         self._tables: dict[tuple, Table] = {}
         self._header: tuple[Template, list[float], list[tuple[int, float]]] | None = None
         self._pending: tuple | None = None  # a row that inherited a bar's counter, until the bar's next redraw
+        self._joiner = Joiner()
+        self._names: tuple[str, ...] | None = None  # the last table header (column names) seen
+        self._named: dict[tuple, Template | None] = {}
 
     def feed(self, lines: Iterable[tuple[int, str]]) -> None:
         """Read ``(line number, text)`` pairs."""
         scan = self.scan
-        skeletons = self._skeletons
-        split = SPLIT.split
+        push = self._joiner.push
         for number, raw in lines:
             scan.lines += 1
             text, rank = normalise(raw)
             if rank:  # a rank prefix other than 0: rank 0 prints the same progress
                 continue
-            pieces = split(text)
-            if len(pieces) < 3:
-                continue
-            skeleton = "\0".join(pieces[0::2])
-            tpl = skeletons.get(skeleton)
-            if tpl is None:
-                if len(skeletons) > MAX_SKELETONS:
-                    skeletons.clear()
-                tpl = skeletons[skeleton] = parse(pieces)
-            if tpl.errorish:
-                self._crash(number, text)
-            if not tpl.kept:
-                continue
-            nums = pieces[1::2]
-            totals = [(j, float(nums[i])) for j, i in tpl.totals] if tpl.totals else ()
-            table = self.record(tpl, [float(nums[i]) for i in tpl.kept], totals, number, text)
-            if table is not None and table.raw is None:
-                table.raw = raw
+            if self._joiner.pending or "[" in text or "{" in text:
+                for first, record in push(number, text):
+                    self._line(first, record, raw if record is text else None)
+            else:
+                self._line(number, text, raw)
+
+    def finish(self) -> None:
+        """Read what is still held: a record left open by the last lines (a bracket never closed)."""
+        for first, record in self._joiner.flush():
+            self._line(first, record, None)
+
+    def _line(self, number: int, text: str, raw: str | None) -> None:
+        """Read one line (or glued record) of normalised text; ``raw`` is the line as in the file,
+        None when the text was glued or rewritten."""
+        if "[" in text:
+            text, vectors = vector_means(text)
+            if vectors:
+                self.scan.vectors += vectors
+                raw = None
+        pieces = SPLIT.split(text)
+        if len(pieces) < 3:
+            if _TABLE_HEADER.match(text):
+                self._table_header(text)
+            return
+        skeletons = self._skeletons
+        skeleton = "\0".join(pieces[0::2])
+        tpl = skeletons.get(skeleton)
+        if tpl is None:
+            if len(skeletons) > MAX_SKELETONS:
+                skeletons.clear()
+            tpl = skeletons[skeleton] = parse(pieces)
+        if tpl.errorish:
+            self._crash(number, text)
+        if not tpl.kept:
+            return
+        if tpl.columns and self._names is not None:
+            tpl = self._name_columns(tpl)
+        nums = pieces[1::2]
+        totals = [(j, float(nums[i])) for j, i in tpl.totals] if tpl.totals else ()
+        table = self.record(tpl, [float(nums[i]) for i in tpl.kept], totals, number, text)
+        if table is not None and table.raw is None and raw is not None:
+            table.raw = raw
+
+    def _table_header(self, text: str) -> None:
+        """Remember a line of column names when one names a counter or a loss (not any short prose)."""
+        names = tuple(w for w in _HEADER_SPLIT.split(text.strip(" \t,|")) if w)
+        if any(step_kind(w) is not None or loss_rank(w) is not None or is_ppl(w) for w in names):
+            self._names = names
+
+    def _name_columns(self, tpl: Template) -> Template:
+        """A line of numbers only under a table header with as many columns: read by the header."""
+        key = (tpl, self._names)  # the template itself: an id could be reused after the cache empties
+        named = self._named.get(key, tpl)
+        if key not in self._named:
+            named = self._named[key] = with_header(tpl, self._names) or tpl
+        return named
 
     def record(self, tpl: Template, values: list[float], totals, number: int, text: str) -> Table | None:
         """Add one line's kept ``values`` (``totals``: (kept index, total) of its ``N/M`` counters)
@@ -198,6 +245,7 @@ def scan_lines(lines: Iterable[tuple[int, str]]) -> Scan:
     """One pass over ``(line number, text)`` pairs."""
     scanner = Scanner()
     scanner.feed(lines)
+    scanner.finish()
     return scanner.scan
 
 

@@ -18,6 +18,7 @@ import enum
 import re
 from dataclasses import dataclass
 
+from .crash import ERRORISH as _ERRORISH
 from .names import StepKind, is_ppl, loss_rank, step_kind
 
 SPLIT = re.compile(r"(?<![\w.])([-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\d.])|"
@@ -25,7 +26,10 @@ SPLIT = re.compile(r"(?<![\w.])([-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![
 """Splits a line into text pieces and numbers (``nan``, ``inf``, ``Infinity`` included)."""
 
 _UNIT = re.compile(r"^(?:%|[A-Za-zµ]{1,5}(?:/[A-Za-z]{1,5})?)(?=$|[\s,;|()\]}'\"<>-])")
-_OPENERS = re.compile(r"(?:\s*(?:tensor\(|np\.float\d*\(|array\(|[\[({<'\"]))+\s*$")
+_OPENERS = re.compile(r"(?:\s*(?:(?:(?:np|jnp|numpy|torch|jax\.numpy|tf)\.)?(?:tensor|(?:Device|Shaped|Concrete)?Array|"
+                      r"array|float(?:16|32|64)?|bfloat16|Tensor)\(|[\[({<'\"]))+\s*$", re.I)
+"""What wraps a printed value: brackets, quotes and the reprs of tensor libraries (``tensor(``,
+``Array(`` / ``DeviceArray(`` of JAX, ``np.float32(``, ``tf.Tensor(``)."""
 _SEPARATOR = re.compile(r"\s*(?:\||,|;|:|\t|\s-{1,2}\s|\s{2,}|[\]}]|\{|\[|>>|»|•|\((?=[^)]*$))\s*")
 _QUOTES = str.maketrans("", "", "'\"`")
 _DEVICE = re.compile(r"(?:^|\W)(?:cuda|xla|mps|npu|xpu|gpu)$", re.I)
@@ -33,7 +37,9 @@ _BRACKETED = re.compile(r"\[\s*([A-Za-z_][\w /.-]*?)\s*\]$")
 _WORD = re.compile(r"[A-Za-z]{2,}")
 _EVALUATION = frozenset({"val", "valid", "validation", "eval", "evaluation", "evaluating", "test", "testing"})
 _LETTER = re.compile(r"[^\W\d_]")
-_ERRORISH = re.compile(r"error|exception|abort|found|detected|encountered|diverg", re.I)
+_NESTED = re.compile(r"(?:^|[\s,|])([A-Za-z_][\w/.-]*)\s*[:=]\s*\[\s*[A-Za-z_]\w*\s*[:=]\s*$")
+"""A label opening a bracket of labelled values (MetricLogger's ``predict_loss: [local: X | reduced: Y]``):
+the first value is read under the outer label, the others as ``outer inner``."""
 MAX_LABEL_WORDS = 4
 """Longer labels are prose: only their last words are kept (``... and the loss`` -> ``and the loss``)."""
 
@@ -74,21 +80,86 @@ class Template:
     key: tuple
     evaluation: bool
     skeleton: str
+    columns: tuple[tuple[int, int, bool], ...] = ()
+    """The line's leading cells (between ``,``/whitespace separators): (number position, column, a
+    ``/`` total follows) for each number in them, so a table header (``epoch  train_loss  valid_loss``,
+    ultralytics' ``Epoch GPU_mem loss Instances Size``) can name them."""
 
 
-def _positional(texts: list[str], n: int) -> Template:
-    """A line of numbers only (a CSV pasted without its header, ``76930 2.6496577``): columns ``#1``, ``#2``..."""
-    labels = tuple(f"#{i + 1}" for i in range(n))
-    kinds = (None,) * n
-    return Template(kept=tuple(range(n)), labels=labels, kinds=kinds, totals=(), header=False, errorish=False,
-                    key=tuple(zip(labels, kinds)), evaluation=False, skeleton="#".join(t.strip() for t in texts).strip())
+_COLUMN_BREAK = re.compile(r"[\s,;|]")
+
+
+def _cells(texts: list[str], units: list[str], n: int, *, whole: bool) -> tuple[tuple[int, int, bool], ...]:
+    """(number position, column, followed by ``/``) for the numbers of the line's leading cells.
+
+    Cells are separated by whitespace, ``,``, ``;`` or ``|``; a unit (``3.41G``) or an ``N/M`` stays
+    in its cell. With ``whole`` (a line of numbers only) every number is in a cell; otherwise the
+    cells end at the first other text (ultralytics' ``224:   1%|...`` bar after the row)."""
+    if texts[0].strip():
+        return ()
+    out, col = [], 0
+    for i in range(n):
+        after = texts[i + 1][len(units[i]):]
+        slash = after.strip() == "/" and i + 1 < n
+        out.append((i, col, slash))
+        if slash:
+            continue
+        if i + 1 < n and (_COLUMN_BREAK.search(after) if whole else after and not after.strip()):
+            col += 1
+        elif not whole:
+            break
+    return tuple(out)
+
+
+def _positional(texts: list[str], n: int, keep: tuple[int, ...] | None = None) -> Template:
+    """A line of numbers only (a CSV pasted without its header, ``76930 2.6496577``): columns ``#1``, ``#2``...
+
+    ``keep`` (default: every number) are the numbers kept, as ``#1``, ``#2`` in order."""
+    keep = tuple(range(n)) if keep is None else keep
+    labels = tuple(f"#{k + 1}" for k in range(len(keep)))
+    kinds = (None,) * len(keep)
+    cells = _cells(texts, [""] * n, n, whole=True) if len(keep) == n else ()
+    return Template(kept=keep, labels=labels, kinds=kinds, totals=(), header=False, errorish=False,
+                    key=(tuple(zip(labels, kinds)), ()), evaluation=False,
+                    skeleton="#".join(t.strip() for t in texts).strip(), columns=cells)
+
+
+def with_header(tpl: Template, names: tuple[str, ...]) -> Template | None:
+    """A line whose leading cells are named by a table header (``epoch train_loss valid_loss``), or
+    None when the header has another number of columns. A cell ``N/M`` is a counter with its total;
+    a cell of other several numbers (a ``00:12`` time) is not kept; numbers after the cells keep the
+    labels of the line's own template."""
+    if not tpl.columns or tpl.columns[-1][1] + 1 != len(names):
+        return None
+    cells: dict[int, list[tuple[int, bool]]] = {}
+    for pos, col, slash in tpl.columns:
+        cells.setdefault(col, []).append((pos, slash))
+    named: dict[int, tuple[str, StepKind | None, int | None]] = {}
+    for col, nums in cells.items():
+        name = names[col]
+        if len(nums) == 1:
+            named[nums[0][0]] = (name, step_kind(name), None)
+        elif len(nums) == 2 and nums[0][1]:  # "1/6": the epoch out of 6
+            named[nums[0][0]] = (name, step_kind(name) or StepKind.BATCH, nums[1][0])
+    in_cells = {pos for pos, _, _ in tpl.columns}
+    total_of = {tpl.kept[j]: at for j, at in tpl.totals}
+    for j, pos in enumerate(tpl.kept):
+        if pos not in in_cells:
+            named[pos] = (tpl.labels[j], tpl.kinds[j], total_of.get(pos))
+    kept = tuple(sorted(named))
+    labels = tuple(named[p][0] for p in kept)
+    kinds = tuple(named[p][1] for p in kept)
+    totals = tuple((j, named[p][2]) for j, p in enumerate(kept) if named[p][2] is not None)
+    return Template(kept=kept, labels=labels, kinds=kinds, totals=totals, header=False, errorish=False,
+                    key=(tuple(zip(labels, kinds)), ("table",)), evaluation=False,
+                    skeleton=" ".join(names) + " | " + tpl.skeleton)
 
 
 def label_of(text: str) -> str:
     """The label a text piece gives the number right after it (``""`` when none)."""
     stripped = text.rstrip()
     t = _OPENERS.sub("", stripped)
-    if t != stripped and not t.strip() and stripped.endswith("tensor("):
+    if t != stripped and not t.strip() and stripped.lower().endswith("tensor("):
         return "tensor"  # a bare print(loss): "tensor(2.3456, device='cuda:0')"
     t = t.rstrip(" :=\t'\"").translate(_QUOTES)
     bracketed = _BRACKETED.search(t)
@@ -119,17 +190,31 @@ def parse(pieces: list[str]) -> Template:
     kinds: list[StepKind | None] = []
     totals: list[tuple[int, int]] = []
     skip = set()
+    nest = None  # the label of an open "k: [a: v | b: w]" group
+    piped = -1  # the next position of a leading "N|M|" chain of counters
     for i in range(n):
         if i in skip:
             continue
         label = label_of(rest[i])
+        outer = _NESTED.search(rest[i]) if "[" in rest[i] else None
+        if outer is not None:  # "predict_loss: [local: 0.67 | reduced: 0.69]": the first is the value
+            label = nest = outer.group(1).strip()
+        elif nest is not None and label:
+            label = f"{nest} {label}"
+        if nest is not None and "]" in rest[i + 1]:
+            nest = None
         after = rest[i + 1].strip().lower() if i + 1 < n else ""
-        counter = i + 1 < n and after in ("/", "of") and not units[i]
+        counter = slash = i + 1 < n and after in ("/", "of") and not units[i]
         if counter:
             skip.add(i + 1)
         elif (i == 0 and not label and rest[0].strip() in ("", "[", "(") and rest[1][:1] in (":", "]", ")")
               and not units[0]):
             counter = True  # a leading "N: ..." or "[N] ..." (accelerate's examples, CLU's writer, custom prints)
+        elif not label and not units[i] and rest[i + 1][:1] == "|" and (i == 0 and not rest[0].strip() or piped == i):
+            # Leading integers joined by "|" ("1|12|Loss: 2.34", torchtune's bar description): counters
+            # "#1", "#2", ...; the one that counts up on every line is taken as the step (choose.py).
+            piped = i + 1
+            label, counter = f"#{i + 1}", True
         elif not label:
             continue  # a clock time, a percentage, a running average in parentheses
         if label in ("(", ")") or _DEVICE.search(label):
@@ -139,11 +224,21 @@ def parse(pieces: list[str]) -> Template:
                     or StepKind.BATCH)
         else:
             kind = None if units[i] else step_kind(label)
-        if counter:
+        if slash:  # only an "N/M" or "N of M" counter prints its total (a leading "N:" does not)
             totals.append((len(kept), i + 1))
         kept.append(i)
         labels.append(label)
         kinds.append(kind)
+    if not kept and n > 1 and not texts[0].strip():
+        # A line that starts with a number and labels none (``35000 35% (1m 4s) 2.31 Nam / Russian``):
+        # its bare numbers (no unit) are positional columns; a counter and a lone float among them
+        # are the step and the loss (see choose.only_value).
+        bare = tuple(i for i in range(n) if not units[i] and not label_of(rest[i]))
+        if len(bare) >= 2:
+            return _positional(texts, n, bare)
+    columns = _cells(texts, units, n, whole=False) if not texts[0].strip() else ()
+    if len(columns) < 2:
+        columns = ()
     # A record header: counters and no loss (OLMo-core's "[step=10/1500,epoch=1,eta=47m11s]" also
     # prints an ETA; a bare tqdm bar its rate). A line that prints a loss is a record of its own.
     header = any(k is not None for k in kinds) and not any(
@@ -153,5 +248,5 @@ def parse(pieces: list[str]) -> Template:
     return Template(kept=tuple(kept), labels=tuple(labels), kinds=tuple(kinds), totals=tuple(totals),
                     header=header, errorish=bool(_ERRORISH.search("".join(texts))), key=key,
                     evaluation=any(w in _EVALUATION for w in lead),
-                    skeleton="#".join(t.strip() if len(t) < 200 else t[:200] for t in texts).strip())
+                    skeleton="#".join(t.strip() if len(t) < 200 else t[:200] for t in texts).strip(), columns=columns)
 
