@@ -1,6 +1,6 @@
 """Cost of naming the samples of a spike: a withheld step with attribution vs without.
 
-The subject is the tiny GPT (``lossguard.testing.tiny_gpt``, 434,816 parameters, 64-token rows) at
+The subject is the tiny GPT (``lossguard.demo.model``, 434,816 parameters, 64-token rows) at
 several batch sizes, in a plain guarded loop. For each batch size it times, interleaved round-robin
 (so load changes on the shared machine hit all alike), the median of:
 
@@ -29,7 +29,7 @@ import torch
 
 from lossguard.guard import GuardConfig, StabilityGuard
 from lossguard.guard.sample_namer import NameMethod, SampleAttribution
-from lossguard.testing.tiny_gpt import GPTConfig, TinyGPT
+from lossguard.demo.model import GPTConfig, TinyGPT
 
 LOUD_ROW = 3
 

@@ -1,6 +1,6 @@
 """Naming on a run with nothing planted: which samples carry the spikes of a tiny GPT on real text?
 
-The tiny GPT (``lossguard.testing.tiny_gpt``, width 64) trains on the shipped public-domain corpus
+The tiny GPT (``lossguard.demo.model``, width 64) trains on the shipped public-domain corpus
 (``lossguard.demo``), cut into 65-byte rows (64 inputs + the shifted targets) read by a
 :class:`ResumableSampler` (batch 16, shuffled), at a constant LR high enough that spikes happen on
 their own (no warm-up, AdamW ``lr=3e-3``). The guard names the samples of every withheld step and
@@ -21,7 +21,7 @@ import torch
 from lossguard.data.sampler import ResumableSampler
 from lossguard.demo.scenarios import load_corpus
 from lossguard.guard import GuardConfig, SampleAttribution, StabilityGuard
-from lossguard.testing.tiny_gpt import GPTConfig, TinyGPT
+from lossguard.demo.model import GPTConfig, TinyGPT
 
 ROW = 65
 

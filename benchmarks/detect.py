@@ -1,8 +1,8 @@
 """Detection quality: lossguard's ``analyze()`` against the rules frameworks use today.
 
-Generates ``--runs`` labelled synthetic runs (:func:`lossguard.testing.synthetic.generate_suite`,
+Generates ``--runs`` labelled synthetic runs (:func:`evals.synthetic.generate_suite`,
 seeds from ``--seed``, default 10,000, never used while developing the detectors), runs every
-method on every run, scores them all with the same matcher (:mod:`lossguard.testing.scoring`) and
+method on every run, scores them all with the same matcher (:mod:`evals.scoring`) and
 prints markdown tables:
 
 1. the loss-spike umbrella (any loss-spike kind for any true loss-spike kind): precision, recall, F1,
@@ -23,12 +23,13 @@ import time
 from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root: evals/, the lab
 
 from baselines import ALL as BASELINES  # noqa: E402
 
 from lossguard.classify.incident import IncidentKind as K  # noqa: E402
-from lossguard.testing.scoring import SuiteScore, score_run  # noqa: E402
-from lossguard.testing.synthetic import SPIKE_KINDS, generate_suite  # noqa: E402
+from evals.scoring import SuiteScore, score_run  # noqa: E402
+from evals.synthetic import SPIKE_KINDS, generate_suite  # noqa: E402
 
 LOSSGUARD = "lossguard analyze()"
 

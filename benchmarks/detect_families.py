@@ -1,11 +1,11 @@
 """Held-out detection quality: ``analyze()`` on the curve families of issue 11, TUNE and TEST apart.
 
-Generates ``--runs`` runs per family (:mod:`lossguard.testing.curves`: seeds fixed per split and
+Generates ``--runs`` runs per family (:mod:`evals.curves`: seeds fixed per split and
 disjoint; run i injects a clean run or one event kind in turn), writes each in a real log format
 (CSV, JSONL, HF trainer_state.json, Megatron text, rotating), reads it back with ``read_log``, runs
 ``analyze`` and scores one-to-one within ``max(10 logged points, 1% of the run)`` (+5% of the run
 after a divergence's turn, + the cascade of a loss-scale collapse), the convention of
-:mod:`lossguard.testing.scoring`. Prints, per split: kind-blind detection P/R/F1, strict per-kind
+:mod:`evals.scoring`. Prints, per split: kind-blind detection P/R/F1, strict per-kind
 P/R/F1, clean runs with a false alarm, and the onset error per kind (claim onset - true onset over
 matched pairs: median signed, median and p90 of |error|, in steps and in % of the run's steps).
 
@@ -23,10 +23,12 @@ import sys
 import time
 from collections import defaultdict
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root: evals/, the lab
+
 import numpy as np
 
-from lossguard.analysis import analyze
-from lossguard.testing.curves import KIND_CYCLE, EventKind, Split, Tally, claims, families, run_family, score
+from lossguard.analysis import analyze  # noqa: E402
+from evals.curves import KIND_CYCLE, EventKind, Split, Tally, claims, families, run_family, score  # noqa: E402
 
 
 def _f(x: float | None) -> str:

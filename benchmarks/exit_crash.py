@@ -30,7 +30,7 @@ def job_cmd(job: str, tmp: Path) -> list[str]:
     run = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     if job == "minimal":
         return run + [str(HERE / "exit_crash_job.py")]
-    return run + ["-m", "lossguard.testing.fsdp_train_loop", "--steps", "36", "--save-every", "4", "--async-saves",
+    return run + ["-m", "evals.fsdp_train_loop", "--steps", "36", "--save-every", "4", "--async-saves",
                   "--layers", "1", "--ckpt-dir", str(tmp / "ck"), "--jsonl", str(tmp / "run.jsonl")]
 
 
@@ -40,7 +40,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--src", default=str(HERE.parent / "src"), help="lossguard source tree to put on PYTHONPATH")
     a = ap.parse_args()
-    env = dict(os.environ, PYTHONPATH=a.src)
+    # the source tree, and the repo root for the evaluation lab's evals.fsdp_train_loop
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([a.src, str(HERE.parent)]))
     aborts, failures, t0 = 0, 0, time.time()
     for k in range(a.runs):
         with tempfile.TemporaryDirectory() as tmp:

@@ -1,6 +1,6 @@
 """Guard overhead per training step under FSDP2 (2 CPU ranks, gloo), against the plain loop.
 
-Model: the tiny GPT of ``lossguard.testing.fsdp_train_loop`` (``fully_shard`` per block and at the
+Model: the tiny GPT of ``evals.fsdp_train_loop`` (``fully_shard`` per block and at the
 root), AdamW, batch 4 x 16 bytes per rank. Three loops, run in alternating blocks of ``--block``
 steps so the machine's changing load hits all three alike:
 
@@ -18,9 +18,13 @@ difference to plain. Run::
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import time
 from types import SimpleNamespace
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root: evals/, the lab
 
 
 def _worker(rank: int, world: int, width: int, layers: int, steps: int, block: int):
@@ -28,7 +32,7 @@ def _worker(rank: int, world: int, width: int, layers: int, steps: int, block: i
 
     from lossguard.detect.outlier import OutlierConfig
     from lossguard.guard import GuardConfig, SkipStepAdamW, StabilityGuard
-    from lossguard.testing.fsdp_train_loop import build
+    from evals.fsdp_train_loop import build
 
     loops = {}
     for name in ("plain", "guard, host gate", "guard, device gate"):

@@ -27,7 +27,7 @@ import time
 import torch
 
 from lossguard.guard import GuardConfig, SkipStepAdamW, StabilityGuard
-from lossguard.testing.tiny_gpt import GPTConfig, TinyGPT
+from lossguard.demo.model import GPTConfig, TinyGPT
 
 
 def _data(cfg: GPTConfig, batch: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:

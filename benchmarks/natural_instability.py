@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from lossguard.demo.scenarios import CorpusBatches, load_corpus
-from lossguard.testing.tiny_gpt import GPTConfig, TinyGPT
+from lossguard.demo.model import GPTConfig, TinyGPT
 
 OUT = Path(__file__).parent / "results"
 ROWS = OUT / "natural_instability.jsonl"

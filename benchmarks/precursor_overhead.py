@@ -25,7 +25,7 @@ import time
 import torch
 
 from lossguard.guard.precursors import PrecursorMonitor
-from lossguard.testing.tiny_gpt import GPTConfig, TinyGPT
+from lossguard.demo.model import GPTConfig, TinyGPT
 
 
 def make(kind: str):

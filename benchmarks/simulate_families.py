@@ -1,7 +1,7 @@
 """The guard's defaults over curves it was never tuned on: what would it do on the analyser's generator?
 
 ``lossguard simulate`` (the guard's judge and policy, replayed) with the default ``GuardConfig`` on
-runs of every curve family of :mod:`lossguard.testing.curves` -- TUNE and TEST, including the TEST-only
+runs of every curve family of :mod:`evals.curves` -- TUNE and TEST, including the TEST-only
 Student-t and AR(1) noise and the cosine-with-restarts schedule -- written to their log formats and
 read back. The guard was calibrated on the model zoo, never on these curves, so this is an outside
 check of its false interventions:
@@ -19,10 +19,13 @@ goes on as if the guard had not acted); they are counted as decisions all the sa
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import time
 from collections import Counter, defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root: evals/, the lab
 
 
 def main(argv=None) -> int:
@@ -34,7 +37,7 @@ def main(argv=None) -> int:
     from lossguard.guard import GuardConfig
     from lossguard.guard.config_file import load_config
     from lossguard.simulate import simulate
-    from lossguard.testing.curves import families, run_family
+    from evals.curves import families, run_family
 
     cfg = load_config(a.config) if a.config else GuardConfig()
     from lossguard.errors import LossguardError

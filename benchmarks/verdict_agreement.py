@@ -1,6 +1,6 @@
 """One verdict: do ``analyze``, ``simulate`` and a live guard take the same first heavy action?
 
-Per-step generated logs of every kind (:func:`lossguard.testing.synthetic.generate_run`, logged every
+Per-step generated logs of every kind (:func:`evals.synthetic.generate_run`, logged every
 step, ``--length`` steps, numbered from 0 as the guard numbers its steps), ``--seeds`` per kind plus
 clean runs. For each log:
 
@@ -8,7 +8,7 @@ clean runs. For each log:
 - ``simulate``: the first such decision, as the command line runs it (with the analyser's whole-log
   findings: ``recovery/finding.py``);
 - ``live``: a real StabilityGuard training a one-parameter model whose loss and grad norm are the
-  logged ones (``lossguard.testing.agreement.from_live_guard``; skipped with ``--no-live``).
+  logged ones (``evals.agreement.from_live_guard``; skipped with ``--no-live``).
 
 Two runs agree when both take no heavy action, or the same action at the same step with the same
 reasons, rollback target and skipped batches. Every disagreement is listed with the rule that
@@ -23,10 +23,13 @@ within 20 steps of the decision's episode onset.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root: evals/, the lab
 
 HEAVY = ("rollback", "lr_cut", "halt")
 
@@ -44,13 +47,13 @@ def _before_heavy(analysis):
 
 
 def _families(n: int, cfg, per_kind, rest) -> None:
-    """analyze vs simulate on the TEST curve families (lossguard.testing.curves)."""
+    """analyze vs simulate on the TEST curve families (evals.curves)."""
     from lossguard.analysis import analyze
     from lossguard.errors import LossguardError
     from lossguard.plan import findings
     from lossguard.simulate import simulate
-    from lossguard.testing.agreement import compare, from_analysis, from_simulation
-    from lossguard.testing.curves import families, run_family
+    from evals.agreement import compare, from_analysis, from_simulation
+    from evals.curves import families, run_family
 
     def both(log):
         try:
@@ -84,7 +87,7 @@ def main(argv=None) -> int:
     from lossguard.analysis import analyze
     from lossguard.guard.config import GuardConfig
     from lossguard.simulate import simulate
-    from lossguard.testing.synthetic import GENERATED_KINDS, generate_run
+    from evals.synthetic import GENERATED_KINDS, generate_run
 
     cfg = GuardConfig()
     kinds = [None, *GENERATED_KINDS]
@@ -107,7 +110,7 @@ def main(argv=None) -> int:
                 per_kind[name]["analyze=simulate"] += ok
                 continue
             from lossguard.plan import findings
-            from lossguard.testing.agreement import compare, from_analysis, from_live_guard, from_simulation, shifted
+            from evals.agreement import compare, from_analysis, from_live_guard, from_simulation, shifted
 
             log = shifted(run.log, int(min(s.steps.min() for s in run.log.series.values())))
             an = analyze(log)

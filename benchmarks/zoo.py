@@ -1,6 +1,6 @@
 """Does the guard leave healthy runs alone, and does it rescue faulty ones, on models it was not tuned on?
 
-Runs the model zoo (``lossguard.testing.zoo``: MLP, CNN, tiny GPT, TransformerEncoder classifier --
+Runs the model zoo (``evals.zoo``: MLP, CNN, tiny GPT, TransformerEncoder classifier --
 tuned -- and LSTM, HF GPT-2 under ``transformers.Trainer`` -- held out of all tuning) with the
 guard's default ``GuardConfig``, the README's loop, one torch thread per run, ``--jobs`` runs at once.
 
@@ -39,9 +39,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root: evals/, the lab
 
 WITHIN = 0.02
 """A rescued run ends within this relative distance of its clean reference (the issue's 2%)."""
@@ -50,7 +53,7 @@ WITHIN = 0.02
 def grid(families=None, scenarios=None, scenario_seeds=(0,)):
     """Every RunSpec of the benchmark, in a stable order: healthy runs on seeds 0 and 1, the fault
     scenarios on ``scenario_seeds`` (each with its unguarded healthy reference)."""
-    from lossguard.testing.zoo import FAMILIES, Optim, RunSpec, Scenario, Schedule, Trainer
+    from evals.zoo import FAMILIES, Optim, RunSpec, Scenario, Schedule, Trainer
 
     names = families or list(FAMILIES)
     wanted = set(scenarios or [s.value for s in Scenario])
@@ -86,7 +89,7 @@ def one(spec_dict: dict, config_path: str | None = None) -> dict:
 
     torch.set_num_threads(1)
     from lossguard.guard.config_file import load_config
-    from lossguard.testing.zoo import Outcome, run
+    from evals.zoo import Outcome, run
 
     spec = Outcome.from_dict({"spec": spec_dict}).spec
     config = load_config(config_path) if config_path and spec.guarded else None
@@ -107,7 +110,7 @@ def _pct(n: int, d: int) -> str:
 
 def summarise(rows: list[dict]) -> str:
     """The summary tables, tuned and held-out families side by side."""
-    from lossguard.testing.zoo import FAMILIES
+    from evals.zoo import FAMILIES
 
     clean = {_ref_key(r["spec"]): r["final_val"] for r in rows
              if r["spec"]["scenario"] == "healthy" and not r["spec"]["guarded"]}
@@ -219,7 +222,7 @@ def main(argv=None) -> int:
     if a.update_size:
         import os
 
-        from lossguard.testing.zoo.adapter import UPDATE_SIZE_ENV
+        from evals.zoo.adapter import UPDATE_SIZE_ENV
         os.environ[UPDATE_SIZE_ENV] = "1"  # before the worker pool starts: the workers inherit it
     if a.summary:
         rows = {}

@@ -19,8 +19,11 @@ norm, and prints, over all runs and steps after the first ``--skip`` steps:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root: evals/, the lab
 
 import numpy as np
 
@@ -32,7 +35,7 @@ def one(spec_dict):
     import torch
 
     torch.set_num_threads(1)
-    from lossguard.testing.zoo import FAMILIES, Outcome, run
+    from evals.zoo import FAMILIES, Outcome, run
 
     spec = Outcome.from_dict({"spec": spec_dict}).spec
     out = run(spec, record=True)
@@ -62,7 +65,7 @@ def main(argv=None) -> int:
     from zoo import _spec_dict, grid
 
     from lossguard.detect.outlier import score
-    from lossguard.testing.zoo import FAMILIES
+    from evals.zoo import FAMILIES
 
     tuned = [n for n, f in FAMILIES.items() if f.tuned]
     specs = [s for s in grid(tuned, [a.scenario]) if not s.guarded and not s.oracle and s.scenario.value == a.scenario]

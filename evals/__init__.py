@@ -1,1 +1,2 @@
-"""Evaluation corpora for lossguard (not shipped in the package; see evals/README.md)."""
+"""The evaluation lab of lossguard: generators, scorers, model zoo, training scripts and corpora (not
+shipped in the package; see evals/README.md)."""

@@ -14,6 +14,10 @@ DATA = REPO / "tests" / "data"
 # passes from a clone of this repository alone.
 REAL_LOGS = DATA / "real-logs"
 IN_CI = os.environ.get("CI") == "true"
+# The evaluation lab (evals/: training scripts, generators, scorers) lives at the repository root, not in
+# the package. pyproject's `pythonpath = ["."]` puts the root on this process's sys.path; the tests'
+# subprocesses (`python -m evals.train_loop`, torchrun `-m evals.fsdp_train_loop`, ...) inherit it here.
+os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from lossguard.data.skiplist import SkipList  # noqa: E402
 from lossguard.guard import GuardConfig, SampleAttribution  # noqa: E402
 from lossguard.guard.row_losses import causal_lm_row_loss  # noqa: E402
 from lossguard.integrations.hf import StabilityCallback  # noqa: E402
-from lossguard.testing.planted import score_naming  # noqa: E402
+from evals.planted import score_naming  # noqa: E402
 
 N, PLANTED = 2048, (111, 999, 1500)
 

@@ -12,8 +12,8 @@ from lossguard.data.sampler import ResumableSampler  # noqa: E402
 from lossguard.data.skiplist import SkipList  # noqa: E402
 from lossguard.guard import GuardConfig, SampleAttribution  # noqa: E402
 from lossguard.integrations.lightning import StabilityCallback  # noqa: E402
-from lossguard.testing.planted import PlantedBags, bag_classifier, batch_loss, pad_collate, per_row_loss, score_naming  # noqa: E402
-from lossguard.testing.planted_loop import GLOBAL_BATCH, N_SAMPLES, SEED, planted_ids  # noqa: E402
+from evals.planted import PlantedBags, bag_classifier, batch_loss, pad_collate, per_row_loss, score_naming  # noqa: E402
+from evals.planted_loop import GLOBAL_BATCH, N_SAMPLES, SEED, planted_ids  # noqa: E402
 
 STEPS = 300  # before the planted episode at 303-309, which would halt (no checkpoints here)
 

@@ -13,8 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from lossguard.data.skiplist import SkipList  # noqa: E402
-from lossguard.testing.planted import score_naming  # noqa: E402
-from lossguard.testing.planted_loop import N_SAMPLES, planted_ids, train  # noqa: E402
+from evals.planted import score_naming  # noqa: E402
+from evals.planted_loop import N_SAMPLES, planted_ids, train  # noqa: E402
 
 STEPS = 330
 
@@ -62,7 +62,7 @@ def test_planted_samples_are_named_kept_out_after_a_rollback_and_naming_changes_
 
 
 def _cmd(ckpt, trace, *extra):
-    return [sys.executable, "-m", "lossguard.testing.planted_loop", "--steps", str(STEPS), "--ckpt-dir", str(ckpt),
+    return [sys.executable, "-m", "evals.planted_loop", "--steps", str(STEPS), "--ckpt-dir", str(ckpt),
             "--trace", str(trace), *extra]
 
 

@@ -66,8 +66,8 @@ def test_halt_diagnosis_names_the_samples(tmp_path):
     torch = pytest.importorskip("torch")
     from lossguard.data.sampler import ResumableSampler
     from lossguard.guard import GuardConfig, SampleAttribution, StabilityGuard, TrainingHalted
-    from lossguard.testing.planted import PlantedBags, bag_classifier, batch_loss, pad_collate, per_row_loss
-    from lossguard.testing.planted_loop import GLOBAL_BATCH, N_SAMPLES, SEED, planted_ids
+    from evals.planted import PlantedBags, bag_classifier, batch_loss, pad_collate, per_row_loss
+    from evals.planted_loop import GLOBAL_BATCH, N_SAMPLES, SEED, planted_ids
 
     torch.set_num_threads(1)
     sampler = ResumableSampler(N_SAMPLES, batch_size=GLOBAL_BATCH, seed=SEED)

@@ -50,7 +50,7 @@ def _scenario(rank: int, world: int, tmpdir: str):
 
     from lossguard.checkpoint import HostSnapshot, ShardedCheckpointStore, ShardedTrainState
     from lossguard.errors import CheckpointError
-    from lossguard.testing.fsdp_train_loop import build
+    from evals.fsdp_train_loop import build
 
     args = SimpleNamespace(layers=2, width=32, steps=30)
     model, opt, sched, sampler, data = build(args, rank, world)

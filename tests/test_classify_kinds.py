@@ -5,8 +5,8 @@ import pytest
 
 from lossguard.analysis import analyze
 from lossguard.classify.incident import IncidentKind as K
-from lossguard.testing.scoring import score_run, SuiteScore
-from lossguard.testing.synthetic import generate_run, generate_suite
+from evals.scoring import score_run, SuiteScore
+from evals.synthetic import generate_run, generate_suite
 
 
 @pytest.fixture(scope="module")

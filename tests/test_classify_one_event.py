@@ -7,7 +7,7 @@ import numpy as np
 from lossguard.analysis import analyze
 from lossguard.classify.incident import IncidentKind as K
 from lossguard.runlog import RunLogBuilder
-from lossguard.testing.synthetic import generate_run
+from evals.synthetic import generate_run
 
 
 def _log(steps, **series):

@@ -6,7 +6,7 @@ import pytest
 
 from lossguard.analysis import analyze
 from lossguard.classify.incident import IncidentKind as K
-from lossguard.testing.synthetic import generate_run
+from evals.synthetic import generate_run
 
 
 def test_spike_that_came_partly_back_then_diverged_is_one_incident():

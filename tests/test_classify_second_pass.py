@@ -77,7 +77,7 @@ def test_a_step_with_a_noisier_tail_is_a_regime_change(tmp_path):
 
 def _tune_run(tmp_path, family_name, i):
     """Run ``i`` of a TUNE family of the issue-11 generator, written in its rotating format and read back."""
-    from lossguard.testing.curves import KIND_CYCLE, family, generate, read_back, seed_for
+    from evals.curves import KIND_CYCLE, family, generate, read_back, seed_for
 
     fam = family(family_name)
     run = generate(fam, KIND_CYCLE[i % len(KIND_CYCLE)], seed=seed_for(fam, i))
@@ -122,7 +122,7 @@ def test_an_accelerating_climb_is_a_divergence_not_a_spike(tmp_path):
     ("linear-mult-sparse", 18, K.DIVERGENCE),    # the trailing baseline's minimum lags the turn
 ])
 def test_wide_events_are_dated_where_they_began(tmp_path, family_name, i, kind):
-    from lossguard.testing.curves.matching import window
+    from evals.curves.matching import window
 
     run, a = _tune_run(tmp_path, family_name, i)
     (event,) = [e for e in run.truth if not e.ignore]

@@ -21,7 +21,7 @@ STEPS, EVERY, SAVE_DELAY = 70, 5, 0.3
 
 
 def _cmd(ckpt, log, *extra):
-    return [sys.executable, "-m", "lossguard.testing.train_loop", "--steps", str(STEPS), "--save-every",
+    return [sys.executable, "-m", "evals.train_loop", "--steps", str(STEPS), "--save-every",
             str(EVERY), "--ckpt-dir", str(ckpt), "--log", str(log), "--dropout", "0.2", *extra]
 
 

@@ -68,7 +68,7 @@ def test_paths_agree_on_random_walks_with_jumps(seed):
 
 
 def test_paths_agree_on_synthetic_runs():
-    from lossguard.testing.synthetic import generate_run
+    from evals.synthetic import generate_run
     from lossguard.stitch import stitch
 
     for seed, kind in [(1, "spike_slow_recovery"), (2, "level_shift"), (3, "sudden_drop"), (4, "divergence"),

@@ -87,7 +87,7 @@ def test_eps_trap_rises_on_the_tiny_gpt():
     eps = 1e-4 (large, so that 120 CPU steps suffice) the trapped fraction of ``wte`` climbs from a
     few percent to the share of byte values absent from the corpus."""
     from lossguard.demo.scenarios import CorpusBatches, load_corpus
-    from lossguard.testing.tiny_gpt import GPTConfig, TinyGPT
+    from lossguard.demo.model import GPTConfig, TinyGPT
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

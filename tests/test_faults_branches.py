@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 from lossguard.checkpoint.store import CheckpointStore  # noqa: E402
-from lossguard.testing.regression import regression_task  # noqa: E402
+from evals.regression import regression_task  # noqa: E402
 from lossguard.detect.outlier import OutlierConfig  # noqa: E402
 from lossguard.guard import GuardConfig, SkipStepAdamW, StabilityGuard, TrainingHalted  # noqa: E402
 from lossguard.recovery import RecoveryRecipe  # noqa: E402

@@ -22,7 +22,7 @@ def _fsdp_guard_worker(rank: int, world: int, tmpdir: str, gate: str, asynchrono
     from lossguard.detect.outlier import OutlierConfig
     from lossguard.guard import GuardConfig, SkipStepAdamW, StabilityGuard
     from lossguard.recovery import RecoveryRecipe
-    from lossguard.testing.fsdp_train_loop import build
+    from evals.fsdp_train_loop import build
 
     model, opt, sched, sampler, data = build(SimpleNamespace(layers=1, width=32, steps=150), rank, world)
     if gate == "device":  # the skip selected on the device, on the sharded optimizer state

@@ -20,7 +20,7 @@ def _stats_worker(rank: int, world: int):
 
     from lossguard.checkpoint.snapshot import _local
     from lossguard.distributed.fsdp import global_grad_norm, local_grad_sq, reduce_step_stats
-    from lossguard.testing.fsdp_train_loop import build
+    from evals.fsdp_train_loop import build
 
     out = {}
     model, opt, sched, sampler, data = build(SimpleNamespace(layers=2, width=32, steps=20), rank, world)
@@ -79,7 +79,7 @@ def test_sharded_grad_norm_matches_torch_from_one_small_all_reduce():
 
 def _nan_worker(rank: int, world: int, nan_at):
     from lossguard.distributed.fsdp import reduce_step_stats
-    from lossguard.testing.fsdp_train_loop import build
+    from evals.fsdp_train_loop import build
 
     model, opt, sched, sampler, data = build(SimpleNamespace(layers=1, width=32, steps=12), rank, world)
     skipped, losses = [], []
@@ -108,7 +108,7 @@ def _nan_worker(rank: int, world: int, nan_at):
 
 def _skip_worker(rank: int, world: int):
     """The reference: the same run with step 6 withheld on purpose (no NaN anywhere)."""
-    from lossguard.testing.fsdp_train_loop import build
+    from evals.fsdp_train_loop import build
 
     model, opt, sched, sampler, data = build(SimpleNamespace(layers=1, width=32, steps=12), rank, world)
     from lossguard.checkpoint.snapshot import _local

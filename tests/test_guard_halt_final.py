@@ -17,7 +17,7 @@ torch.set_num_threads(1)
 F = torch.nn.functional
 
 from lossguard.checkpoint.store import CheckpointStore  # noqa: E402
-from lossguard.testing.regression import regression_task  # noqa: E402
+from evals.regression import regression_task  # noqa: E402
 from lossguard.detect.outlier import OutlierConfig  # noqa: E402
 from lossguard.guard import GuardConfig, StabilityGuard, TrainingHalted  # noqa: E402
 from lossguard.integrations._state import guard_state  # noqa: E402

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from lossguard.testing.distributed import run_distributed  # noqa: E402
-from lossguard.testing.guarded_loop import main as guarded_loop  # noqa: E402
+from evals.guarded_loop import main as guarded_loop  # noqa: E402
 
 from test_rollback_crash import assert_same, live_curve  # noqa: E402
 
@@ -34,7 +34,7 @@ def _fsdp_worker(rank: int, world: int, tmpdir: str, guarded: bool, steps: int):
     from lossguard.checkpoint.snapshot import _local
     from lossguard.data.iterate import iter_rng_neutral
     from lossguard.guard import GuardConfig, StabilityGuard
-    from lossguard.testing.fsdp_train_loop import build
+    from evals.fsdp_train_loop import build
 
     model, opt, sched, sampler, data = build(SimpleNamespace(layers=1, width=32, steps=steps), rank, world)
     losses = []

@@ -15,7 +15,7 @@ from lossguard.detect.outlier import OutlierConfig  # noqa: E402
 from lossguard.guard import GuardConfig, StabilityGuard  # noqa: E402
 from lossguard.recovery import RecoveryRecipe  # noqa: E402
 from lossguard.testing.faults import Fault, FaultInjector  # noqa: E402
-from lossguard.testing.regression import regression_task  # noqa: E402
+from evals.regression import regression_task  # noqa: E402
 
 
 def _run(tmp_path, store, steps, faults=()):

@@ -32,7 +32,7 @@ def test_rollback_applies_the_guards_timeline_after_the_decision_loop(tmp_path):
     from lossguard.detect.outlier import OutlierConfig
     from lossguard.guard import GuardConfig, StabilityGuard
     from lossguard.testing.faults import Fault, FaultInjector
-    from lossguard.testing.regression import regression_task
+    from evals.regression import regression_task
 
     model, sampler, loader = regression_task(4096, batch_size=16)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)

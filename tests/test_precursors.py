@@ -112,7 +112,7 @@ def test_user_attention_one_line_and_find_attention():
 
 
 def test_monitor_update_ratio_adam_ratio_and_output_logits():
-    from lossguard.testing.tiny_gpt import GPTConfig, TinyGPT
+    from lossguard.demo.model import GPTConfig, TinyGPT
     torch.manual_seed(0)
     model = TinyGPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=8))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -143,7 +143,7 @@ def test_monitor_update_ratio_adam_ratio_and_output_logits():
 
 def _guarded(tmp_path, treatment, lr=0.05, steps=40, stats="auto"):
     from lossguard.guard import GuardConfig, StabilityGuard
-    from lossguard.testing.tiny_gpt import GPTConfig, TinyGPT
+    from lossguard.demo.model import GPTConfig, TinyGPT
     torch.manual_seed(0)
     model = TinyGPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=8))
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
@@ -212,7 +212,7 @@ def test_analyze_reads_the_precursors_of_a_guard_log(tmp_path):
 def test_update_size_test_sees_an_lr_jump_and_cuts_it_back(tmp_path):
     from lossguard.guard import GuardConfig, StabilityGuard
     from lossguard.guard.update_size import LR_CUT_CAUSE, UpdateSizeTest
-    from lossguard.testing.tiny_gpt import GPTConfig, TinyGPT
+    from lossguard.demo.model import GPTConfig, TinyGPT
 
     def train(jump: float):
         torch.manual_seed(0)

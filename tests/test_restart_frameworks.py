@@ -18,7 +18,7 @@ STEPS, EVERY, POCKET = 160, 20, (120, 130)
 
 
 def _script(framework: str, out, *extra: str) -> list[str]:
-    return ["-m", "lossguard.testing.framework_restart", framework, "--out-dir", str(out), "--steps", str(STEPS),
+    return ["-m", "evals.framework_restart", framework, "--out-dir", str(out), "--steps", str(STEPS),
             "--save-every", str(EVERY), *extra]
 
 

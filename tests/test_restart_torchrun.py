@@ -25,7 +25,7 @@ STEPS, EVERY = 36, 4
 
 def _cmd(tmp: Path, name: str, *extra: str, max_restarts: int = 0) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-            "--max-restarts", str(max_restarts), "-m", "lossguard.testing.fsdp_train_loop",
+            "--max-restarts", str(max_restarts), "-m", "evals.fsdp_train_loop",
             "--steps", str(STEPS), "--save-every", str(EVERY), "--async-saves", "--layers", "1",
             "--ckpt-dir", str(tmp / f"{name}-ck"), "--jsonl", str(tmp / f"{name}.jsonl"),
             "--out", str(tmp / f"{name}-final"), *extra]

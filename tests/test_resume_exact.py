@@ -12,13 +12,13 @@ torch = pytest.importorskip("torch")
 
 from lossguard.checkpoint.state import TrainState  # noqa: E402
 from lossguard.checkpoint.store import CheckpointStore  # noqa: E402
-from lossguard.testing.train_loop import build  # noqa: E402
+from evals.train_loop import build  # noqa: E402
 
 STEPS, K = 40, 17  # 32 batches per epoch: the resumed part crosses an epoch boundary
 
 
 def _run(*args: str) -> None:
-    cmd = [sys.executable, "-m", "lossguard.testing.train_loop", "--steps", str(STEPS), "--save-every", "10",
+    cmd = [sys.executable, "-m", "evals.train_loop", "--steps", str(STEPS), "--save-every", "10",
            "--workers", "2", "--dropout", "0.2", *args]
     subprocess.run(cmd, check=True, timeout=120)
 

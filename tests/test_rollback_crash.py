@@ -1,6 +1,6 @@
 """A crash at any moment of an in-process rollback resumes on the new timeline (issue 23).
 
-A real process (:mod:`lossguard.testing.guarded_loop`: a guarded MLP with dropout and a bad-data
+A real process (:mod:`evals.guarded_loop`: a guarded MLP with dropout and a bad-data
 pocket) rolls back from step ~52 to the checkpoint of step 20, abandoning the checkpoint of step
 40. It is SIGKILLed at five moments of that rollback (ledger booked / one abandoned checkpoint
 removed / all removed / target loaded / rollback done), then relaunched; every relaunch must end
@@ -20,13 +20,13 @@ torch = pytest.importorskip("torch")
 
 from lossguard.checkpoint.store import CheckpointStore  # noqa: E402
 from lossguard.recovery.ledger import RunLedger  # noqa: E402
-from lossguard.testing.guarded_loop import KILL_POINTS  # noqa: E402
+from evals.guarded_loop import KILL_POINTS  # noqa: E402
 
 STEPS = 90
 
 
 def _run(d, name, *extra, check=True):
-    cmd = [sys.executable, "-m", "lossguard.testing.guarded_loop", "--steps", str(STEPS), "--pocket", "50:56",
+    cmd = [sys.executable, "-m", "evals.guarded_loop", "--steps", str(STEPS), "--pocket", "50:56",
            "--ckpt-dir", str(d / name), "--log", str(d / f"{name}.jsonl"), "--out", str(d / f"{name}.pt"), *extra]
     return subprocess.run(cmd, check=check, timeout=120, capture_output=True, text=True)
 

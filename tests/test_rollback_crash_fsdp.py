@@ -25,7 +25,7 @@ def _worker(rank: int, world: int, ckpt: str, kill: str | None):
     from lossguard.detect.outlier import OutlierConfig
     from lossguard.guard import GuardConfig, StabilityGuard
     from lossguard.recovery import RecoveryRecipe
-    from lossguard.testing.fsdp_train_loop import build
+    from evals.fsdp_train_loop import build
 
     class Store(ShardedCheckpointStore):
         def supersede_after(self, step):

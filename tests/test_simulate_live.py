@@ -47,7 +47,7 @@ def test_simulated_loss_rise_rollback_matches_the_live_guard_on_a_zoo_lr_jump(tm
     decide the same at the same step, to the same checkpoint."""
     from lossguard.guard.config import GuardConfig
     from lossguard.recovery import RecoveryRecipe
-    from lossguard.testing.zoo import RunSpec, Scenario, run
+    from evals.zoo import RunSpec, Scenario, run
 
     # The default rollback distance (100) reaches past the store's keep-last-3 checkpoints: the guard
     # keeps the loss-rise target protected, so live and simulate (which assumes every checkpoint

@@ -1,4 +1,4 @@
-"""The held-out curve generator (lossguard.testing.curves): ground truth, writers, seeds, families, matching."""
+"""The held-out curve generator (evals.curves): ground truth, writers, seeds, families, matching."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,12 +6,12 @@ import pytest
 
 from lossguard.classify.incident import IncidentKind
 from lossguard.io import read_log
-from lossguard.testing.curves import (
+from evals.curves import (
     FAMILIES, KIND_CYCLE, EventKind, LogFormat, NoiseModel, Schedule, Split, claims, families, family,
     formats_for, generate, score, seed_for, write_log,
 )
-from lossguard.testing.curves.matching import Claim
-from lossguard.testing.curves.protocol import SEEDS_PER_FAMILY
+from evals.curves.matching import Claim
+from evals.curves.protocol import SEEDS_PER_FAMILY
 
 ALL_KINDS = list(KIND_CYCLE)
 
@@ -142,7 +142,7 @@ def test_dont_care_outliers_absorb_spike_claims():
 
 
 def test_protocol_writes_every_format_and_reads_it_back():
-    from lossguard.testing.curves import format_for, run_family
+    from evals.curves import format_for, run_family
 
     seen, fmts = [], set()
     for i, run, log in run_family(family("const-short"), len(KIND_CYCLE), lambda log: log):
@@ -156,7 +156,7 @@ def test_protocol_writes_every_format_and_reads_it_back():
 def test_a_collapse_from_a_scale_already_at_one_is_still_a_valid_truth():
     """Regression: run 123 of cosine-gauss-dense drew a collapse where the healthy scale had already
     drifted to 1, and the truth event's peak came before its onset (ValueError)."""
-    from lossguard.testing.curves import family, family_runs
+    from evals.curves import family, family_runs
 
     run = list(family_runs(family("cosine-gauss-dense"), 124))[123]
     for ev in run.truth:

@@ -5,8 +5,8 @@ import pytest
 
 from lossguard.classify.incident import Incident, IncidentKind as K
 from lossguard.runlog import RunLogBuilder
-from lossguard.testing.scoring import Counts, Detection, as_detections, margin_steps, score_run, score_runs
-from lossguard.testing.synthetic import SyntheticRun, TrueEvent, generate_run
+from evals.scoring import Counts, Detection, as_detections, margin_steps, score_run, score_runs
+from evals.synthetic import SyntheticRun, TrueEvent, generate_run
 
 SPAN, EVERY = 10_000, 1          # margin = max(10 points, 1% of 10,000 steps) = 100 steps
 

@@ -10,7 +10,7 @@ from lossguard import metrics as M
 from lossguard.classify.incident import IncidentKind as K
 from lossguard.errors import ConfigError
 from lossguard.stitch import stitch
-from lossguard.testing.synthetic import (FAST_RECOVERY_MAX, GENERATED_KINDS, SLOW_RECOVERY_MIN, SPIKE_KINDS, generate_run,
+from evals.synthetic import (FAST_RECOVERY_MAX, GENERATED_KINDS, SLOW_RECOVERY_MIN, SPIKE_KINDS, generate_run,
                                          generate_suite)
 
 

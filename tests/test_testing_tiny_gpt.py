@@ -6,7 +6,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from lossguard.errors import ConfigError  # noqa: E402
-from lossguard.testing.tiny_gpt import GPTConfig, TinyGPT, attention_logit_max  # noqa: E402
+from lossguard.demo.model import GPTConfig, TinyGPT, attention_logit_max  # noqa: E402
 
 SMALL = dict(n_layer=2, n_embd=32, n_head=4, block_size=16)
 

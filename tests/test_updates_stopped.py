@@ -19,7 +19,7 @@ from lossguard.detect.outlier import OutlierConfig  # noqa: E402
 from lossguard.errors import LossguardError  # noqa: E402
 from lossguard.guard import GuardConfig, StabilityGuard, TrainingHalted  # noqa: E402
 from lossguard.testing.faults import Fault, FaultInjector  # noqa: E402
-from lossguard.testing.regression import regression_task  # noqa: E402
+from evals.regression import regression_task  # noqa: E402
 
 
 def _guarded(tmp_path, steps, *, cap, nan_from=30):

@@ -11,8 +11,8 @@ from lossguard.analysis import analyze
 from lossguard.guard.config import GuardConfig
 from lossguard.plan import findings
 from lossguard.simulate import simulate
-from lossguard.testing.agreement import compare, from_analysis, from_live_guard, from_simulation, shifted
-from lossguard.testing.synthetic import GENERATED_KINDS, generate_run
+from evals.agreement import compare, from_analysis, from_live_guard, from_simulation, shifted
+from evals.synthetic import GENERATED_KINDS, generate_run
 
 KINDS = (None, *GENERATED_KINDS)
 
@@ -43,7 +43,7 @@ def test_analyze_and_simulate_agree_on_every_kind_word_for_word():
 
 def test_analyze_and_simulate_agree_on_curve_families_never_tuned_on():
     from lossguard.errors import LossguardError
-    from lossguard.testing.curves import families, run_family
+    from evals.curves import families, run_family
 
     cfg = GuardConfig()
 

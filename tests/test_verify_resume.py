@@ -101,7 +101,7 @@ def test_compare_counts_missing_steps():
     assert d.resumed and d.missing_steps == [4] and not d.ok and d.n_missing_ids == 1
 
 
-TRAIN = [sys.executable, "-m", "lossguard.testing.train_loop", "--steps", "24", "--save-every", "10"]
+TRAIN = [sys.executable, "-m", "evals.train_loop", "--steps", "24", "--save-every", "10"]
 
 
 @pytest.mark.slow  # six fresh interpreters running real training

@@ -15,7 +15,7 @@ import pytest
 from lossguard.analysis import analyze
 from lossguard.classify.incident import IncidentKind as K
 from lossguard.io import read_log
-from lossguard.testing.synthetic import generate_run
+from evals.synthetic import generate_run
 from lossguard.watch.engine import WatchConfig, WatchEngine
 from lossguard.watch.events import EventKind
 from lossguard.watch.history import Points, RunHistory

@@ -17,8 +17,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from lossguard.testing.zoo import FAMILIES, Optim, RunSpec, Scenario, Schedule, run  # noqa: E402
-from lossguard.testing.zoo import scenarios  # noqa: E402
+from evals.zoo import FAMILIES, Optim, RunSpec, Scenario, Schedule, run  # noqa: E402
+from evals.zoo import scenarios  # noqa: E402
 
 
 def test_every_family_is_declared_tuned_or_held_out():

@@ -106,7 +106,7 @@ class Scenario:
     description: str = ""
     """What the scenario shows."""
     model: dict = field(default_factory=dict)
-    """Keyword arguments of :class:`lossguard.testing.tiny_gpt.GPTConfig`."""
+    """Keyword arguments of :class:`lossguard.demo.model.GPTConfig`."""
     steps: int = 600
     """Optimizer steps."""
     batch_size: int = 16
@@ -314,7 +314,7 @@ def run(sc: Scenario, *, on_step: Callable | None = None) -> RunResult:
     """
     import torch
 
-    from lossguard.testing.tiny_gpt import GPTConfig, TinyGPT, attention_logit_max
+    from lossguard.demo.model import GPTConfig, TinyGPT, attention_logit_max
 
     t0 = time.perf_counter()
     torch.manual_seed(sc.seed)

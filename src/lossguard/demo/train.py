@@ -124,7 +124,7 @@ class _IndexedBatches:
 def _build(sc: Scenario):
     import torch
 
-    from ..testing.tiny_gpt import GPTConfig, TinyGPT
+    from .model import GPTConfig, TinyGPT
 
     torch.manual_seed(sc.seed)
     model = TinyGPT(GPTConfig(**{"block_size": sc.seq_len, **sc.model}))

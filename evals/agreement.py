@@ -1,0 +1,156 @@
+"""One verdict, checked: the first heavy action of ``analyze``, ``simulate`` and a live guard on one log.
+
+A *heavy* action changes the run's future: a rollback, an LR cut or a halt (:data:`lossguard.plan.HEAVY`).
+For one recorded per-step log this module finds the first one
+
+- in ``analyze``'s plans (:func:`from_analysis`),
+- in ``simulate`` as the command line runs it, with the analyser's whole-log findings
+  (:func:`from_simulation`),
+- in a **live** :class:`~lossguard.guard.StabilityGuard` that trains a one-parameter model whose
+  loss and gradient norm are, step by step, the logged ones (:func:`from_live_guard`): a real guard,
+  judge, policy, executor and checkpoint store; the model's autograd function returns the logged
+  loss and a gradient of the logged norm, so the guard measures exactly what the log recorded.
+
+:func:`compare` says whether they agree -- the same action, at the same step, with the same reasons
+and the same rollback target and skipped batches -- and if not, which documented rule separates them
+(the live guard never gets whole-log findings: :mod:`lossguard.recovery.finding`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from lossguard.plan import HEAVY
+
+__all__ = ["Heavy", "compare", "from_analysis", "from_live_guard", "from_simulation", "shifted"]
+
+
+@dataclass(frozen=True)
+class Heavy:
+    """A first heavy action: what, when, why, and (for a rollback) where to and which data."""
+
+    action: str
+    step: int
+    reasons: tuple[str, ...]
+    to_step: int | None = None
+    skip_batches: tuple[int, int] | None = None
+    cause: str | None = None
+
+    @classmethod
+    def of(cls, rec: dict[str, Any]) -> "Heavy":
+        """From a decision record (``simulate``'s or the guard's JSONL event)."""
+        sb = rec.get("skip_batches")
+        return cls(str(rec["event"]), int(rec["step"]), tuple(rec.get("reasons", ())), rec.get("to_step"),
+                   None if sb is None else (int(sb[0]), int(sb[1])), rec.get("cause"))
+
+
+def from_analysis(analysis) -> Heavy | None:
+    """The earliest heavy plan of an :class:`~lossguard.analysis.Analysis` (its head decision record)."""
+    heads = [p.decisions[0] for p in analysis.plans if p.step is not None and p.decisions]
+    heads = [d for d in heads if d["event"] in HEAVY]
+    return Heavy.of(min(heads, key=lambda d: d["step"])) if heads else None
+
+
+def from_simulation(sim) -> Heavy | None:
+    """The first heavy decision of a :class:`~lossguard.simulate.Simulation`."""
+    return next((Heavy.of(d) for d in sim.decisions if d["event"] in HEAVY), None)
+
+
+def shifted(log, by: int):
+    """``log`` (unstitched) with every step moved by ``-by`` (a log whose steps count updates from 1,
+    as HF and Megatron log them, numbered from 0 as the guard numbers its steps)."""
+    series = {k: replace(s, steps=s.steps - by) for k, s in log.series.items()}
+    segs = [replace(g, first_step=g.first_step - by, last_step=g.last_step - by) for g in log.segments]
+    return replace(log, series=series, segments=segs)
+
+
+def from_live_guard(log, config, workdir: str | Path, *, metric: str = "loss") -> Heavy | None:
+    """Run a live guard over a per-step log (steps ``0..n-1`` of the stitched timeline, no gaps) and
+    return its first heavy action (None: it never took one). Needs torch.
+
+    Args:
+        log: the recorded run (stitched here); its live timeline must be every step from 0.
+        config: the :class:`GuardConfig` (``checkpoint_every`` sets the store's checkpoints).
+        workdir: an empty directory for the checkpoint store.
+        metric: the loss series.
+
+    Raises:
+        ValueError: the timeline does not log every step from step 0.
+    """
+    import numpy as np
+    import torch
+
+    from lossguard.checkpoint import CheckpointStore
+    from lossguard.guard import StabilityGuard
+    from lossguard.metrics import GRAD_NORM
+    from lossguard.stitch import stitch
+
+    log = stitch(log)
+    steps, loss = log.live(metric)
+    if not len(steps) or steps[0] != 0 or np.any(np.diff(steps) != 1):
+        raise ValueError("from_live_guard needs a per-step log numbered from step 0")
+    gn = np.ones(len(steps))
+    if GRAD_NORM in log.series:
+        s, v = log.live(GRAD_NORM)
+        if len(s):
+            idx = np.clip(np.searchsorted(s, steps), 0, len(s) - 1)
+            gn = _fill(np.where(s[idx] == steps, v[idx], np.nan), s[idx] == steps)
+
+    class Recorded(torch.autograd.Function):
+        """Returns the logged loss of a step; its backward gives the logged gradient norm."""
+
+        @staticmethod
+        def forward(ctx, w, value, norm):
+            ctx.norm = norm
+            return torch.tensor(value, dtype=torch.float64)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return torch.full((1,), ctx.norm, dtype=torch.float64) * grad, None, None
+
+    model = torch.nn.Module()
+    # A parameter norm far above any gradient: the first steps' sanity bound (grad norm vs parameter
+    # norm) is then decided by the logged values alone, as simulate decides it (it has no weights).
+    model.w = torch.nn.Parameter(torch.full((1,), 1e12, dtype=torch.float64))
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    cfg = replace(config, stats="host", gate="host", replay=False, log_metrics=False, halt_raises=False)
+    store = CheckpointStore(Path(workdir), keep_last=1_000_000)
+    guard = StabilityGuard(model, opt, store=store, config=cfg)
+    seen = 0
+    for step, i in guard.batches(range(len(steps)), steps=len(steps)):
+        out = Recorded.apply(model.w, float(loss[i]), float(gn[i]))
+        out.backward()
+        guard.step(out)
+        heavy = next((e for e in guard.events[seen:] if e["event"] in HEAVY), None)
+        seen = len(guard.events)
+        if heavy is not None:
+            guard.close()
+            return Heavy.of(heavy)
+    guard.close()
+    return None
+
+
+def _fill(values, present):
+    """A grad norm for every step: where the log has none for a step (Megatron logs none for a
+    skipped iteration), the latest logged one -- a missing value is not a NaN gradient."""
+    out, last = values.copy(), 1.0
+    for i in range(len(out)):
+        if present[i]:
+            last = out[i]
+        else:
+            out[i] = last
+    return out
+
+
+def compare(a: Heavy | None, b: Heavy | None) -> str | None:
+    """None when two first heavy actions agree (both absent, or the same action, step, reasons,
+    target and skipped data); else what differs, in words."""
+    if a == b:
+        return None
+    if a is None or b is None:
+        return f"one acts ({a or b}), the other does not"
+    for name in ("action", "step", "to_step", "skip_batches", "reasons"):
+        if getattr(a, name) != getattr(b, name):
+            return f"{name}: {getattr(a, name)!r} != {getattr(b, name)!r}"
+    return "differ"
