@@ -65,15 +65,36 @@ def sentinel_mask(grad_norm: np.ndarray) -> np.ndarray:
     return np.isfinite(g) & (g < 0)
 
 
-def flat_mask(loss: np.ndarray) -> np.ndarray:
-    """True at every point of a stretch of exactly equal, finite, non-zero losses (both ends)."""
+FLAT_POINTS = 10
+"""Logged points one exactly repeated loss must span to count as flat. A loss printed with a few
+decimals repeats by chance on a plateau (a healthy OpenNMT-py log at 2 decimals, every 50 steps,
+repeats 3-4 points in a row); 10 in a row of one value does not happen in a run that trains."""
+
+
+COARSE_REPEATS = 0.05
+"""A log whose other consecutive points repeat exactly more often than this prints its loss too
+coarsely (1-2 decimals) for an exact repeat to mean anything: the flat rule does not judge it. A
+log printed to 4+ significant digits repeats almost never while it trains."""
+
+
+def flat_mask(loss: np.ndarray, *, min_points: int = FLAT_POINTS) -> np.ndarray:
+    """True at every point of a stretch of at least ``min_points`` exactly equal, finite, non-zero
+    losses. Each stretch is one value: two neighbouring pairs of different values never join."""
     v = np.asarray(loss, dtype=np.float64)
-    same = np.zeros(len(v), dtype=bool)
-    if len(v) > 1:
-        eq = (v[1:] == v[:-1]) & np.isfinite(v[1:]) & (v[1:] != 0)
-        same[1:] |= eq
-        same[:-1] |= eq
-    return same
+    out = np.zeros(len(v), dtype=bool)
+    if len(v) < 2:
+        return out
+    eq = (v[1:] == v[:-1]) & np.isfinite(v[1:]) & (v[1:] != 0)  # point i+1 repeats point i
+    long = [(a, b) for a, b in _runs(eq) if b - a + 2 >= min_points]  # eq[a..b]: points a..b+1 one value
+    in_long = np.zeros(len(eq), dtype=bool)
+    for a, b in long:
+        in_long[a:b + 1] = True
+    rest = eq[~in_long]
+    if len(rest) and rest.mean() > COARSE_REPEATS:
+        return out  # printed too coarsely to tell a stall from rounding (OpenNMT-py's 1-decimal loss)
+    for a, b in long:
+        out[a:b + 2] = True
+    return out
 
 
 def consecutive_mask(steps: np.ndarray) -> np.ndarray:
