@@ -30,6 +30,8 @@ SOURCES = {
     "open_clip": "github.com/mlfoundations/open_clip src/open_clip_train/train.py train_one_epoch() logging.info + src/open_clip_train/logger.py",
     "x_transformers": "github.com/lucidrains/x-transformers examples/enwik8_simple/train.py (print per iteration, tqdm desc='training')",
     "kohya_sd_scripts": "github.com/kohya-ss/sd-scripts train_network.py (tqdm desc='steps', set_postfix(avr_loss=...))",
+    "k_diffusion": "github.com/crowsonkb/k-diffusion train.py (tqdm.write every 25 steps, commit 01e169d)",
+    "fastai": "github.com/fastai/fastai fastai/callback/progress.py ProgressCallback._write_stats + github.com/fastai/fastprogress fastprogress/fastprogress.py ConsoleMasterBar.write",
 }
 
 
@@ -424,8 +426,74 @@ def render_kohya() -> tuple[Fixture, dict]:
     return fx, meta
 
 
+def render_k_diffusion() -> tuple[Fixture, dict]:
+    """k-diffusion: tqdm(train_dl) redraws plus 'Epoch: E, step: S, loss: X' every 25 steps via tqdm.write."""
+    rng, fx = random.Random(909), Fixture("k_diffusion__cifar10.log")
+    fx.line("Parameters: 35,746,307")
+    per_epoch, total = 391, 2400
+    step, ep, bar_len = 0, 0, 0
+    ema = None
+    while step < total:
+        for b in range(per_epoch):
+            if step >= total:
+                break
+            if b % 7 == 0:
+                bar = f"{100 * b / per_epoch:3.0f}%|{'█' * int(10 * b / per_epoch):<10}| {b}/{per_epoch} [00:{b // 9 % 60:02d}<00:{(per_epoch - b) // 9 % 60:02d},  9.02it/s]"
+                fx.raw("\r" + bar)
+                bar_len = len(bar)
+            if step % 25 == 0:
+                level = 0.62 + 0.55 * math.exp(-step / 300)
+                loss = level * (1 + rng.gauss(0, 0.06 if step else 0.0))
+                ema = loss if ema is None else ema
+                v = f"{loss:g}"
+                fx.raw("\r" + " " * bar_len + "\r" + f"Epoch: {ep}, step: {step}, loss: {v}\n")
+                fx.point(step, v)
+            if step > 0 and step % 1000 == 0:
+                fx.raw("\r" + " " * bar_len + "\r" + f"Saving to cifar10_{step:08}.pth...\n")
+            step += 1
+        fx.raw("\n")
+        ep += 1
+    meta = dict(writer="k-diffusion (crowsonkb)", step_key="step", loss_key="loss", events=[],
+                notes="'Epoch: E, step: S, loss: X' (loss = mean of the last 25 per-step losses, printed with :g, so 6 significant digits "
+                      "or fewer) written through tqdm.write between '\\r' redraws of an unlabeled per-epoch tqdm bar (391 batches); the step counter is "
+                      "global and does not reset with the epoch. 'Saving to NAME_00001000.pth...' every 1000 steps. Diffusion loss: noisy plateau, no event. "
+                      "The parameter-count start-up line and the tqdm clearing are approximate.")
+    return fx, meta
+
+
+def render_fastai() -> tuple[Fixture, dict]:
+    """fastai fine_tune on a non-tty console: two fastprogress tables (frozen epoch, then unfrozen epochs)."""
+    rng, fx = random.Random(1010), Fixture("fastai__fine_tune_nan.log")
+    names = ["epoch", "train_loss", "valid_loss", "accuracy", "time"]
+    padded = [n + " " * (8 - len(n)) if len(n) < 8 else n for n in names]
+
+    def row(vals: list[str]) -> None:
+        fx.line("".join(t + " " * (2 + len(n) - len(t)) for t, n in zip(vals, padded)))
+
+    order = 0
+    for phase, n_ep in ((0, 1), (1, 10)):
+        fx.line("  ".join(padded))
+        for ep in range(n_ep):
+            order += 1
+            bad = phase == 1 and ep >= 7
+            tl = float("nan") if bad else 1.35 * math.exp(-order / 3.2) + 0.18 + rng.gauss(0, 0.015)
+            vl = float("nan") if bad else 0.95 * math.exp(-order / 3.0) + 0.24 + rng.gauss(0, 0.01)
+            acc = 0.1 if bad else min(0.97, 0.72 + 0.22 * (1 - math.exp(-order / 2.5)) + rng.gauss(0, 0.004))
+            t = f"{tl:.6f}"
+            row([str(ep), t, f"{vl:.6f}", f"{acc:.6f}", f"00:{41 + rng.randint(0, 3):02d}"])
+            fx.point(order, t)
+    meta = dict(writer="fastai (fastprogress console table)", step_key="order", loss_key="train_loss",
+                events=[{"kind": "nonfinite", "step": 9}],
+                notes="No labels on the data rows: the header row 'epoch     train_loss  valid_loss  accuracy  time' names whitespace-aligned "
+                      "columns. fine_tune prints two tables (1 frozen epoch, then 10 epochs) and the epoch column restarts at 0, so steps here are "
+                      "the row order 1..11. From the 8th epoch of the second table (row 9) train_loss and valid_loss are 'nan' and accuracy falls "
+                      "to chance (0.100000). Progress bars are not printed because stdout is not a tty.")
+    return fx, meta
+
+
 RENDERERS = [render_gpt_neox, render_picotron, render_lingua, render_easylm,
-             render_big_vision, render_open_clip, render_x_transformers, render_kohya]
+             render_big_vision, render_open_clip, render_x_transformers, render_kohya,
+             render_k_diffusion, render_fastai]
 
 
 def spot_checks(points: list[tuple[int, str]], events: list[dict]) -> dict:
