@@ -209,6 +209,11 @@ def make_plans(incidents: Sequence[Incident], decisions: Sequence[dict[str, Any]
     for d in decisions:  # withheld updates, filed under their incident
         if d["event"] == _SKIP and incidents:
             plans[order[_owner(starts, int(d["step"]))]].skipped_steps.append(int(d["step"]))
+    for d in decisions:  # a loss-scale reset of its own (not a rollback's follow-up), filed the same way
+        if d["event"] == Action.LOSS_SCALE_RESET.value and d.get("cause") and incidents:
+            p = plans[order[_owner(starts, int(d.get("onset", d["step"])))]]
+            p.reset_loss_scale = True
+            p.reasons += list(d.get("reasons", []))
     for group in _actions(decisions):
         head = group[0]
         at = int(head.get("onset", head["step"]))

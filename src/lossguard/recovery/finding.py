@@ -20,8 +20,9 @@ findings -- the only place the three may differ, and why:
   skipping no data (which data is unknown: the pipeline must be checked first).
 - **an fp16 loss-scale collapse** (``loss_scale_collapse``): a live guard with a GradScaler checks
   the scale every step; the replay over a log feeds the policy only the bad steps, so the
-  analyser's collapse stands in for those checks. A rollback before the onset (numerics, not data:
-  nothing skipped), with the loss-scale reset every rollback of an fp16 run brings.
+  analyser's collapse stands in for those checks, and the policy answers as those checks do: a
+  full loss-scale reset (numerics, not data: nothing skipped, nothing rolled back; the withheld
+  NaN steps around it still open an episode of their own).
 - **a short log's verdict** (``short_log``: a divergence or a spike without recovery found by the
   relative rules of :mod:`lossguard.classify.short`): with fewer points than the judge's window a
   live guard would not yet be warm, so it says nothing; the whole (short) log does. A climb is the
@@ -33,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .action import Action
 from .suspect import Suspect
 
 __all__ = ["WHOLE_LOG_KINDS", "SHORT_LOG_KINDS", "WholeLogFinding"]
@@ -59,7 +61,8 @@ class WholeLogFinding:
     """Found by a short log's relative rules (:data:`SHORT_LOG_KINDS`)."""
 
     def answer(self, *, margin: int) -> tuple[dict[str, Any], list[str]] | None:
-        """The rollback's numbers and reasons the policy gives this finding (None: no action).
+        """The numbers and reasons of the policy's decision for this finding (None: no action). The
+        decision is a rollback unless ``numbers["action"]`` names another :class:`Action`.
 
         Args:
             margin: the recipe's skip margin for this run (batches skipped past a spike).
@@ -79,10 +82,11 @@ class WholeLogFinding:
                      "check the data pipeline (shards, mixture, tokenizer) and the loss at the onset first, then "
                      "restore a checkpoint from before it; no data is skipped, since which data is unknown"])
         if self.kind == "loss_scale_collapse":
-            return ({"onset": onset, "cause": "loss_scale_collapse", "suspect": Suspect.NUMERICS.value},
+            return ({"onset": onset, "cause": "loss_scale_collapse", "suspect": Suspect.NUMERICS.value,
+                     "action": Action.LOSS_SCALE_RESET.value},
                     [f"the fp16 loss scale collapsed from step {onset}: most updates are being skipped (whole-log "
-                     "evidence)", "restore from before it; once the optimizer state is checked finite, reset the "
-                     "loss scale and its growth tracker (numerics, not data: nothing skipped)"])
+                     "evidence); once the optimizer state is checked finite, reset the loss scale and its growth "
+                     "tracker (numerics, not data: nothing skipped)"])
         if not self.short_log:
             return None
         if self.kind == "divergence":

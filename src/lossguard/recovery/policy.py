@@ -198,6 +198,9 @@ class RecoveryPolicy:
         if answer is None:
             return []
         nums, reasons = answer
+        action = Action(nums.pop("action", Action.ROLLBACK.value))
+        if action is not Action.ROLLBACK:
+            return [Decision(action, int(finding.step), reasons, nums)]
         nums["rollbacks_done"] = led.rollbacks
         if led.rollbacks >= self.config.max_rollbacks:
             led.halted = True
