@@ -8,8 +8,12 @@ guard's event log, the run ledger, ``simulate`` and ``watch`` output -- goes thr
 from __future__ import annotations
 
 import enum
+import json
 import math
+from pathlib import Path
 from typing import Any
+
+from .errors import LossguardError
 
 
 def strict_json(obj: Any) -> Any:
@@ -26,3 +30,18 @@ def strict_json(obj: Any) -> Any:
     if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):  # numpy scalars
         return strict_json(obj.item())
     return obj
+
+
+def read_json_file(path: Path, *, what: str, fix_unreadable: str, fix_invalid: str) -> Any:
+    """The JSON document in ``path`` (a file lossguard wrote: the run ledger, the skip list).
+
+    Raises:
+        LossguardError: naming ``what`` and the file, when it cannot be read (``fix_unreadable``)
+            or is not valid JSON (``fix_invalid``).
+    """
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise LossguardError(f"cannot read {what} ({exc.strerror})", path=path, fix=fix_unreadable) from None
+    except ValueError as exc:
+        raise LossguardError(f"{what} is not valid JSON ({exc})", path=path, fix=fix_invalid) from None

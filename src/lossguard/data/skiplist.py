@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import LossguardError
+from ..jsonsafe import read_json_file
 from .sample_ids import DatasetMix, SampleKey, key_of
 
 SKIPLIST_FILE = "skiplist.json"
@@ -157,14 +158,8 @@ class SkipList:
             LossguardError: unreadable, not JSON, or not a skip list.
         """
         p = Path(path)
-        try:
-            d = json.loads(p.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise LossguardError(f"cannot read the skip list ({exc.strerror})", path=p,
-                                 fix="check the path") from None
-        except ValueError as exc:
-            raise LossguardError(f"the skip list is not valid JSON ({exc})", path=p,
-                                 fix="restore it, or remove it to start with an empty list") from None
+        d = read_json_file(p, what="the skip list", fix_unreadable="check the path",
+                           fix_invalid="restore it, or remove it to start with an empty list")
         if not isinstance(d, dict) or d.get("format") != SKIPLIST_FORMAT or not isinstance(d.get("samples"), list):
             raise LossguardError("not a lossguard skip list", path=p,
                                  fix=f"point at a {SKIPLIST_FILE} written by lossguard")

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LossguardError
-from ..jsonsafe import strict_json
+from ..jsonsafe import read_json_file, strict_json
 from .skip_range import SkipRange, skip_to
 
 LEDGER_FILE = "ledger.json"
@@ -175,14 +175,8 @@ class RunLedger:
             LossguardError: unreadable, not JSON, or not a ledger.
         """
         p = Path(path)
-        try:
-            d = json.loads(p.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise LossguardError(f"cannot read the run ledger ({exc.strerror})", path=p,
-                                 fix="check the checkpoint directory") from None
-        except ValueError as exc:
-            raise LossguardError(f"the run ledger is not valid JSON ({exc})", path=p,
-                                 fix="restore it or remove it (budgets then start afresh)") from None
+        d = read_json_file(p, what="the run ledger", fix_unreadable="check the checkpoint directory",
+                           fix_invalid="restore it or remove it (budgets then start afresh)")
         return cls.from_dict(d, path=p)
 
     @classmethod
