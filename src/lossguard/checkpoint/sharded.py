@@ -44,7 +44,8 @@ from typing import Any
 
 from ..errors import CheckpointError
 from .files import Checksum, ChecksumMismatch, fast_checksum, file_crc
-from .store import MANIFEST, CheckpointStore
+from .manifest import MANIFEST
+from .store import CheckpointStore
 
 __all__ = ["PendingSave", "ShardedCheckpointStore"]
 
