@@ -69,15 +69,20 @@ class CheckpointStore:
     # ------------------------------------------------------------------ paths and listing
     sharded = False
     """One ``torch.save`` payload per step (:class:`~lossguard.checkpoint.protocol.GuardStore`)."""
-    asynchronous = False
-    """Saves are synchronous (:class:`~lossguard.checkpoint.protocol.GuardStore`)."""
+
+    @property
+    def asynchronous(self) -> bool:
+        """False: saves are synchronous (:class:`~lossguard.checkpoint.protocol.GuardStore`)."""
+        return False
 
     def agreed_steps(self) -> list[int]:
         """:meth:`steps`: every rank keeps its own store, so its own listing is the agreed one."""
         return self.steps()
 
-    def wait(self) -> None:
-        """Nothing to wait for: every save is synchronous."""
+    def wait(self) -> Path | None:
+        """Nothing to wait for: every save is synchronous (returns None, as a sharded store with no
+        save in flight does)."""
+        return None
 
     def path_of(self, step: int) -> Path:
         """The directory a checkpoint of ``step`` has (whether or not it exists)."""
