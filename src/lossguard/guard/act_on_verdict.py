@@ -44,7 +44,8 @@ def act_on_verdict(guard: StabilityGuard, v: Verdict, *, transient: bool) -> Non
     guard.step_count = guard.state.step
     if guard.sampler is None:
         guard.feed.count = data_count  # the stream itself was not rewound
-    guard.feed.reiterate, guard._pending = True, None
+    guard.feed.reiterate = True
+    guard.transfer.drop()
 
 
 def add_to_diagnosis(guard: StabilityGuard, text: str) -> None:

@@ -39,21 +39,28 @@ class DataFeed:
         """Data-stream index of the next batch to draw."""
         return int(self.sampler.position) if self.sampler is not None else self.count
 
-    def iterate(self, loader: Iterable, *, more: Callable[[], bool], skip_to: Callable[[int], int | None],
+    def step_meta(self, step: int, *, lr: float, loss_scale: float, replay: Any, replayable: bool) -> dict[str, Any]:
+        """What the host side needs to know about the step that used the batch in flight (the
+        batch, its RNG and the ``replay`` callable only when ``replayable``)."""
+        return {"step": step, "batch_index": self.batch_index, "lr": lr, "loss_scale": loss_scale, "rng": self.rng,
+                "replay": replay if replayable else None, "batch": self.batch if replayable else None}
+
+    def iterate(self, loader: Iterable, *, more: Callable[[], bool], skip_to: Callable[[int], int | None] | None,
                 endless: bool) -> Iterator[Any]:
         """Yield batches from ``loader`` while ``more()``.
 
         Args:
             loader: any iterable of batches.
             more: asked before each batch; False ends the loop.
-            skip_to: the end of the skipped range starting at a batch index, or None (not skipped).
+            skip_to: the end of the skipped range holding a batch index, or None (not skipped);
+                None instead of a function: skip nothing.
             endless: re-iterate ``loader`` at its end (else one pass).
         """
         it = iter_rng_neutral(loader)
         while more():
             if self.reiterate:
                 it, self.reiterate = iter_rng_neutral(loader), False
-            end = skip_to(self.next_index())
+            end = None if skip_to is None else skip_to(self.next_index())
             if end is not None:
                 n = end - self.next_index()
                 if self.sampler is not None:

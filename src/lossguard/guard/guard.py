@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Iterator
 
+from ..checkpoint.protocol import check_store
+from ..checkpoint.snapshot import HostSnapshot
 from ..errors import require
 from ..recovery.ledger import RunLedger
 from ..recovery.lr_phase import LrRamp
@@ -35,13 +37,16 @@ from .data_feed import DataFeed
 from .events import EventLog
 from .executor import RecoveryExecutor, TrainingHalted
 from .framework_step import framework_step
-from .host_copy import HostCopier
+from .host_copy import VerdictTransfer
 from .host_side import read_step
+from .precursor_hook import make_monitor
 from .saves import GuardSaves
 from .step_stats import StepStats
 from .timeline import TimelineSlot
 from .timeline_state import load_timeline, timeline_state
-from .wiring import choose_gate, defers_host_read, diagnosis_file, make_judge, make_train_state, open_ledger
+from .withheld import WithheldStreak
+from .wiring import (choose_gate, defers_host_read, diagnosis_file, make_judge, make_namer, make_train_state,
+                     open_ledger, world_and_rank)
 
 __all__ = ["StabilityGuard"]
 
@@ -69,9 +74,8 @@ class StabilityGuard:
             Memory: N copies of this rank's model + optimizer state. 0: off.
         attribution: a :class:`lossguard.guard.sample_namer.SampleAttribution`: on every withheld
             step, replay its batch, name the samples carrying the excess and put them on the skip
-            list (``<store>/skiplist.json``, honoured by the sampler). On CUDA it turns the deferred
-            host read off unless ``defer_host_read=True`` (a deferred verdict arrives after the
-            next update, when the batch can no longer be replayed on the weights that saw it).
+            list (``<store>/skiplist.json``, honoured by the sampler); it turns the deferred host
+            read off unless ``defer_host_read=True`` (:func:`.wiring.defers_host_read`).
         precursors: True, or a :class:`~lossguard.guard.precursors.PrecursorMonitor`: measure the
             precursor statistics (attention / output logits, update ratio, Adam's ratio) and log
             them with each step's metrics, in the same one transfer per step.
@@ -91,8 +95,6 @@ class StabilityGuard:
                  ledger: RunLedger | None = None, snapshots: int = 0, attribution=None,
                  precursors=None, treatment=None) -> None:
         torch = require("torch", "torch", "StabilityGuard")
-        from ..checkpoint.protocol import check_store
-
         check_store(store)
         self.config = cfg = config or GuardConfig()
         self.model, self.optimizer, self.scheduler, self.scaler = model, optimizer, scheduler, scaler
@@ -102,37 +104,26 @@ class StabilityGuard:
         self._lr_ramp = LrRamp(cfg.lr_ramp_window)
         device = params[0].device if params else torch.device("cpu")
         self.gate = choose_gate(cfg, optimizer)
-        dist = torch.distributed
-        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-        self.rank = dist.get_rank() if world > 1 else 0
+        world, self.rank = world_and_rank()
         self.log = EventLog(log_path if self.rank == 0 else None)
         self.judge = make_judge(cfg, device, has_scaler=scaler is not None)
-        # FSDP2: parameters are DTensors (each rank holds shards). Statistics then come from the
-        # local shards in one packed all-reduce, and checkpoints go through DCP (a sharded store).
         self.stats = StepStats(self.judge, params, config=cfg, optimizer=optimizer, scaler=scaler, world=world,
-                               sharded=any(hasattr(p, "to_local") for p in params))
-        self._defer = defers_host_read(cfg, device, attribution=attribution is not None)
+                               sharded=any(hasattr(p, "to_local") for p in params))  # FSDP2: DTensor shards
+        self.transfer = VerdictTransfer(deferred=defers_host_read(cfg, device, attribution=attribution is not None))
         self.policy = RecoveryPolicy(cfg, ledger=open_ledger(ledger, store), has_scaler=scaler is not None)
-        self.namer = None
+        self.namer = make_namer(attribution, model=model, sampler=sampler, store=store, log=self.log,
+                                ledger=lambda: self.policy.ledger, world=world, sharded=self.stats.sharded)
         """The :class:`SampleNamer` (None without ``attribution``); ``namer.records`` lists the suspects."""
-        if attribution is not None:
-            from .sample_namer import SampleNamer
-            self.namer = SampleNamer.build(attribution, model=model, sampler=sampler, store=store, log=self.log,
-                                           ledger=lambda: self.policy.ledger, world=world,
-                                           sharded=self.stats.sharded)
-        self.feed = DataFeed(sampler, capture_rng=(cfg.replay or self.namer is not None) and not self._defer)
+        self.feed = DataFeed(sampler, capture_rng=(cfg.replay or self.namer is not None) and not self.transfer.deferred)
         self.state = make_train_state(model, optimizer, store=store, scheduler=scheduler, scaler=scaler,
                                       sampler=sampler, timeline=self._timeline)
-        from ..checkpoint.snapshot import HostSnapshot
         self.snapshot = HostSnapshot(self.state, every=1, keep=snapshots) if snapshots else None
         self.saves = GuardSaves(store, self.state, self.snapshot, self.log)
         self.executor = RecoveryExecutor(config=cfg, policy=self.policy, log=self.log, state=self.state, store=store,
                                          optimizer=optimizer, scaler=scaler,
                                          diagnosis_file=diagnosis_file(log_path, diagnosis_path, store),
                                          write_files=self.rank == 0, snapshot=self.snapshot)
-        from .precursor_hook import make_monitor
         self.precursors, self.treatment = make_monitor(model, optimizer, precursors, treatment), treatment
-        from .withheld import WithheldStreak
         self.withheld = WithheldStreak(None if cfg.shadow else cfg.max_withheld_streak)
         """Consecutive withheld updates (timeline state); halts at ``max_withheld_streak``."""
         self.step_count = 0
@@ -141,8 +132,6 @@ class StabilityGuard:
         self.restart_requested = False
         """Framework mode: a rollback was booked for a restarted process (exit with ExitCode.ROLLBACK)."""
         self._held: list = []     # framework mode: the step's micro-batches so far (references)
-        self._copier = HostCopier()
-        self._pending: tuple[Any, dict[str, Any]] | None = None  # deferred (host copy, meta) of the previous step
         self.last_record: Verdict | None = None
         """The verdict of the latest processed step."""
 
@@ -188,10 +177,7 @@ class StabilityGuard:
 
         def more() -> bool:
             return (steps is None or self.step_count < steps) and not self.halted
-
-        def skip_to(index: int) -> int | None:
-            return None if cfg.shadow else self.policy.skip_to(index)
-
+        skip_to = None if cfg.shadow else self.policy.skip_to  # shadow mode skips no data
         for batch in self.feed.iterate(loader, more=more, skip_to=skip_to, endless=steps is not None):
             yield self.step_count, batch
         self.flush()
@@ -216,33 +202,25 @@ class StabilityGuard:
         with torch.no_grad():
             j = self.stats.judge_step(loss, clip=True)
             packed, lr_used, scale = apply_update(self, j)
-        feed = self.feed
-        meta = {"step": self.step_count, "batch_index": feed.batch_index, "lr": lr_used, "loss_scale": scale,
-                "rng": feed.rng, "replay": None if self._defer else replay,
-                "batch": None if self._defer else feed.batch}
+        # A deferred verdict arrives after the next update: too late to replay the batch.
+        meta = self.feed.step_meta(self.step_count, lr=lr_used, loss_scale=scale, replay=replay,
+                                   replayable=not self.transfer.deferred)
         self._advance()
-        if self._defer:
-            prev, self._pending = self._pending, (self._copier.start(packed), meta)
-            if prev is not None:
-                self._process(*prev)
-        else:
-            self._process(packed, meta)
+        ready = self.transfer.push(packed, meta)
+        if ready is not None:
+            self._process(*ready)
         every = self.config.checkpoint_every
         if (self.store is not None and every and not self.halted
-                and self.step_count % every == 0 and not feed.reiterate):
+                and self.step_count % every == 0 and not self.feed.reiterate):
             self.save()
         elif self.saves.inflight is not None:
             self.poll_save()
 
     def before_optimizer_step(self, loss) -> bool:
-        """Framework mode: judge this step when a framework (Lightning, HF, ...) calls
-        ``optimizer.step()`` itself. Call after backward, before the optimizer step. A bad step's
-        gradients are dropped; where the guard would roll back it halts and books the rollback for a
-        restarted process (:mod:`.framework_step`).
-
-        Returns:
-            True if the update may be applied (always True in shadow mode or once halted).
-        """
+        """Framework mode (Lightning, HF, ... call ``optimizer.step()`` themselves): judge this step;
+        call after backward, before the optimizer step. True if the update may be applied (always in
+        shadow mode or once halted); a bad step's gradients are dropped, and where the guard would
+        roll back it halts and books the rollback for a restarted process (:mod:`.framework_step`)."""
         return framework_step(self, loss)
 
     def hold_batch(self, batch) -> None:
@@ -261,9 +239,9 @@ class StabilityGuard:
 
     def flush(self) -> None:
         """Process the deferred verdict of the last step (on CUDA with ``defer_host_read``)."""
-        if self._pending is not None:
-            prev, self._pending = self._pending, None
-            self._process(*prev)
+        ready = self.transfer.drain()
+        if ready is not None:
+            self._process(*ready)
 
     # ------------------------------------------------------------------ checkpoints and state
     def save(self) -> Any:
@@ -290,9 +268,9 @@ class StabilityGuard:
 
         Args:
             step: the checkpoint to load. None = the ledger's ``resume_from`` if a previous process
-                left one (a rollback booked but not finished: a framework restart, or a crash in
-                the middle of an in-process rollback), finished exactly as the in-process rollback
-                would have (:meth:`GuardSaves.resume`); else the newest valid.
+                left one (a rollback booked but not finished: a framework restart, or a crash
+                mid-rollback), finished as the in-process rollback would have (:meth:`GuardSaves.resume`);
+                else the newest valid.
         """
         self.saves.resume(step, self.executor)
         self.step_count = self.state.step

@@ -1,4 +1,4 @@
-"""The one device-to-host copy of a step's packed verdict, started now and read a step later.
+"""The one device-to-host transfer of a step's packed verdict: read at once, or started now and read a step later.
 
 Device work per step -- the global gradient norm, two ring-buffer median/MAD updates, the finite
 checks and the verdict -- is packed into one small tensor copied to the host once: at once on CPU,
@@ -30,12 +30,36 @@ class PendingCopy:
         return self.buf.tolist()
 
 
-class HostCopier:
-    """Starts the per-step copy of the packed verdict to the host (two pinned buffers on CUDA)."""
+class VerdictTransfer:
+    """Hands each step's packed verdict to the host side: at once, or one step late (``deferred``).
 
-    def __init__(self) -> None:
+    Args:
+        deferred: copy each step's verdict asynchronously and process it at the next step
+            (``GuardConfig.defer_host_read``); False: process it in the step that made it.
+    """
+
+    def __init__(self, *, deferred: bool) -> None:
+        self.deferred = deferred
         self._pinned: list[Any] | None = None
         self._flip = 0
+        self._pending: tuple[Any, dict[str, Any]] | None = None
+
+    def push(self, packed: Any, meta: dict[str, Any]) -> tuple[Any, dict[str, Any]] | None:
+        """This step's ``(packed, meta)``; returns the ``(values, meta)`` to process now: this
+        step's, or -- deferred -- the previous step's (None at the first step)."""
+        if not self.deferred:
+            return packed, meta
+        ready, self._pending = self._pending, (self.start(packed), meta)
+        return ready
+
+    def drain(self) -> tuple[Any, dict[str, Any]] | None:
+        """The deferred verdict not processed yet (None if there is none); it is handed over once."""
+        ready, self._pending = self._pending, None
+        return ready
+
+    def drop(self) -> None:
+        """Forget the deferred verdict (a rollback made it moot)."""
+        self._pending = None
 
     def start(self, packed: Any) -> Any:
         """Queue the copy of ``packed``; returns something with ``tolist()`` (a CPU tensor or a

@@ -70,6 +70,24 @@ def open_ledger(ledger: RunLedger | None, store: Any) -> RunLedger:
     return ledger
 
 
+def world_and_rank() -> tuple[int, int]:
+    """``(world size, this rank)`` under an initialised ``torch.distributed``, else ``(1, 0)``."""
+    import torch
+
+    dist = torch.distributed
+    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    return world, dist.get_rank() if world > 1 else 0
+
+
+def make_namer(attribution: Any, **parts: Any) -> Any:
+    """The :class:`SampleNamer` for ``attribution`` (None without one); ``parts`` are
+    :meth:`SampleNamer.build`'s keyword arguments."""
+    if attribution is None:
+        return None
+    from .sample_namer import SampleNamer
+    return SampleNamer.build(attribution, **parts)
+
+
 def make_train_state(model: Any, optimizer: Any, *, store: Any, scheduler: Any, scaler: Any, sampler: Any,
                      timeline: Any) -> Any:
     """The state every checkpoint holds, the guard's timeline among its extras: a
