@@ -3,7 +3,7 @@
 Each reader is a module ``lossguard.io.<name>`` with ``NAME``, ``sniff(path, head) -> bool`` (``head``
 is the file's first 64 KiB) and ``read(path, *, root=None) -> RunLog`` (unstitched). :func:`read_log`
 asks the readers in :data:`READERS` order, so specific formats win over the generic CSV/JSONL ones.
-Which files of a directory are read, and when its parts are one run, is :mod:`lossguard.io._runs`.
+Which files of a directory are read, and when its parts are one run, is :mod:`lossguard.io.runs`.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ..errors import LogFormatError, LossguardError, UnknownFormatError
 from ..runlog import RunLog, merge
 from ..stitch import stitch
 from . import _stdin
-from . import _runs
+from . import runs as run_files
 from ._wandb_history import EmptyRunError
 
 READERS = ("tensorboard", "hf_trainer_state", "pasted", "megatron", "wandb", "lightning", "jsonl", "csv", "text")
@@ -101,7 +101,7 @@ def _expand(paths: PathArg, only: Sequence[str] = ()) -> list[tuple[Path, Path |
             if not files:
                 raise LossguardError("the directory holds no files", path=str(p),
                                      fix="point lossguard at a run directory that contains log files")
-            picked = [f for f in files if _runs.selected(f, p, only)]
+            picked = [f for f in files if run_files.selected(f, p, only)]
             if not picked:
                 raise LossguardError(f"no file matches --only {' '.join(only)}", path=str(p),
                                      fix="the globs match file names or paths relative to the directory, "
@@ -129,7 +129,7 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
     Files given by name must be recognised; files found by walking a directory that no reader
     recognises (checkpoints, configs), and the side files writers put beside their logs
     (``hparams.yaml``, W&B's debug logs), are skipped and listed in ``metadata["skipped"]``.
-    The parts must be one run (see :mod:`lossguard.io._runs`): the same points written by two
+    The parts must be one run (see :mod:`lossguard.io.runs`): the same points written by two
     writers (HF's TensorBoard events and ``trainer_state.json``) are read from one of them, and
     logs that look like separate runs are an error that names them.
 
@@ -168,7 +168,7 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
     event_roots: set[Path] = set()  # run directories whose event files are read in one call
     expanded = _expand(paths, only)
     for path, root in expanded:
-        if root is not None and format is None and _runs.is_side_file(path):
+        if root is not None and format is None and run_files.is_side_file(path):
             skipped.append(str(path))
             continue
         head = _head(path)
@@ -211,7 +211,7 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
     if not logs and warnings:  # only launches killed before they logged anything
         raise LogFormatError(warnings[0], fix="the run was killed before it logged a step: there is nothing to analyse")
     if not logs:
-        explained = _runs.explain_unreadable(skipped)
+        explained = run_files.explain_unreadable(skipped)
         if explained is not None:
             raise explained
         raise UnknownFormatError(
@@ -222,7 +222,7 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
     hf_sources = [src for g in hf for src in g.sources]
     if len(hf) > 1:  # every HF checkpoint repeats the whole history: keep each point once
         logs = [g for g in logs if g.format != "hf_trainer_state"] + reader("hf_trainer_state").collapse(hf)
-    logs, duplicates = _runs.one_run(logs)
+    logs, duplicates = run_files.one_run(logs)
     log = stitch(merge(logs))
     extra = [e for d in duplicates for e in d.events]
     if extra:  # the guard's decisions in a log whose points another source already gave

@@ -20,8 +20,9 @@ import numpy as np
 from ..errors import LogFormatError
 from ._csv_arrow import read_arrow
 from ._columns import add_text_columns
-from ._table import Table, densify, find_step_column, limit_columns, normalise, to_runlog
+from ._table import Table, densify, find_step_column, limit_columns, normalise
 from ._tail import cut_partial_last_line, with_warnings
+from .tabular import to_runlog
 
 NAME = "csv"
 SEGMENT_COLUMN = "segment"

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from ..errors import LogFormatError
-from ._table import to_runlog
+from .tabular import to_runlog
 from .csv import read_bytes
 from .jsonl import records_table
 

@@ -19,8 +19,9 @@ import numpy as np
 
 from ..errors import LogFormatError
 from ._columns import store_cells, store_numeric
-from ._table import Table, gather_columns, to_runlog
+from ._table import Table, gather_columns
 from ._tail import cut_partial_last_line, with_warnings
+from .tabular import to_runlog
 from .csv import check_file, read_bytes
 
 NAME = "jsonl"

@@ -31,7 +31,7 @@ from ..metrics import EPOCH, LOSS_SCALE, SKIPPED_ITERS
 from ..runlog import RunLog, RunLogBuilder
 from . import megatron
 from ._paste_lines import LineKind, PastedLine, parse_line
-from ._text_lines import MAX_LINE, text_lines
+from .text.lines import MAX_LINE, text_lines
 
 NAME = "pasted"
 """Registry name of this reader."""

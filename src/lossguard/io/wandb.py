@@ -25,7 +25,7 @@ from pathlib import Path
 from ..errors import LogFormatError
 from ..metrics import canonical_name, is_bookkeeping
 from . import _wandb_history, jsonl
-from ._table import to_runlog
+from .tabular import to_runlog
 from .csv import _first_line, check_file, delimiter_of, read_bytes, read_table
 
 NAME = "wandb"

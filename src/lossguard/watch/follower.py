@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..errors import LossguardError
 from ..io import HEAD_BYTES, detect_format, reader
-from ..io import _runs
+from ..io import runs as run_files
 from .history import Points
 from .lines import CsvDecoder, JsonlDecoder, MegatronDecoder
 from .text import TextDecoder
@@ -135,7 +135,7 @@ class RunFollower:
                 continue
             if (st.st_dev, st.st_ino) in self._read_inodes:
                 continue  # a rotated file: already read under its old name
-            if root is not None and _runs.is_side_file(Path(path)):
+            if root is not None and run_files.is_side_file(Path(path)):
                 continue
             if st.st_size == 0 or self._waiting.get(path) == st.st_size:
                 continue
@@ -177,7 +177,7 @@ class RunFollower:
 
     def _preferred(self, fmt: str, root: Path) -> bool:
         """False when the directory's files of a format read_log prefers are followed already."""
-        order = _runs.SOURCE_PREFERENCE
+        order = run_files.SOURCE_PREFERENCE
         rank = order.index(fmt) if fmt in order else len(order)
         others = [f.format for f in self.files.values() if f.root == root]
         if any((order.index(o) if o in order else len(order)) < rank for o in others):

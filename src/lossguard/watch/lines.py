@@ -15,7 +15,7 @@ from ..errors import LogFormatError
 from ..io import csv as csv_io
 from ..io import jsonl as jsonl_io
 from ..io import megatron as mg
-from ..io._table import to_runlog
+from ..io.tabular import to_runlog
 from ..runlog import RunLog, RunLogBuilder
 from .history import Points
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..checkpoint.names import looks_like_checkpoint
 from ..io import HEAD_BYTES, detect_format
-from ..io import _runs
+from ..io import runs as run_files
 from .engine import WatchConfig
 from .events import EventKind, WatchEvent
 from .session import RunWatch
@@ -25,7 +25,7 @@ def _holds_files(d: Path) -> bool:
 
 def _has_own_log(d: Path) -> bool:
     for f in d.iterdir():
-        if not f.is_file() or f.name.startswith(".") or _runs.is_side_file(f):
+        if not f.is_file() or f.name.startswith(".") or run_files.is_side_file(f):
             continue
         if "tfevents" in f.name:
             return True

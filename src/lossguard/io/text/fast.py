@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from typing import Iterator
 
-from .._text_lines import MAX_LINE
+from .lines import MAX_LINE
 from .normalise import ANSI, normalise
 from .records import Scan, Scanner, Table
 from .template import SPLIT
