@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from lossguard.errors import LogFormatError
-from lossguard.io import megatron
+from lossguard.io import megatron, megatron_lines
 from lossguard.stitch import stitch
 
 BANNER = """using world size: 64, data-parallel size: 8, tensor-model-parallel size: 4, pipeline-model-parallel size: 2
@@ -198,7 +198,7 @@ def test_overflow_with_iteration_lines_each_step(tmp_path):
 
 def test_fused_optimizer_overflow_wording_is_an_overflow_too(tmp_path):
     """DeepSpeed's fused fp16 optimizer words the overflow without a rank: the same rule reads it
-    here and in a paste (one definition, :func:`megatron.parse_overflow`)."""
+    here and in a paste (one definition, :func:`megatron_lines.parse_overflow`)."""
     lines = [iteration_line(1, 10, loss=2.0, lr=1e-4, gn=0.3, scale=4096.0, skipped=0),
              "[2024-01-02 10:00:00,000] [INFO] [fused_optimizer.py:344:_update_scale] ",
              "fp16 dynamic loss scale overflow! Skipping step. Attempted loss scale: 4096, reducing to 2048",
@@ -207,9 +207,9 @@ def test_fused_optimizer_overflow_wording_is_an_overflow_too(tmp_path):
     path.write_text("\n".join(lines) + "\n")
     log = megatron.read(path)
     assert [(e["step"], e["rank"], e["attempted_scale"], e["new_scale"]) for e in log.events] == [(2, 0, 4096.0, 2048.0)]
-    assert megatron.parse_overflow("OVERFLOW! Rank 3 Skipping step. Attempted loss scale: 64") == megatron.Overflow(
+    assert megatron_lines.parse_overflow("OVERFLOW! Rank 3 Skipping step. Attempted loss scale: 64") == megatron_lines.Overflow(
         rank=3, attempted=64.0, reduced=32.0)  # no "reducing to": DeepSpeed halves the scale
-    assert megatron.parse_overflow("Attempted loss scale: 64") is None
+    assert megatron_lines.parse_overflow("Attempted loss scale: 64") is None
 
 
 def test_real_bloom_spike_lines(real_logs, tmp_path):
