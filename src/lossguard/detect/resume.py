@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import raise_all
 from ..runlog import RunLog
-from .outlier import MAD_TO_SIGMA
+from .robust import MAD_TO_SIGMA
 
 SAMPLE_ID_NAMES = ("sample_id", "first_sample_id", "batch_hash", "data_hash", "batch_id", "sample_hash")
 """Metric names that identify the data a step saw (a repeat means repeated data)."""
