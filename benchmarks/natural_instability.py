@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from lossguard.demo.scenarios import CorpusBatches, load_corpus
+from lossguard.demo.corpus import CorpusBatches, load_corpus
 from lossguard.demo.model import GPTConfig, TinyGPT
 
 OUT = Path(__file__).parent / "results"

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import ConfigError, raise_all
-from .scenarios import SCENARIOS, Scenario
+from .scenario import Scenario
+from .scenarios import SCENARIOS
 from .summary import RUNS, _index_html, describe, summary_dict
 from .train import TrainResult, demo_guard_config, train
 
@@ -87,7 +88,7 @@ class DemoConfig:
                              "eval_every": max(1, min(sc.eval_every, n // 5))}
             p = sc.pocket
             if p is not None and p.start + p.length >= n:
-                from .scenarios import Pocket
+                from .scenario import Pocket
                 changes["pocket"] = Pocket(start=n // 2, length=max(1, min(p.length, n // 10)), kind=p.kind)
             if sc.lr_jumps:
                 changes["lr_jumps"] = tuple((at if at < n else n // 2, f) for at, f in sc.lr_jumps)

@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import require
-from .scenarios import CorpusBatches, Scenario, build_optimizer, held_out_loss, load_corpus
+from .corpus import CorpusBatches, load_corpus
+from .scenario import Scenario
+from .unguarded import build_optimizer, held_out_loss
 
 
 @dataclass
