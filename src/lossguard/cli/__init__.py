@@ -9,7 +9,7 @@ import argparse
 import importlib
 import sys
 
-from .. import __version__
+from ..version import __version__
 from ..errors import LossguardError
 
 # Verb modules, in the order `lossguard --help` lists them. A verb whose module is missing is

@@ -226,7 +226,8 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
     log = stitch(merge(logs))
     extra = [e for d in duplicates for e in d.events]
     if extra:  # the guard's decisions in a log whose points another source already gave
-        log.events = sorted(log.events + extra, key=lambda e: e["step"] if isinstance(e.get("step"), (int, float)) else 0)
+        log.events = sorted(log.events + extra,
+                            key=lambda e: e["step"] if isinstance(e.get("step"), (int, float)) else 0)
     if skipped:
         log.metadata["skipped"] = skipped
     if duplicates:
@@ -237,8 +238,8 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
         kept_formats = {g.format for g in logs}
         copies = [src for d in duplicates if d.format in kept_formats for src in d.sources]
         if copies:  # a file copied twice into a directory: say so, it is not a resume
-            warnings.append(f"{', '.join(copies)}: the same points as another {'file' if len(copies) == 1 else 'set of files'} "
-                            "of this run (a copy): read once")
+            what = "file" if len(copies) == 1 else "set of files"
+            warnings.append(f"{', '.join(copies)}: the same points as another {what} of this run (a copy): read once")
     if warnings:
         log.metadata["warnings"] = list(log.metadata.get("warnings", [])) + warnings
     if loss_key is not None and log.format != "text":

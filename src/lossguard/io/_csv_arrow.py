@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import LogFormatError
 from ._chunks import Piece, chunks, join_pieces, text_cells
-from ._table import MAX_COLUMNS, Table, normalise
+from ._table import MAX_COLUMNS, Table, normalise, pandas_index
 
 
 def arrow_column(col, pa) -> tuple[np.ndarray, np.ndarray] | None:
@@ -67,8 +67,6 @@ def _arrow_table(path: Path, delimiter: str, limit: int | None, keep_text: tuple
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    from .csv import pandas_index  # (csv imports this module)
-
     # Parsed in 4 MB chunks of whole lines (read into one reused buffer, column names given once),
     # so that peak memory stays nearer the output arrays than one read_csv of the whole file. Where
     # a chunk's rows are its lines one to one, row line numbers are exact; otherwise (blank lines,
@@ -105,7 +103,7 @@ def _arrow_table(path: Path, delimiter: str, limit: int | None, keep_text: tuple
         if bad_rows:
             _raise_ragged(path, chunk, bad_rows[0], len(names))
         piece = Piece(rows=t.num_rows, lines=chunk.row_lines(t.num_rows))
-        for name, col in zip(names, t.columns):
+        for name, col in zip(names, t.columns, strict=False):
             parsed = arrow_column(col, pa)
             if parsed is None:
                 piece.text[name] = text_cells(col.to_pylist())

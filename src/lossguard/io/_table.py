@@ -74,6 +74,19 @@ class Table:
         return len(self.lines)
 
 
+PANDAS_INDEX = "_index"
+"""Name given to the unnamed first column ``DataFrame.to_csv()`` writes (the row index); the
+leading ``_`` makes it bookkeeping (:func:`lossguard.metrics.is_bookkeeping`), never a metric."""
+
+
+def pandas_index(names: list[str]) -> list[str]:
+    """Header names with pandas' unnamed leading index column named :data:`PANDAS_INDEX`
+    (``run.history().to_csv(path)`` writes one)."""
+    if len(names) > 1 and names[0] == "" and PANDAS_INDEX not in names:
+        return [PANDAS_INDEX] + names[1:]
+    return names
+
+
 def limit_columns(names: list[str], warnings: list[str], *, word: str = "keys") -> list[str]:
     """``names`` cut to the first :data:`MAX_COLUMNS` seen (plus the step column), with a warning when cut.
 

@@ -133,7 +133,7 @@ def _same_points(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarr
         return None
     if common.min() < 0 or common.max() >= 2 ** 31:  # does not pack into 32 bits: compare as sets
         pairs = [set(zip(p[0][np.isin(p[0], common)].tolist(),
-                         p[1][np.isin(p[0], common)].view(np.int32).tolist())) for p in (a, b)]
+                         p[1][np.isin(p[0], common)].view(np.int32).tolist(), strict=True)) for p in (a, b)]
         small, big = sorted(pairs, key=len)
         return small <= big
     small, big = sorted((_at(a, common), _at(b, common)), key=len)

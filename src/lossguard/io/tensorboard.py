@@ -95,7 +95,8 @@ def read(path: Path, *, root: Path | None = None, files: list[Path] | None = Non
         loaded = []
         for f in files:
             if f.stat().st_size == 0:
-                builder.metadata.setdefault("warnings", []).append(f"{f}: empty event file skipped (writer not flushed yet)")
+                builder.metadata.setdefault("warnings", []).append(
+                    f"{f}: empty event file skipped (writer not flushed yet)")
                 continue
             loaded.append((f, _load(f, builder)))
     else:

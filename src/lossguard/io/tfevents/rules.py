@@ -64,7 +64,7 @@ def restart_records(tags: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) 
     pairs: list[tuple[int, int]] = []
     for rec, steps, _ in tags.values():
         cand = np.flatnonzero(steps[1:] < steps[:-1]) + 1
-        pairs += zip(rec[cand].tolist(), rec[cand - 1].tolist())
+        pairs += zip(rec[cand].tolist(), rec[cand - 1].tolist(), strict=True)
     accepted: list[int] = []
     for at, prev in sorted(pairs):
         # A later tag going back at the same restart is already covered by the boundary found.
