@@ -8,7 +8,6 @@ fields) and of DeepSpeed's engine and fp16 optimizer. Real values: the BLOOM-176
 from __future__ import annotations
 
 import csv
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -56,7 +55,8 @@ def validation_block(it: int, loss: float) -> str:
 
 def chain_log(chain: list[tuple[int, int]], *, every_val: int = 50) -> tuple[str, dict[int, list[float]]]:
     """A job chain appending to one file: each launch prints its banner and iterations first..last."""
-    out, truth = [], {}
+    out: list[str] = []
+    truth: dict[int, list[float]] = {}
     for k, (first, last) in enumerate(chain):
         out.append(BANNER.format(date=f"2022-04-{12 + k:02d}"))
         for it in range(first, last + 1):
@@ -171,9 +171,9 @@ def test_deepspeed_fp16_overflow_lines(tmp_path):
     log = megatron.read(path)
     # no iteration lines: overflows count into the next logged engine step (10, 20, 30, 40)
     steps, skips = log.live("skipped_iters")
-    assert dict(zip(steps.tolist(), skips.tolist())) == {10: 3.0, 20: 1.0, 30: 0.0, 40: 0.0}
+    assert dict(zip(steps.tolist(), skips.tolist(), strict=True)) == {10: 3.0, 20: 1.0, 30: 0.0, 40: 0.0}
     steps, scales = log.live("loss_scale")
-    assert dict(zip(steps.tolist(), scales.tolist())) == {10: 8192.0, 20: 4096.0}
+    assert dict(zip(steps.tolist(), scales.tolist(), strict=True)) == {10: 8192.0, 20: 4096.0}
     assert list(log.live("lr")[0]) == [10, 20, 30, 40]
     overflow_events = [e for e in log.events if e["event"] == "fp16_overflow"]
     assert len(overflow_events) == 2 * 4 and overflow_events[0]["attempted_scale"] == 65536.0
@@ -206,9 +206,10 @@ def test_fused_optimizer_overflow_wording_is_an_overflow_too(tmp_path):
     path = tmp_path / "fused.log"
     path.write_text("\n".join(lines) + "\n")
     log = megatron.read(path)
-    assert [(e["step"], e["rank"], e["attempted_scale"], e["new_scale"]) for e in log.events] == [(2, 0, 4096.0, 2048.0)]
-    assert megatron_lines.parse_overflow("OVERFLOW! Rank 3 Skipping step. Attempted loss scale: 64") == megatron_lines.Overflow(
-        rank=3, attempted=64.0, reduced=32.0)  # no "reducing to": DeepSpeed halves the scale
+    assert ([(e["step"], e["rank"], e["attempted_scale"], e["new_scale"]) for e in log.events]
+            == [(2, 0, 4096.0, 2048.0)])
+    assert megatron_lines.parse_overflow("OVERFLOW! Rank 3 Skipping step. Attempted loss scale: 64") == (
+        megatron_lines.Overflow(rank=3, attempted=64.0, reduced=32.0))  # no "reducing to": DeepSpeed halves the scale
     assert megatron_lines.parse_overflow("Attempted loss scale: 64") is None
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -98,7 +99,7 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _walk(body: list[ast.stmt], runtime: bool):
+def _walk(body: list[ast.stmt], runtime: bool) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
     """Yield (import statement, runtime) for every import in ``body``, descending into every block."""
     for node in body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -113,7 +114,7 @@ def _walk(body: list[ast.stmt], runtime: bool):
                 block = getattr(node, field, None)
                 if isinstance(block, list):
                     stmts = [s for s in block if isinstance(s, ast.stmt)]
-                    nested = [h for h in block if isinstance(h, (ast.excepthandler, ast.match_case))]
+                    nested = [h for h in block if isinstance(h, (ast.ExceptHandler, ast.match_case))]
                     yield from _walk(stmts, runtime)
                     for h in nested:
                         yield from _walk(h.body, runtime)
@@ -164,10 +165,10 @@ def _private_attributes(tree: ast.Module, module: Module, modules: dict[str, Mod
                 if imp.line == node.lineno and imp.name is None and imp.target.endswith("." + alias.name):
                     bound[alias.asname or alias.name] = imp.target
     found = []
-    for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound
-                and _private(node.attr)):
-            found.append(Import(module.name, bound[node.value.id], node.attr, False, node.lineno))
+    for attr in ast.walk(tree):
+        if (isinstance(attr, ast.Attribute) and isinstance(attr.value, ast.Name) and attr.value.id in bound
+                and _private(attr.attr)):
+            found.append(Import(module.name, bound[attr.value.id], attr.attr, False, attr.lineno))
     return found
 
 

@@ -154,7 +154,7 @@ def score_finite(x: np.ndarray, cfg: OutlierConfig, *, down: bool = False) -> Fi
         t = np.repeat(thr, counts)
         dev = x[f:] - base[f:]
         up[f:] = (dev > 0) & (dev >= t)
-        if down:
+        if dn is not None:  # (asked for with ``down``)
             dn[f:] = (dev < 0) & (-dev >= t)
     return FiniteScores(base, noise, up, dn)
 
@@ -170,7 +170,10 @@ def score(values: np.ndarray, cfg: OutlierConfig | None = None) -> OutlierScores
     allf = bool(finite.all())
     x = values if allf else values[finite]
     fs = score_finite(x, cfg, down=cfg.side != "up")
-    flags = fs.up if cfg.side == "up" else (fs.down if cfg.side == "down" else fs.up | fs.down)
+    if cfg.side == "up" or fs.down is None:  # (down is computed whenever the side is not "up")
+        flags = fs.up
+    else:
+        flags = fs.down if cfg.side == "down" else fs.up | fs.down
     with np.errstate(divide="ignore", invalid="ignore"):
         z = (x - fs.baseline) / fs.noise
     if allf:

@@ -11,7 +11,7 @@ import importlib
 import os
 from pathlib import Path
 from types import ModuleType
-from typing import Iterable, Sequence, Union
+from typing import Any, Iterable, Sequence, Union
 
 from ..errors import LogFormatError, LossguardError, UnknownFormatError
 from ..runlog import RunLog, merge
@@ -47,6 +47,20 @@ def reader(name: str) -> ModuleType | None:
     return _loaded[name]
 
 
+def installed(name: str) -> ModuleType:
+    """The reader module called ``name``, which the caller has found installed (it sniffed, or it is
+    in :func:`available_formats`).
+
+    Raises:
+        UnknownFormatError: it is not part of this install after all.
+    """
+    module = reader(name)
+    if module is None:
+        raise UnknownFormatError(f"the {name} reader is not part of this install",
+                                 fix=f"formats read: {', '.join(available_formats())}")
+    return module
+
+
 def available_formats() -> list[str]:
     """Names of the readers present, in sniffing order."""
     return [n for n in READERS if reader(n) is not None]
@@ -67,7 +81,7 @@ def detect_format(path: str | os.PathLike, head: bytes | None = None) -> str | N
     head = _head(path) if head is None else head
     for name in available_formats():
         try:
-            if reader(name).sniff(path, head):
+            if installed(name).sniff(path, head):
                 return name
         except Exception:  # noqa: BLE001 - a sniffer must never crash the read; treat as "not mine"
             continue
@@ -180,8 +194,8 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
             # those files must join the launch they belong to, not look like restarts at step 0.
             if root not in event_roots:
                 event_roots.add(root)
-                events = [f for f, r in expanded if r == root and reader(name).is_event_file(f)]
-                logs.append(reader(name).read(root, root=root, files=events if only else None))
+                events = [f for f, r in expanded if r == root and installed(name).is_event_file(f)]
+                logs.append(installed(name).read(root, root=root, files=events if only else None))
             continue
         if name is None:
             if root is not None:
@@ -190,19 +204,22 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
             if not head.strip():
                 raise LogFormatError("the file is empty", path=str(path),
                                      fix="point lossguard at a log that has at least one logged step")
-            if reader("text") is not None:
-                explained = reader("text").explain_unreadable(path)
+            text_reader = reader("text")
+            if text_reader is not None:
+                explained = text_reader.explain_unreadable(path)
                 if explained is not None:
                     raise explained
             raise UnknownFormatError(
                 "no reader recognises this file", path=str(path),
                 fix=f"pass --format with one of: {', '.join(available_formats())}; CSV needs a header "
                     "naming a step column, JSONL one JSON object per line")
-        extra = {"logging_steps": logging_steps} if name == "pasted" and logging_steps is not None else {}
+        extra: dict[str, Any] = {}
+        if name == "pasted" and logging_steps is not None:
+            extra = {"logging_steps": logging_steps}
         if name == "text" and (step_key is not None or loss_key is not None):
             extra = {"step_key": step_key, "loss_key": loss_key}
         try:
-            logs.append(reader(name).read(path, root=root, **extra))
+            logs.append(installed(name).read(path, root=root, **extra))
         except EmptyRunError as exc:
             if root is None:
                 raise
@@ -221,12 +238,12 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
     hf = [g for g in logs if g.format == "hf_trainer_state"]
     hf_sources = [src for g in hf for src in g.sources]
     if len(hf) > 1:  # every HF checkpoint repeats the whole history: keep each point once
-        logs = [g for g in logs if g.format != "hf_trainer_state"] + reader("hf_trainer_state").collapse(hf)
+        logs = [g for g in logs if g.format != "hf_trainer_state"] + installed("hf_trainer_state").collapse(hf)
     logs, duplicates = run_files.one_run(logs)
     log = stitch(merge(logs))
-    extra = [e for d in duplicates for e in d.events]
-    if extra:  # the guard's decisions in a log whose points another source already gave
-        log.events = sorted(log.events + extra,
+    copied_events = [e for d in duplicates for e in d.events]
+    if copied_events:  # the guard's decisions in a log whose points another source already gave
+        log.events = sorted(log.events + copied_events,
                             key=lambda e: e["step"] if isinstance(e.get("step"), (int, float)) else 0)
     if skipped:
         log.metadata["skipped"] = skipped

@@ -31,6 +31,7 @@ def arrow_column(col, pa) -> tuple[np.ndarray, np.ndarray] | None:
     if not (pa.types.is_integer(typ) or pa.types.is_floating(typ)):
         return None
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    dtype: np.dtype
     if pa.types.is_int64(arr.type):
         dtype = np.dtype(np.int64)
     else:

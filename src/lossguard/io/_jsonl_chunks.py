@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import LogFormatError
 from ._chunks import Piece, chunks, join_pieces, text_cells
 from ._table import MAX_COLUMNS, Table, gather_columns
-from ._jsonl_records import EVENT_KEY, cell_text, parse_lines, segment_note, starts_segment
+from .jsonl_records import EVENT_KEY, cell_text, parse_lines, segment_note, starts_segment
 
 
 def read_chunked(path: Path, limit: int | None):

@@ -56,8 +56,9 @@ def take(state: PasteState, parsed: PastedLine, number: int) -> None:
     state.tools.setdefault(parsed.tool, None)
     kind = parsed.kind
     if kind is LineKind.OVERFLOW:
-        state.pending.append((parsed.overflow, number))
-        state.overflows.append((parsed.overflow, number))
+        if parsed.overflow is not None:  # (always, for this kind)
+            state.pending.append((parsed.overflow, number))
+            state.overflows.append((parsed.overflow, number))
         return
     if kind is LineKind.SCALE_AT_MINIMUM:
         step = state.seg.last_step
@@ -70,6 +71,8 @@ def take(state: PasteState, parsed: PastedLine, number: int) -> None:
     elif kind in (LineKind.HF_EVAL, LineKind.UNSTEPPED):
         step = state.seg.last_step if state.seg.last_step is not None else 0
     else:
+        if parsed.step is None:
+            return  # (never: every other kind prints its step)
         step = parsed.step
         if parsed.per_epoch and EPOCH in parsed.metrics:
             # Epochs count from the first one in view (the text grammar's rule, the corpus' numbering).

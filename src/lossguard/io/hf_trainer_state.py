@@ -17,9 +17,10 @@ import json
 from pathlib import Path
 
 from ..errors import LogFormatError
+from ..runlog import RunLog
 from .tabular import to_runlog
 from .csv import read_bytes
-from ._jsonl_records import records_table
+from .jsonl_records import records_table
 
 NAME = "hf_trainer_state"
 _SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos")
@@ -110,7 +111,7 @@ def collapse(logs: list) -> list:
     keep = [i for i in range(len(logs))
             if not any(j != i and sets[i] <= sets[j] and (sets[i] != sets[j] or j < i) for j in range(len(logs)))]
     keep.sort(key=lambda i: (mtime(logs[i]), logs[i].metadata.get("global_step") or 0))
-    out = []
+    out: list[RunLog] = []
     seen: set[tuple[str, int, float]] = set()
     for i in keep:
         log = logs[i]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import LogFormatError
 from ._jsonl_chunks import read_chunked
-from ._jsonl_records import parse_lines, records_table, split_events
+from .jsonl_records import parse_lines, records_table, split_events
 from ._tail import cut_partial_last_line, with_warnings
 from .csv import check_file, read_bytes
 from .tabular import to_runlog

@@ -25,7 +25,7 @@ from pathlib import Path
 from ..errors import LogFormatError
 from ..metrics import canonical_name, is_bookkeeping
 from . import _wandb_history, jsonl
-from ._jsonl_records import records_table, split_events
+from .jsonl_records import records_table, split_events
 from .csv import _first_line, check_file, delimiter_of, read_bytes, read_table
 from .tabular import to_runlog
 

@@ -22,7 +22,7 @@ from ..errors import LossguardError
 from ..io import HEAD_BYTES, detect_format, reader
 from ..io import runs as run_files
 from .history import Points
-from .lines import CsvDecoder, JsonlDecoder, MegatronDecoder
+from .lines import CsvDecoder, JsonlDecoder, LineDecoder, MegatronDecoder
 from .text import TextDecoder
 from .tail import FileTail
 from .tfevents import EventFileDecoder
@@ -30,6 +30,9 @@ from .wholefile import WholeFileDecoder
 
 LINE_DECODERS = {"csv": CsvDecoder, "jsonl": JsonlDecoder, "megatron": MegatronDecoder, "text": TextDecoder}
 """Formats followed by their new bytes; every other format is re-read whole when it changes."""
+
+Decoder = EventFileDecoder | LineDecoder | WholeFileDecoder
+"""A decoder of one followed file: ``feed(bytes) -> [Points]``, ``flush()``, ``restart()``, ``partial``."""
 
 
 @dataclass
@@ -39,7 +42,7 @@ class Followed:
     path: str
     format: str
     tail: FileTail
-    decoder: object
+    decoder: Decoder
     root: Path | None
     broken: str | None = None  # why the file is no longer followed (corrupt)
     reported_partial: int = 0  # pending bytes already reported after the writer went quiet
@@ -84,7 +87,7 @@ class RunFollower:
 
     # ---- discovery -----------------------------------------------------------------------------
     def _candidates(self) -> list[tuple[str, Path | None]]:
-        out = []
+        out: list[tuple[str, Path | None]] = []
         for p in self.paths:
             if os.path.isdir(p):
                 root = Path(p)
@@ -107,7 +110,8 @@ class RunFollower:
                 continue
             cached = self._listing.get(d)
             if cached is None or cached[0] != mtime:
-                names, subs = [], []
+                names: list[str] = []
+                subs: list[str] = []
                 try:
                     with os.scandir(d) as it:
                         for e in it:
@@ -170,7 +174,8 @@ class RunFollower:
             return None  # not even one whole line yet
         if self.format is not None:  # a forced format applies to the directory's files it can read
             try:
-                return self.format if reader(self.format).sniff(Path(path), head) else None
+                module = reader(self.format)
+                return self.format if module is not None and module.sniff(Path(path), head) else None
             except Exception:  # noqa: BLE001 - a sniffer must never crash the watch; treat as "not mine"
                 return None
         return detect_format(path, head)
@@ -187,7 +192,7 @@ class RunFollower:
                 del self.files[path]
         return True
 
-    def _decoder(self, path: str, fmt: str, root: Path | None):
+    def _decoder(self, path: str, fmt: str, root: Path | None) -> Decoder:
         if fmt == "tensorboard":
             return EventFileDecoder(path, root or Path(path).parent, self._tb_names)
         if fmt in LINE_DECODERS:
@@ -234,7 +239,7 @@ class RunFollower:
         return poll
 
     def _joined(self, f: Followed, pts: list[Points]) -> list[Points]:
-        if f.format != "tensorboard":
+        if not isinstance(f.decoder, EventFileDecoder):  # (the decoder of format "tensorboard")
             return pts
         if f.decoder.is_stream:
             for p in pts:

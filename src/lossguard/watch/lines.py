@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import LogFormatError
 from ..io import csv as csv_io
-from ..io import jsonl as jsonl_io
+from ..io import jsonl_records as jsonl_io
 from ..io import megatron as mg
 from ..io import megatron_launch as mgl
 from ..io.tabular import to_runlog
@@ -119,7 +119,7 @@ class CsvDecoder(LineDecoder):
             first_line += 1
             if not data.strip():
                 return []  # the rows to come start the file's first segment (``_started`` is False)
-        table = csv_io.read_exact(Path(self.path), self._header + data, self._delim)
+        table = csv_io.read_exact(Path(self.path), self._header + data, self._delim or ",")
         if not table.rows:
             return []
         table.lines = table.lines + (first_line - 2)  # numbered as in the file, not in this batch

@@ -1,9 +1,9 @@
 """JSON-lines records: the lines parsed, event records separated, metric records made a table.
 
 Shared by the JSONL reader's exact path (:mod:`lossguard.io.jsonl`), its chunked fast path
-(:mod:`lossguard.io._jsonl_chunks`), and the readers of other JSON records (W&B history, HF
-``trainer_state.json``), so every one parses a line, tells an event from a metric row and starts a
-segment the same way.
+(:mod:`lossguard.io._jsonl_chunks`), ``lossguard watch`` (the new lines of a growing JSONL log) and
+the readers of other JSON records (W&B history, HF ``trainer_state.json``), so every one parses a
+line, tells an event from a metric row and starts a segment the same way.
 """
 from __future__ import annotations
 
