@@ -93,7 +93,7 @@ class BoundaryFinding:
 
 def boundary_indices(log: RunLog, steps: np.ndarray) -> list[tuple[int, int, str]]:
     """(segment, index of its first live point in ``steps``, kind) for every resume / rollback."""
-    out = []
+    out: list[tuple[int, int, str]] = []
     for g in log.segments[1:]:
         i = int(np.searchsorted(steps, g.first_step))
         if 0 < i < len(steps) and (not out or out[-1][1] != i):
