@@ -31,6 +31,7 @@ def arrow_column(col, pa) -> tuple[np.ndarray, np.ndarray] | None:
     if not (pa.types.is_integer(typ) or pa.types.is_floating(typ)):
         return None
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    dtype: np.dtype
     if pa.types.is_int64(arr.type):
         dtype = np.dtype(np.int64)
     else:
@@ -105,7 +106,7 @@ def _arrow_table(path: Path, delimiter: str, limit: int | None, keep_text: tuple
         if bad_rows:
             _raise_ragged(path, chunk, bad_rows[0], len(names))
         piece = Piece(rows=t.num_rows, lines=chunk.row_lines(t.num_rows))
-        for name, col in zip(names, t.columns):
+        for name, col in zip(names, t.columns, strict=True):
             parsed = arrow_column(col, pa)
             if parsed is None:
                 piece.text[name] = text_cells(col.to_pylist())

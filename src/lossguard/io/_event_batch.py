@@ -66,7 +66,7 @@ class Decoded:
     def emit(self, records: np.ndarray, ev: ParsedEvent, steps: np.ndarray, values: list[np.ndarray]) -> None:
         """Keep a batch: ``records`` share ``ev``'s layout; ``values[i]`` belongs to ``ev.values[i]``."""
         self.multi |= len(ev.values) > 1
-        for slot, (v, vals) in enumerate(zip(ev.values, values)):
+        for slot, (v, vals) in enumerate(zip(ev.values, values, strict=True)):
             self.parts.setdefault(self.tag_id(v.tag), []).append((records, slot, steps, vals))
 
 
@@ -136,7 +136,8 @@ def _decode_group(path: Path, idx: np.ndarray, padded: np.ndarray, length: int, 
         record = int(idx[first])
         data = rows[first].tobytes()
         if tfr.data_crc(data) != int(stored[first]):
-            out.errors.append((record, corrupt(path, record, int(offsets[record]), "the CRC of the record data is wrong")))
+            crc_error = corrupt(path, record, int(offsets[record]), "the CRC of the record data is wrong")
+            out.errors.append((record, crc_error))
             remaining = remaining[1:]
             continue
         try:

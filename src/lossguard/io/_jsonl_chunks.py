@@ -106,7 +106,7 @@ def _arrow_piece(chunk, row0: int, pa):
         is_event = t.column(EVENT_KEY).is_valid().to_numpy(zero_copy_only=False)
         if is_event.any():
             idx = np.flatnonzero(is_event)
-            for i, rec in zip(idx.tolist(), t.take(pa.array(idx)).to_pylist()):
+            for i, rec in zip(idx.tolist(), t.take(pa.array(idx)).to_pylist(), strict=True):
                 events.append((row0 + i, {k: v for k, v in rec.items() if v is not None}))
             keep = ~is_event
             t = t.filter(pa.array(keep))
@@ -114,7 +114,7 @@ def _arrow_piece(chunk, row0: int, pa):
     rows = np.arange(row0, row0 + n, dtype=np.int64)
     piece = Piece(rows=t.num_rows, lines=None if lines is None else
                   (lines if keep is None else np.arange(lines.start, lines.stop, dtype=np.int64)[keep]))
-    for name, col in zip(t.column_names, t.columns):
+    for name, col in zip(t.column_names, t.columns, strict=True):
         typ = col.type
         parsed = arrow_column(col, pa)
         if parsed is not None:
@@ -151,7 +151,7 @@ def _exact_piece(path: Path, chunk, row0: int, warnings: list[str]):
     """The same from the stdlib ``json``: exact lines, and a bad line named from this chunk alone."""
     records, lines = parse_lines(path, chunk.data.obj, first_line=chunk.first_line, end=len(chunk.data))
     events, rows, row_lines = [], [], []
-    for i, (rec, line) in enumerate(zip(records, lines)):
+    for i, (rec, line) in enumerate(zip(records, lines, strict=True)):
         if rec.get(EVENT_KEY) is not None:
             events.append((row0 + i, rec))
         else:

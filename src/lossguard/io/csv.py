@@ -194,7 +194,7 @@ def segments_of(table: Table) -> tuple[np.ndarray | None, list[str] | None]:
         cells = table.text[col][0]
     else:
         vals, present = table.numeric[col], table.present[col]
-        cells = [("%g" % v) if p else "" for v, p in zip(vals.tolist(), present.tolist())]
+        cells = [("%g" % v) if p else "" for v, p in zip(vals.tolist(), present.tolist(), strict=True)]
     labels: dict[str, int] = {}
     ids = np.fromiter((labels.setdefault(c, len(labels)) for c in cells), dtype=np.int64, count=len(cells))
     table.text.pop(col, None)

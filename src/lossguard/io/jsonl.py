@@ -80,7 +80,8 @@ def records_table(records: list[dict], lines: list[int], *, unit: str = "line") 
     return table
 
 
-def split_events(records: list[dict], lines: list[int]) -> tuple[list[dict], list[int], np.ndarray, list[str], list[dict]]:
+def split_events(records: list[dict], lines: list[int]
+                 ) -> tuple[list[dict], list[int], np.ndarray, list[str], list[dict]]:
     """Separate event records; number segments, a new one after every rollback/resume event.
 
     Returns:
@@ -88,7 +89,7 @@ def split_events(records: list[dict], lines: list[int]) -> tuple[list[dict], lis
     """
     rows, row_lines, seg, notes, events = [], [], [], [""], []
     current = 0
-    for r, line in zip(records, lines):
+    for r, line in zip(records, lines, strict=True):
         if r.get(EVENT_KEY) is not None:
             events.append(r)
             if starts_segment(r):

@@ -94,7 +94,8 @@ def read(path: Path, *, root: Path | None = None, files: list[Path] | None = Non
         loaded = []
         for f in files:
             if f.stat().st_size == 0:
-                builder.metadata.setdefault("warnings", []).append(f"{f}: empty event file skipped (writer not flushed yet)")
+                builder.metadata.setdefault("warnings", []).append(
+                    f"{f}: empty event file skipped (writer not flushed yet)")
                 continue
             loaded.append((f, _load(f, builder)))
     else:
@@ -266,7 +267,7 @@ def _restarts(tags: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> lis
     pairs: list[tuple[int, int]] = []
     for rec, steps, _ in tags.values():
         cand = np.flatnonzero(steps[1:] < steps[:-1]) + 1
-        pairs += zip(rec[cand].tolist(), rec[cand - 1].tolist())
+        pairs += zip(rec[cand].tolist(), rec[cand - 1].tolist(), strict=True)
     accepted: list[int] = []
     for at, prev in sorted(pairs):
         # A later tag going back at the same restart is already covered by the boundary found.
