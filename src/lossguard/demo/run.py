@@ -163,7 +163,7 @@ def run_demo(cfg: DemoConfig, *, on_step: Callable[[str, int, float], None] | No
     t0 = time.perf_counter()
     out = prepare_out(cfg.out)
     sc = cfg.scenario_obj()
-    results: dict[str, TrainResult | None] = {"clean": None}
+    results: dict[str, TrainResult] = {}
     plan = [("clean", cfg.clean_obj(), False)] if cfg.clean_reference else []
     plan += [("unguarded", sc, False), ("guarded", sc, True)]
     gcfg = demo_guard_config(sc, **({} if cfg.watch_grad_norm else {"grad_norm": None}))
@@ -173,7 +173,7 @@ def run_demo(cfg: DemoConfig, *, on_step: Callable[[str, int, float], None] | No
         cb = (lambda step, loss, _n=name: on_step(_n, step, loss)) if on_step is not None else None
         results[name] = train(s, guarded=guarded, log_path=out / f"{name}.jsonl", ckpt_dir=out / "ckpt",
                               guard_config=gcfg if guarded else None, on_step=cb)
-    res = DemoResult(scenario=sc, clean=results["clean"], unguarded=results["unguarded"],
+    res = DemoResult(scenario=sc, clean=results.get("clean"), unguarded=results["unguarded"],
                      guarded=results["guarded"], out=out)
     if on_phase is not None:
         on_phase("report", 0)
