@@ -47,18 +47,13 @@ def reader(name: str) -> ModuleType | None:
     return _loaded[name]
 
 
-def installed(name: str) -> ModuleType:
-    """The reader module called ``name``, which the caller has found installed (it sniffed, or it is
-    in :func:`available_formats`).
-
-    Raises:
-        UnknownFormatError: it is not part of this install after all.
-    """
-    module = reader(name)
-    if module is None:
-        raise UnknownFormatError(f"the {name} reader is not part of this install",
-                                 fix=f"formats read: {', '.join(available_formats())}")
-    return module
+def require_reader(name: str) -> ModuleType:
+    """The reader module called ``name``; a clear error when it is not part of this install."""
+    mod = reader(name)
+    if mod is None:
+        raise UnknownFormatError(f"the {name!r} reader is not part of this install",
+                                 fix=f"use one of: {', '.join(available_formats())}")
+    return mod
 
 
 def available_formats() -> list[str]:
@@ -81,7 +76,7 @@ def detect_format(path: str | os.PathLike, head: bytes | None = None) -> str | N
     head = _head(path) if head is None else head
     for name in available_formats():
         try:
-            if installed(name).sniff(path, head):
+            if require_reader(name).sniff(path, head):
                 return name
         except Exception:  # noqa: BLE001 - a sniffer must never crash the read; treat as "not mine"
             continue
@@ -194,8 +189,9 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
             # those files must join the launch they belong to, not look like restarts at step 0.
             if root not in event_roots:
                 event_roots.add(root)
-                events = [f for f, r in expanded if r == root and installed(name).is_event_file(f)]
-                logs.append(installed(name).read(root, root=root, files=events if only else None))
+                tb = require_reader(name)
+                events = [f for f, r in expanded if r == root and tb.is_event_file(f)]
+                logs.append(tb.read(root, root=root, files=events if only else None))
             continue
         if name is None:
             if root is not None:
@@ -204,9 +200,9 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
             if not head.strip():
                 raise LogFormatError("the file is empty", path=str(path),
                                      fix="point lossguard at a log that has at least one logged step")
-            text_reader = reader("text")
-            if text_reader is not None:
-                explained = text_reader.explain_unreadable(path)
+            text = reader("text")
+            if text is not None:
+                explained = text.explain_unreadable(path)
                 if explained is not None:
                     raise explained
             raise UnknownFormatError(
@@ -219,7 +215,7 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
         if name == "text" and (step_key is not None or loss_key is not None):
             extra = {"step_key": step_key, "loss_key": loss_key}
         try:
-            logs.append(installed(name).read(path, root=root, **extra))
+            logs.append(require_reader(name).read(path, root=root, **extra))
         except EmptyRunError as exc:
             if root is None:
                 raise
@@ -238,12 +234,12 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
     hf = [g for g in logs if g.format == "hf_trainer_state"]
     hf_sources = [src for g in hf for src in g.sources]
     if len(hf) > 1:  # every HF checkpoint repeats the whole history: keep each point once
-        logs = [g for g in logs if g.format != "hf_trainer_state"] + installed("hf_trainer_state").collapse(hf)
+        logs = [g for g in logs if g.format != "hf_trainer_state"] + require_reader("hf_trainer_state").collapse(hf)
     logs, duplicates = run_files.one_run(logs)
     log = stitch(merge(logs))
-    copied_events = [e for d in duplicates for e in d.events]
-    if copied_events:  # the guard's decisions in a log whose points another source already gave
-        log.events = sorted(log.events + copied_events,
+    guard_events = [e for d in duplicates for e in d.events]
+    if guard_events:  # the guard's decisions in a log whose points another source already gave
+        log.events = sorted(log.events + guard_events,
                             key=lambda e: e["step"] if isinstance(e.get("step"), (int, float)) else 0)
     if skipped:
         log.metadata["skipped"] = skipped
@@ -255,8 +251,9 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
         kept_formats = {g.format for g in logs}
         copies = [src for d in duplicates if d.format in kept_formats for src in d.sources]
         if copies:  # a file copied twice into a directory: say so, it is not a resume
-            what = "file" if len(copies) == 1 else "set of files"
-            warnings.append(f"{', '.join(copies)}: the same points as another {what} of this run (a copy): read once")
+            other = "file" if len(copies) == 1 else "set of files"
+            warnings.append(f"{', '.join(copies)}: the same points as another {other} "
+                            "of this run (a copy): read once")
     if warnings:
         log.metadata["warnings"] = list(log.metadata.get("warnings", [])) + warnings
     if loss_key is not None and log.format != "text":
@@ -284,4 +281,4 @@ def read_each(paths: Iterable[str | os.PathLike]) -> list[RunLog]:
     return [read_log(p) for p in paths]
 
 
-__all__ = ["READERS", "available_formats", "detect_format", "read_log", "read_each", "reader"]
+__all__ = ["READERS", "available_formats", "detect_format", "read_log", "read_each", "reader", "require_reader"]

@@ -104,7 +104,7 @@ def _arrow_table(path: Path, delimiter: str, limit: int | None, keep_text: tuple
         if bad_rows:
             _raise_ragged(path, chunk, bad_rows[0], len(names))
         piece = Piece(rows=t.num_rows, lines=chunk.row_lines(t.num_rows))
-        for name, col in zip(names, t.columns, strict=False):
+        for name, col in zip(names, t.columns, strict=True):
             parsed = arrow_column(col, pa)
             if parsed is None:
                 piece.text[name] = text_cells(col.to_pylist())

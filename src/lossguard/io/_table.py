@@ -60,7 +60,7 @@ class Table:
     names: list[str]
     numeric: dict[str, np.ndarray] = field(default_factory=dict)
     present: dict[str, np.ndarray] = field(default_factory=dict)
-    text: dict[str, tuple[list, int, bool]] = field(default_factory=dict)
+    text: dict[str, tuple[list[str] | dict[int, str], int, bool]] = field(default_factory=dict)
     lines: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     unit: str = "line"
     header: bool = False

@@ -187,7 +187,9 @@ def segments_of(table: Table) -> tuple[np.ndarray | None, list[str] | None]:
         return None, None
     densify(table, col)  # a label column that few rows fill may have been stored sparse
     if col in table.text:
-        cells = table.text[col][0]
+        stored = table.text[col][0]
+        # (a CSV's text columns are dense lists; the sparse {row: cell} form comes from JSON records)
+        cells = stored if isinstance(stored, list) else [stored.get(r, "") for r in range(table.rows)]
     else:
         vals, present = table.numeric[col], table.present[col]
         cells = [("%g" % v) if p else "" for v, p in zip(vals.tolist(), present.tolist(), strict=True)]

@@ -48,8 +48,8 @@ def read(path: Path, *, root: Path | None = None):
     except (ValueError, RecursionError) as exc:
         where = f"line {exc.lineno}" if hasattr(exc, "lineno") else None
         raise LogFormatError(f"not valid JSON ({exc})", path=src, where=where,
-                             fix="the file may be truncated; use the trainer_state.json of an intact "
-                                 "checkpoint") from None
+                             fix="the file may be truncated; use the trainer_state.json of an intact checkpoint"
+                             ) from None
     if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
         raise LogFormatError("no 'log_history' list in this JSON", path=src,
                              fix="point lossguard at the trainer_state.json the HF Trainer writes in each checkpoint")

@@ -207,7 +207,7 @@ def one_run(logs: list[RunLog]) -> tuple[list[RunLog], list[RunLog]]:
     Raises:
         LossguardError: the logs look like separate runs; the message names the files of each.
     """
-    ids = {run_id for log in logs if (run_id := log.metadata.get("run_id"))}
+    ids = {rid for log in logs if (rid := log.metadata.get("run_id"))}
     if len(ids) > 1:
         groups = {i: [log for log in logs if log.metadata.get("run_id") == i] for i in sorted(ids)}
         raise _separate("W&B runs " + ", ".join(repr(i) for i in groups), list(groups.values()))

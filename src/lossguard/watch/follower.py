@@ -17,12 +17,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from ..errors import LossguardError
-from ..io import HEAD_BYTES, detect_format, reader
+from ..io import HEAD_BYTES, detect_format, require_reader
 from ..io import runs as run_files
 from .history import Points
-from .lines import CsvDecoder, JsonlDecoder, LineDecoder, MegatronDecoder
+from .lines import CsvDecoder, JsonlDecoder, MegatronDecoder
 from .text import TextDecoder
 from .tail import FileTail
 from .tfevents import EventFileDecoder
@@ -31,8 +32,21 @@ from .wholefile import WholeFileDecoder
 LINE_DECODERS = {"csv": CsvDecoder, "jsonl": JsonlDecoder, "megatron": MegatronDecoder, "text": TextDecoder}
 """Formats followed by their new bytes; every other format is re-read whole when it changes."""
 
-Decoder = EventFileDecoder | LineDecoder | WholeFileDecoder
-"""A decoder of one followed file: ``feed(bytes) -> [Points]``, ``flush()``, ``restart()``, ``partial``."""
+class Decoder(Protocol):
+    """What the follower asks of a format's incremental decoder (line, event-file or whole-file)."""
+
+    @property
+    def partial(self) -> bytes:
+        """Bytes held back: the end of the file inside a line or record."""
+
+    def restart(self) -> None:
+        """The file was replaced or truncated: the next points are a new launch."""
+
+    def feed(self, data: bytes) -> list[Points]:
+        """The points decoded from the file's new bytes."""
+
+    def flush(self) -> list[Points]:
+        """The writer is gone: the points of an unterminated last line or record."""
 
 
 @dataclass
@@ -174,8 +188,7 @@ class RunFollower:
             return None  # not even one whole line yet
         if self.format is not None:  # a forced format applies to the directory's files it can read
             try:
-                module = reader(self.format)
-                return self.format if module is not None and module.sniff(Path(path), head) else None
+                return self.format if require_reader(self.format).sniff(Path(path), head) else None
             except Exception:  # noqa: BLE001 - a sniffer must never crash the watch; treat as "not mine"
                 return None
         return detect_format(path, head)
@@ -239,9 +252,9 @@ class RunFollower:
         return poll
 
     def _joined(self, f: Followed, pts: list[Points]) -> list[Points]:
-        if not isinstance(f.decoder, EventFileDecoder):  # (the decoder of format "tensorboard")
+        if f.format != "tensorboard":
             return pts
-        if f.decoder.is_stream:
+        if isinstance(f.decoder, EventFileDecoder) and f.decoder.is_stream:  # tensorboard: always one
             for p in pts:
                 p.join = self._main_tb
         elif pts:

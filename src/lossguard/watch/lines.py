@@ -119,7 +119,7 @@ class CsvDecoder(LineDecoder):
             first_line += 1
             if not data.strip():
                 return []  # the rows to come start the file's first segment (``_started`` is False)
-        table = csv_io.read_exact(Path(self.path), self._header + data, self._delim or ",")
+        table = csv_io.read_exact(Path(self.path), self._header + data, self._delim or ",")  # set with the header
         if not table.rows:
             return []
         table.lines = table.lines + (first_line - 2)  # numbered as in the file, not in this batch

@@ -100,6 +100,7 @@ def state_event(run: RunWatch) -> WatchEvent:
     loss = f"{s['last_loss']:.4g}" if s["last_loss"] is not None else "-"
     newest = run.engine.incidents()[-1] if run.engine.incidents() else None
     found = (f"{s['incidents']} incident(s), worst {s['worst_severity']}; "
-             f"newest {newest.kind.value} at step {newest.onset}" if newest is not None else "no incident")
+             f"newest {newest.kind.value} at step {newest.onset}"
+             if newest is not None else "no incident")
     msg = f"{s['state']:8} step {s['last_step'] if s['last_step'] is not None else '-':>8}  loss {loss:>8}  {found}"
     return WatchEvent(EventKind.RUN_STATE, run.name, s["last_step"], msg, data=s)

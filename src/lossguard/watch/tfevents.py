@@ -183,7 +183,7 @@ class EventFileDecoder:
                 if last is not None and steps[0] < last[0] and last[1] >= self._boundary:
                     bounds.append(int(rec[0]) + first)
         inside = restart_records({tid: (rec + first, st, v) for tid, (rec, st, v) in tags.items()
-                                  if metric_of[tid] in judged})
+                            if metric_of[tid] in judged})
         cross = min(bounds) if bounds else None
         bounds = sorted({*([cross] if cross is not None else []), *(b for b in inside if cross is None or b > cross)})
         for tid, (rec, steps, _) in tags.items():

@@ -136,8 +136,8 @@ def _decode_group(path: Path, idx: np.ndarray, padded: np.ndarray, length: int, 
         record = int(idx[first])
         data = rows[first].tobytes()
         if tfr.data_crc(data) != int(stored[first]):
-            out.errors.append((record, corrupt(path, record, int(offsets[record]),
-                                               "the CRC of the record data is wrong")))
+            crc_error = corrupt(path, record, int(offsets[record]), "the CRC of the record data is wrong")
+            out.errors.append((record, crc_error))
             remaining = remaining[1:]
             continue
         try:
