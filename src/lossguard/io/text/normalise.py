@@ -29,6 +29,9 @@ _QUOTE = re.compile(r"^(?:\s*>)+\s?")
 _GLUED = re.compile(r"(?i)\b(step|steps|iter|iteration|epoch|loss|batch)_(?=[-+]?(?:\d|nan\b|inf))")
 """A counter or loss name glued to its number by ``_`` (``step_78540:\tloss_-4.06``, a custom print):
 the ``_`` is read as a space, as a person reads it."""
+_PADDED = re.compile(r"(?i)(?<![\w.])(nan|inf)x+(?!\w)")
+"""A non-finite value padded by a fill character: PaddleOCR formats its metrics ``'{:x<6f}'``, so a NaN
+prints ``nanxxx`` (a finite value has 6 decimals already and gets no fill)."""
 
 
 def strip_ansi(text: str) -> str:
@@ -49,6 +52,8 @@ def normalise(line: str) -> tuple[str, int | None]:
         line = line.replace("`", " ")
     if "_" in line:
         line = _GLUED.sub(r"\1 ", line)
+    if "xx" in line:
+        line = _PADDED.sub(r"\1", line)
     rank = None
     m = _RANK.match(line)
     if m is not None:
