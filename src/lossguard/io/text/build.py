@@ -16,6 +16,7 @@ import numpy as np
 from ...metrics import EPOCH, GRAD_NORM, LOSS, canonical_name
 from .choose import Choice, StepRule
 from .names import StepKind, fold, step_kind
+from .overflow import overflow_points
 from .records import Scan, Table
 
 
@@ -110,7 +111,7 @@ def build(scan: Scan, choice: Choice) -> Points:
     # Rows of one rank only: where a table prints the rank, keep its lowest one.
     metrics: dict[str, list[tuple[np.ndarray, ...]]] = {}
     offset = 0
-    for (t, lines, _, used), place in zip(parts, places):
+    for (t, lines, _, used), place in zip(parts, places, strict=True):
         n = len(lines)
         steps, segs = steps_all[offset:offset + n], seg_all[offset:offset + n]
         offset += n
@@ -132,7 +133,7 @@ def build(scan: Scan, choice: Choice) -> Points:
                 keep &= ~reset
         if keep.all():
             keep = slice(None)  # every row kept: views, no copies of million-row columns
-        for j, (lab, kind) in enumerate(zip(t.labels, t.kinds)):
+        for j, (lab, kind) in enumerate(zip(t.labels, t.kinds, strict=True)):
             if j in used or not lab or fold(lab) == "rank":
                 continue
             if kind is not None and kind is not StepKind.EPOCH:
@@ -168,6 +169,9 @@ def build(scan: Scan, choice: Choice) -> Points:
                         "redraws, several ranks, or records over several lines): the last value of each step is kept")
     points = Points(out, notes, warnings=warnings)
     _crash_point(scan, choice, points)
+    added, events = overflow_points(scan.overflows, points.metrics)
+    points.metrics.update(added)
+    points.events += events
     return points
 
 
@@ -233,7 +237,8 @@ def _crash_point(scan: Scan, choice: Choice, points: Points) -> None:
         at = int(mine.max()) + (int(np.median(gaps)) if len(gaps) else 1)
     else:
         kind = step_kind(choice.step[0]) if choice.rule is StepRule.LABEL else None
-        if kind is not None and crash.kind is not kind and {crash.kind, kind} != {StepKind.GLOBAL_STEP, StepKind.ITERATION}:
+        if (kind is not None and crash.kind is not kind
+                and {crash.kind, kind} != {StepKind.GLOBAL_STEP, StepKind.ITERATION}):
             return
         at = crash.step
     if at <= int(mine.max()):

@@ -18,6 +18,7 @@ from .crash import crash_step
 from .join import Joiner, vector_means
 from .names import StepKind, is_ppl, loss_rank, step_kind
 from .normalise import normalise
+from .overflow import Overflow, parse_overflow
 from .template import SPLIT, Template, parse, with_header
 
 MAX_TEMPLATES = 20_000
@@ -93,6 +94,8 @@ class Scan:
     numeric_lines: int = 0
     vectors: int = 0
     """Values printed as arrays of numbers, read as their mean (:func:`.join.vector_means`)."""
+    overflows: list[Overflow] = field(default_factory=list)
+    """fp16 overflow lines (:mod:`.overflow`), in line order."""
 
 
 class Scanner:
@@ -150,6 +153,11 @@ class Scanner:
             tpl = skeletons[skeleton] = parse(pieces)
         if tpl.errorish:
             self._crash(number, text)
+        if tpl.overflow:
+            hit = parse_overflow(number, text)
+            if hit is not None:
+                self.scan.overflows.append(hit)
+                return  # its "loss scale" is the scaler's, no series of its own
         if not tpl.kept:
             return
         if tpl.columns and self._names is not None:
@@ -238,7 +246,7 @@ class Scanner:
 
 def _is_bar(tpl: Template) -> bool:
     """A bare progress bar: its only counter is an unlabelled ``N/M`` (tqdm's), no epoch header."""
-    return bool(tpl.totals) and all(lab == "" for lab, k in zip(tpl.labels, tpl.kinds) if k is not None)
+    return bool(tpl.totals) and all(lab == "" for lab, k in zip(tpl.labels, tpl.kinds, strict=True) if k is not None)
 
 
 def scan_lines(lines: Iterable[tuple[int, str]]) -> Scan:

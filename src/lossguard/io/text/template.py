@@ -87,6 +87,8 @@ class Template:
     """The line's leading cells (between ``,``/whitespace separators): (number position, column, a
     ``/`` total follows) for each number in them, so a table header (``epoch  train_loss  valid_loss``,
     ultralytics' ``Epoch GPU_mem loss Instances Size``) can name them."""
+    overflow: bool = False
+    """The skeleton names an overflow (an fp16 skipped step: :mod:`.overflow` reads the line)."""
 
 
 _COLUMN_BREAK = re.compile(r"[\s,;|]")
@@ -267,6 +269,7 @@ def parse(pieces: list[str]) -> Template:
     key = (tuple(zip(labels, kinds, strict=True)), lead)
     return Template(kept=tuple(kept), labels=tuple(labels), kinds=tuple(kinds), totals=tuple(totals),
                     header=header, errorish=bool(_ERRORISH.search("".join(texts))), key=key,
+                    overflow="overflow" in "".join(texts).lower(),
                     evaluation=any(w in _EVALUATION for w in lead),
                     skeleton="#".join(t.strip() if len(t) < 200 else t[:200] for t in texts).strip(), columns=columns)
 
