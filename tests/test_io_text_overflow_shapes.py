@@ -125,3 +125,23 @@ def test_old_megatron_fields_without_a_colon(tmp_path):
     steps, values = log.live("loss")
     assert log.format == "megatron" and steps[0] == 100 and np.isnan(values[steps.tolist().index(700)])
     assert log.live("loss_scale")[1][-1] == 4.0 and log.live("lr")[1][0] == pytest.approx(7.917e-06)
+
+
+def test_a_second_run_that_passes_a_short_first_run_is_still_a_new_run(tmp_path):
+    """Two launches pasted one after the other: the first (3 records, NaN at its last) is retraced by
+    the second, which then goes further; the first run's NaN is reported, not superseded."""
+    first = ["step 20, loss = 10.19,perp: 17026.9", "step 40, loss = 5.17,perp: 79.4", "step 60, loss = nan,perp: nan"]
+    second = [f"step {s}, loss = {4.0 / (s / 20):.4f},perp: 3.0" for s in range(20, 200, 20)]
+    text = "\n(0.380 sec/step)\n".join(first) + "\n\nthe other script converges:\n" + "\n".join(second) + "\n"
+    log = read_log(_write(tmp_path, text))
+    assert any("new run" in w for w in log.metadata["warnings"])
+    assert _kinds(log).get("non_finite") == [60]
+
+
+def test_paddle_fluid_pass_is_the_epoch(tmp_path):
+    rows = [f"Pass {p}, batch {b}, loss [{9.2 - 0.01 * (p * 6 + b // 100):.4f} {'nan' if (p, b) >= (1, 300) else 9.1}]"
+            for p in range(3) for b in range(0, 600, 100)]
+    log = read_log(_write(tmp_path, "\n".join(rows) + "\n"))
+    steps, values = log.live("loss")
+    assert len(steps) == 18 and np.isnan(values[9]) and not np.isnan(values[8])
+    assert "epoch" in log.series and log.metadata["text"]["step_rule"] != "label"

@@ -19,8 +19,6 @@ from evals import text_corpus  # noqa: E402
 
 KNOWN_GAPS = {
     # console corpus
-    "lightning1__nan.log": "Lightning 1.x counts validation batches in the bar's total (1100 = 1000 + 100): "
-                           "the grammar takes 1100 batches per epoch",
     "nemo_bar__divergence.log": "the manifest takes the bar's N; the grammar the printed global_step (N - 1)",
     "nemo_bar__healthy.log": "same as nemo_bar__divergence.log",
     "keras2__terminal_nan.log": "one point short (510 of 511): TerminateOnNaN's last 'N/N ... loss: nan' redraw",

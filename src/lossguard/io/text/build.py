@@ -197,8 +197,9 @@ def new_runs(seq: np.ndarray, breaks: np.ndarray, lines: np.ndarray) -> tuple[np
     warnings = []
     for k in range(1, len(bounds) - 1):
         prev, start, end = seq[bounds[k - 1]:bounds[k]], bounds[k], bounds[k + 1]
-        retrace = seq[start + 1:min(end, start + 1 + RETRACE)]
-        if (seq[start] != prev[0] or len(prev) < 2 or len(retrace) < min(RETRACE, len(prev) - 1)
+        want = min(RETRACE, len(prev) - 1)  # a short first run is retraced by fewer points (then may be passed)
+        retrace = seq[start + 1:min(end, start + 1 + want)]
+        if (seq[start] != prev[0] or len(prev) < 2 or len(retrace) < want
                 or not np.all((retrace >= seq[start]) & (retrace <= prev.max())) or not retrace.max() > seq[start]):
             continue  # a new run retraces the steps of the one before (a bar reset to 0 jumps past them)
         gaps = np.diff(prev)
