@@ -145,3 +145,19 @@ def test_paddle_fluid_pass_is_the_epoch(tmp_path):
     steps, values = log.live("loss")
     assert len(steps) == 18 and np.isnan(values[9]) and not np.isnan(values[8])
     assert "epoch" in log.series and log.metadata["text"]["step_rule"] != "label"
+
+
+def test_a_message_glued_after_a_bar_is_its_own_line_and_the_bars_loss_is_the_series(tmp_path):
+    """A warning printed right after a tqdm redraw lands on the bar's line; its ``(Loss: X)`` has no
+    counter of its own and does not beat the bar's ``Batch Loss`` beside the bar's counter."""
+    head = "===> Training Epoch: [3/100]...  Learning Rate: 0.000100\n"
+    rows = []
+    for n in range(1, 41):
+        loss = 2.0 + 0.01 * (n % 3) if n < 30 else 40.0 + n
+        warn = f"[Warning] Skip this batch! (Loss: {loss + 1.5})" if n >= 30 else ""
+        bar = f"Epoch: [3/100]:  {n * 2}%|##  | {n}/50 [00:{n:02d}<00:10,  7.08it/s, Batch Loss: {loss:.4f}]"
+        rows.append(bar + warn)
+    log = read_log(_write(tmp_path, head + "\r".join(rows) + "\n"))
+    steps, values = log.live("loss")
+    assert log.metadata["text"]["loss"] == "Batch Loss" and steps[0] == 1 and steps[-1] == 40
+    assert values[-1] == pytest.approx(80.0)

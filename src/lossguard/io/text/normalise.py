@@ -34,6 +34,22 @@ _PADDED = re.compile(r"(?i)(?<![\w.])(nan|inf)x+(?!\w)")
 prints ``nanxxx`` (a finite value has 6 decimals already and gets no fill)."""
 
 
+_BAR_END = re.compile(r"\d+/\d+\s*\[[^\[\]]*?(?:it/s|s/it),[^\[\]]*?[:=][^\[\]]*\](?=\s*\S)")
+"""The end of a tqdm bar with a postfix of values (``447/493 [01:03<00:06,  7.08it/s, Batch Loss: 27.93]``)
+and text glued after it. A bare bar glued before a record (``| 3/100 [00:01<?, ?it/s]train loss: 2.3``)
+stays on the record's line: its counter is that record's."""
+
+
+def split_glued(text: str) -> list[str]:
+    """A tqdm bar and what a ``print`` glued after it (tqdm redraws with ``\r`` and no newline, so the
+    next message lands on the bar's line: ``...7.08it/s, Batch Loss: 27.93][Warning] Skip this batch!
+    (Loss: 101.48)``) as two lines; any other text as itself."""
+    m = _BAR_END.search(text)
+    if m is None:
+        return [text]
+    return [text[:m.end()], *split_glued(text[m.end():])]
+
+
 def strip_ansi(text: str) -> str:
     """``text`` without ANSI escape sequences."""
     return ANSI.sub("", text) if "\x1b" in text else text

@@ -17,7 +17,7 @@ from typing import Iterable, Iterator
 from .crash import crash_step
 from .join import Joiner, vector_means
 from .names import StepKind, is_ppl, loss_rank, step_kind
-from .normalise import normalise
+from .normalise import normalise, split_glued
 from .overflow import Overflow, parse_overflow
 from .template import SPLIT, Template, parse, with_header
 
@@ -120,6 +120,13 @@ class Scanner:
             text, rank = normalise(raw)
             if rank:  # a rank prefix other than 0: rank 0 prints the same progress
                 continue
+            if "it/s" in text or "s/it" in text:
+                parts = split_glued(text)
+                if len(parts) > 1:  # a bar with a message glued after it: two lines
+                    for part in parts:
+                        for first, record in push(number, part):
+                            self._line(first, record, None)
+                    continue
             if self._joiner.pending or "[" in text or "{" in text:
                 for first, record in push(number, text):
                     self._line(first, record, raw if record is text else None)
