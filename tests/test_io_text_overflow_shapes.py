@@ -161,3 +161,23 @@ def test_a_message_glued_after_a_bar_is_its_own_line_and_the_bars_loss_is_the_se
     steps, values = log.live("loss")
     assert log.metadata["text"]["loss"] == "Batch Loss" and steps[0] == 1 and steps[-1] == 40
     assert values[-1] == pytest.approx(80.0)
+
+
+def test_only_the_last_pipeline_stage_prints_its_rank(tmp_path):
+    """Pipeline parallelism: the loss is printed by the last stage only (``[rank 3]``); its lines are the
+    series when no lower rank prints one; where rank 0 prints too, rank 0's lines are kept."""
+    rows = [f"[rank 3] Step: {s:<5d} | Loss: {3.0 + 1.0 / s:6.4f} | Tokens/s: 98.1K" for s in range(1, 41)]
+    steps, _ = read_log(_write(tmp_path, "rank 0: Creating model config\n" + "\n".join(rows) + "\n")).live("loss")
+    assert steps.tolist() == list(range(1, 41))
+    both = [f"[rank{r}]: step: {s} loss: {2.0 + r + 1.0 / s:.4f}" for s in range(1, 41) for r in (0, 1)]
+    steps, values = read_log(_write(tmp_path, "\n".join(both) + "\n", "both.log")).live("loss")
+    assert steps.tolist() == list(range(1, 41)) and values[-1] == pytest.approx(2.0 + 1.0 / 40, abs=1e-4)
+
+
+def test_basicsr_losses_and_counters_with_thousands_separators(tmp_path):
+    rows = [f"2022-12-29 10:43:28,986 INFO: [Model..][epoch: {s // 60:3d}, iter: {s:>9,}, lr:(2.000e-04,)] "
+            f"[eta: 6:29:14, time (data): 0.141 (0.001)] l_pix: {0.1 + 10.0 / s:.4e} " for s in range(500, 20500, 500)]
+    log = read_log(_write(tmp_path, "\n".join(rows) + "\n"))
+    steps, values = log.live("loss")
+    assert log.metadata["text"]["loss"] == "l_pix" and steps[0] == 500 and steps[-1] == 20000 and len(steps) == 40
+    assert values[1] == pytest.approx(0.1 + 10.0 / 1000, rel=1e-3)

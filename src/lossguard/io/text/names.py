@@ -75,13 +75,18 @@ PPL_NAMES = ("ppl", "perplexity", "train/ppl", "train_ppl", "train_perplexity")
 """Labels of a perplexity: the only loss a log may print (its log is the loss)."""
 
 
+_L_PREFIX = re.compile(r"l_[a-z]+(?:_[a-z]+)*$")
+"""BasicSR and its descendants (Real-ESRGAN, Retinexformer, ...) name each loss ``l_pix``, ``l_percep``,
+``l_g_gan``: a label ``l_<name>`` is a loss."""
+
+
 @lru_cache(maxsize=4096)
 def loss_rank(label: str) -> int | None:
     """How loss-like a label is (0 best), or None for a label that is not the training loss."""
     name = fold(label)
     if name in _LOSS_RANK:
         return _LOSS_RANK[name]
-    if _NOT_TRAIN.search(name) or not any(w in name for w in ("loss", "xent", "entropy")):
+    if _NOT_TRAIN.search(name) or not (any(w in name for w in ("loss", "xent", "entropy")) or _L_PREFIX.match(name)):
         return None
     return len(LOSS_NAMES) + len(name)  # some other loss: the shorter (less qualified) name first
 

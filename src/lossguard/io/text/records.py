@@ -110,6 +110,7 @@ class Scanner:
         self._joiner = Joiner()
         self._names: tuple[str, ...] | None = None  # the last table header (column names) seen
         self._named: dict[tuple, Template | None] = {}
+        self._rank: int | None = None  # the lowest rank a "[rankN]:" prefix named so far
 
     def feed(self, lines: Iterable[tuple[int, str]]) -> None:
         """Read ``(line number, text)`` pairs."""
@@ -118,8 +119,11 @@ class Scanner:
         for number, raw in lines:
             scan.lines += 1
             text, rank = normalise(raw)
-            if rank:  # a rank prefix other than 0: rank 0 prints the same progress
-                continue
+            if rank is not None:  # one rank's lines: the lowest seen (pipeline parallelism: only the last stage prints)
+                if self._rank is None or rank < self._rank:
+                    self._rank = rank
+                elif rank > self._rank:
+                    continue
             if "it/s" in text or "s/it" in text:
                 parts = split_glued(text)
                 if len(parts) > 1:  # a bar with a message glued after it: two lines
