@@ -34,9 +34,11 @@ _PADDED = re.compile(r"(?i)(?<![\w.])(nan|inf)x+(?!\w)")
 prints ``nanxxx`` (a finite value has 6 decimals already and gets no fill)."""
 
 
-_THOUSANDS = re.compile(r"(?:(?<=\s)|(?<=\D:)|(?<==)|^)\d{1,3}(?:,\d{3})+(?![\d.]|,\d)")
-"""A whole number written with thousands separators after a space, ``:`` or ``=`` (``iter:   1,000``,
-``Model size: 1,082,654,720``); a CSV row (``5,100,2.3``) or a bracketed list is not one."""
+_THOUSANDS = re.compile(r"(?i)(?<![\w/])((?:global[ _])?(?:step|steps|iter|iters|iteration|epoch|batch|it)\s*[:=#]?\s*)"
+                        r"(\d{1,3}(?:,\d{3})+)(?![\d.]|,\d)")
+"""A counter written with thousands separators (``iter:   1,000``): read whole. Only counters: the
+fast path reads other values by the line's own number split (``tps: 3,000`` stays ``3``), and a
+counter read as ``1`` would number the run wrongly."""
 _BAR_END = re.compile(r"\d+/\d+\s*\[[^\[\]]*?(?:it/s|s/it),[^\[\]]*?[:=][^\[\]]*\](?=\s*\S)")
 """The end of a tqdm bar with a postfix of values (``447/493 [01:03<00:06,  7.08it/s, Batch Loss: 27.93]``)
 and text glued after it. A bare bar glued before a record (``| 3/100 [00:01<?, ?it/s]train loss: 2.3``)
@@ -87,5 +89,5 @@ def normalise(line: str) -> tuple[str, int | None]:
         if stripped.strip():
             line = stripped
     if "," in line:  # after the prefixes: a clock's "10:00:00,000" is no number with separators
-        line = _THOUSANDS.sub(lambda m: m.group(0).replace(",", ""), line)
+        line = _THOUSANDS.sub(lambda m: m.group(1) + m.group(2).replace(",", ""), line)
     return line, rank
