@@ -181,3 +181,13 @@ def test_basicsr_losses_and_counters_with_thousands_separators(tmp_path):
     steps, values = log.live("loss")
     assert log.metadata["text"]["loss"] == "l_pix" and steps[0] == 500 and steps[-1] == 20000 and len(steps) == 40
     assert values[1] == pytest.approx(0.1 + 10.0 / 1000, rel=1e-3)
+
+
+def test_a_crash_line_after_a_printed_nan_adds_no_point(tmp_path):
+    """The trainer prints the NaN loss, then raises naming a window of steps: the NaN is where it was
+    printed, not one interval later."""
+    rows = [f"[{s}] training_loss = {'nan' if s == 2600 else f'{3.0 - s / 2000:.4f}'}" for s in range(50, 2650, 50)]
+    rows.append("RuntimeError: The loss became nan or inf somewhere within steps [2550, 2600]")
+    log = read_log(_write(tmp_path, "\n".join(rows) + "\n"))
+    steps, values = log.live("loss")
+    assert steps[-1] == 2600 and np.isnan(values[-1]) and _kinds(log).get("non_finite") == [2600]

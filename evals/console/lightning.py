@@ -17,6 +17,7 @@ From github.com/NVIDIA/NeMo @ 8cfedd7203462cb251a914e700e5605444277561:
   log interval except ``global_step``.
 """
 
+# ruff: noqa: E501 - rendered/printed lines are kept whole, as the trainer or table prints them
 from __future__ import annotations
 
 from evals.console.curve import Event, EventKind

@@ -9,6 +9,7 @@ and at most one planted event printed the way that trainer prints it. Lines arou
 line that were not checked against source are called "approximate" in the manifest notes.
 Helpers (Fixture, lm_curve, ts, spot_checks, f32_short) come from the first held-out renderer.
 """
+# ruff: noqa: E501 - rendered/printed lines are kept whole, as the trainer or table prints them
 from __future__ import annotations
 
 import datetime as dt
@@ -65,7 +66,7 @@ def render_yolox() -> tuple[Fixture, dict]:
                      f"cls_loss: {vals[4]}, lr: {0.01 * min(1.0, (k + 1) / 40):.3e}, size: {size}, ETA: {eta}")
             fx.point((e - 1) * iters + it, vals[0])
             k += 1
-        log(340, f"Save weights to ./YOLOX_outputs/yolox_voc_s")
+        log(340, "Save weights to ./YOLOX_outputs/yolox_voc_s")
     meta = dict(writer="YOLOX trainer", step_key="epoch*batch", loss_key="total_loss", events=[{"kind": "nonfinite", "step": (nan_epoch - 1) * iters + nan_iter}],
                 notes="loguru line '<date> | INFO     | yolox.core.trainer:254 - epoch: E/8, iter: I/161, ...'; losses printed with one decimal; "
                       "the step is (epoch-1)*161 + iter. From epoch 5 iter 90 every loss prints 'nan' (YOLOX keeps training). Start-up lines are approximate.")
@@ -104,7 +105,7 @@ def render_paddleocr() -> tuple[Fixture, dict]:
             if g >= 1000 and g % 500 == 0:
                 log(f"cur metric, acc: {acc * 0.97:.4f}, norm_edit_dis: {acc:.4f}, fps: {3400 + rng.random() * 200:.4f}")
                 log(f"best metric, acc: {acc * 0.97:.4f}, is_float16: False, norm_edit_dis: {acc:.4f}, fps: 3478.1, best_epoch: {e}")
-        log(f"save model in ./output/rec/mv3_none_bilstm_ctc/latest")
+        log("save model in ./output/rec/mv3_none_bilstm_ctc/latest")
     meta = dict(writer="PaddleOCR", step_key="global_step", loss_key="loss", events=[],
                 notes="Metrics are formatted '{:x<6f}' (6 decimals; a NaN would print 'nanxxx'); lr comes first among the metrics; "
                       "'eta: 0:12:34' and 'cur metric'/'best metric' evaluation lines hold numbers that are not the training loss. Healthy. "

@@ -155,6 +155,8 @@ def build(scan: Scan, choice: Choice) -> Points:
             seg, step, val, line, place = chunks[0]  # one table: no copy
         else:
             seg, step, val, line, place = (np.concatenate([c[i] for c in chunks]) for i in range(5))
+        if not len(step):
+            continue  # every row of this metric dropped (no step, another rank): no series
         if len(chunks) > 1 or not (np.all(np.diff(step) > 0) and np.all(seg == seg[0])):
             idx = np.lexsort((place, step, seg))  # already in order in a plain run: no sort
             seg, step, val, line = seg[idx], step[idx], val[idx], line[idx]
@@ -233,6 +235,8 @@ def _crash_point(scan: Scan, choice: Choice, points: Points) -> None:
         return
     last_seg = int(seg.max())
     mine = step[seg == last_seg]
+    if not np.isfinite(val[seg == last_seg][np.argmax(mine)]):
+        return  # the log printed the non-finite loss itself: the crash line reports that one
     if crash.step is None:
         gaps = np.diff(mine)
         at = int(mine.max()) + (int(np.median(gaps)) if len(gaps) else 1)
