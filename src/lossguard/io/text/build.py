@@ -44,7 +44,7 @@ def metric_name(label: str, loss: str) -> str | None:
     return name or None
 
 
-def _steps(table: Table, choice: Choice) -> tuple[np.ndarray, list[int]]:
+def _steps(table: Table, choice: Choice) -> tuple[np.ndarray | None, list[int]]:
     """The step of each row and the columns that hold counters used for it."""
     names = [fold(lab) for lab in table.labels]
 
@@ -63,7 +63,7 @@ def _steps(table: Table, choice: Choice) -> tuple[np.ndarray, list[int]]:
 
 def build(scan: Scan, choice: Choice) -> Points:
     """The points of the chosen loss, step and every other metric of the same rows."""
-    parts = []  # (table, lines, raw step(s), used columns)
+    parts: list[tuple[Table, np.ndarray, np.ndarray | None, list[int]]] = []  # table, lines, raw step(s), columns
     places = []
     for t in choice.tables:
         lines = np.frombuffer(t.lines, dtype=np.int64)
@@ -131,8 +131,9 @@ def build(scan: Scan, choice: Choice) -> Points:
                 reset[1:] &= (loss[1:] == loss[:-1]) | (np.isnan(loss[1:]) & np.isnan(loss[:-1]))
                 reset[:1] = False
                 keep &= ~reset
+        sel: np.ndarray | slice = keep
         if keep.all():
-            keep = slice(None)  # every row kept: views, no copies of million-row columns
+            sel = slice(None)  # every row kept: views, no copies of million-row columns
         for j, (lab, kind) in enumerate(zip(t.labels, t.kinds, strict=True)):
             if j in used or not lab or fold(lab) == "rank":
                 continue
@@ -147,7 +148,7 @@ def build(scan: Scan, choice: Choice) -> Points:
                     values = np.log(values)
             if name == GRAD_NORM:
                 values = np.where(values < 0, np.nan, values)  # DeepSpeed's -1: no finite norm
-            metrics.setdefault(name, []).append((segs[keep], steps[keep], values[keep], lines[keep], place[keep]))
+            metrics.setdefault(name, []).append((segs[sel], steps[sel], values[sel], lines[sel], place[sel]))
     out: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
     repeated = 0
     for name, chunks in metrics.items():

@@ -187,10 +187,13 @@ class Scanner:
 
     def _name_columns(self, tpl: Template) -> Template:
         """A line of numbers only under a table header with as many columns: read by the header."""
-        key = (tpl, self._names)  # the template itself: an id could be reused after the cache empties
-        named = self._named.get(key, tpl)
-        if key not in self._named:
-            named = self._named[key] = with_header(tpl, self._names) or tpl
+        names = self._names
+        if names is None:
+            return tpl
+        key = (tpl, names)  # the template itself: an id could be reused after the cache empties
+        named = self._named.get(key)
+        if named is None:
+            named = self._named[key] = with_header(tpl, names) or tpl
         return named
 
     def record(self, tpl: Template, values: list[float], totals, number: int, text: str) -> Table | None:
@@ -221,6 +224,7 @@ class Scanner:
                 return None
             table = self._new_table(key, tpl, inherited, text)
         if inherited:
+            assert header is not None  # inherited counters come from a header
             hv = header[1]
             if _is_bar(header[0]):
                 self._pending = (header[0], number, table, len(table.data), inherited[1])
@@ -240,6 +244,7 @@ class Scanner:
     def _new_table(self, key: tuple, tpl: Template, inherited: tuple, text: str) -> Table:
         labels, kinds = tpl.labels, tpl.kinds
         if inherited:
+            assert self._header is not None  # inherited counters come from a header
             head = self._header[0]
             labels = tuple(head.labels[j] for j in inherited[1]) + labels
             kinds = tuple(head.kinds[j] for j in inherited[1]) + kinds
