@@ -63,7 +63,8 @@ def _steps(table: Table, choice: Choice) -> tuple[np.ndarray | None, list[int]]:
 
 def build(scan: Scan, choice: Choice) -> Points:
     """The points of the chosen loss, step and every other metric of the same rows."""
-    parts: list[tuple[Table, np.ndarray, np.ndarray | None, list[int]]] = []  # table, lines, raw step(s), columns
+    # (table, lines, raw step(s), used columns)
+    parts: list[tuple[Table, np.ndarray, np.ndarray | None, list[int]]] = []
     places = []
     for t in choice.tables:
         lines = np.frombuffer(t.lines, dtype=np.int64)
@@ -131,9 +132,8 @@ def build(scan: Scan, choice: Choice) -> Points:
                 reset[1:] &= (loss[1:] == loss[:-1]) | (np.isnan(loss[1:]) & np.isnan(loss[:-1]))
                 reset[:1] = False
                 keep &= ~reset
-        sel: np.ndarray | slice = keep
-        if keep.all():
-            sel = slice(None)  # every row kept: views, no copies of million-row columns
+        # every row kept: views, no copies of million-row columns
+        rows: np.ndarray | slice = slice(None) if keep.all() else keep
         for j, (lab, kind) in enumerate(zip(t.labels, t.kinds, strict=True)):
             if j in used or not lab or fold(lab) == "rank":
                 continue
@@ -148,7 +148,7 @@ def build(scan: Scan, choice: Choice) -> Points:
                     values = np.log(values)
             if name == GRAD_NORM:
                 values = np.where(values < 0, np.nan, values)  # DeepSpeed's -1: no finite norm
-            metrics.setdefault(name, []).append((segs[sel], steps[sel], values[sel], lines[sel], place[sel]))
+            metrics.setdefault(name, []).append((segs[rows], steps[rows], values[rows], lines[rows], place[rows]))
     out: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
     repeated = 0
     for name, chunks in metrics.items():
@@ -243,8 +243,8 @@ def _crash_point(scan: Scan, choice: Choice, points: Points) -> None:
         at = int(mine.max()) + (int(np.median(gaps)) if len(gaps) else 1)
     else:
         kind = step_kind(choice.step[0]) if choice.rule is StepRule.LABEL else None
-        if (kind is not None and crash.kind is not kind
-                and {crash.kind, kind} != {StepKind.GLOBAL_STEP, StepKind.ITERATION}):
+        same_counter = {crash.kind, kind} == {StepKind.GLOBAL_STEP, StepKind.ITERATION}
+        if kind is not None and crash.kind is not kind and not same_counter:
             return
         at = crash.step
     if at <= int(mine.max()):

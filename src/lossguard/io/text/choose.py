@@ -60,7 +60,7 @@ def loss_candidates(tables: list[Table], *, min_rows: int = 1) -> list[tuple[int
     (rows of every template that prints the label count: one series in several line shapes)."""
     rows: dict[str, int] = {}
     label_of: dict[str, str] = {}
-    rank_of: dict[str, int] = {}
+    rank_of: dict[str, int] = {}  # the rank of label_of's label
     for t in tables:
         for lab, kind in zip(t.labels, t.kinds, strict=True):
             rank = loss_rank(lab) if kind is None else None

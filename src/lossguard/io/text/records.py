@@ -109,7 +109,7 @@ class Scanner:
         self._pending: tuple | None = None  # a row that inherited a bar's counter, until the bar's next redraw
         self._joiner = Joiner()
         self._names: tuple[str, ...] | None = None  # the last table header (column names) seen
-        self._named: dict[tuple, Template | None] = {}
+        self._named: dict[tuple, Template] = {}
         self._rank: int | None = None  # the lowest rank a "[rankN]:" prefix named so far
 
     def feed(self, lines: Iterable[tuple[int, str]]) -> None:
@@ -172,7 +172,7 @@ class Scanner:
         if not tpl.kept:
             return
         if tpl.columns and self._names is not None:
-            tpl = self._name_columns(tpl)
+            tpl = self._name_columns(tpl, self._names)
         nums = pieces[1::2]
         totals = [(j, float(nums[i])) for j, i in tpl.totals] if tpl.totals else ()
         table = self.record(tpl, [float(nums[i]) for i in tpl.kept], totals, number, text)
@@ -185,14 +185,11 @@ class Scanner:
         if any(step_kind(w) is not None or loss_rank(w) is not None or is_ppl(w) for w in names):
             self._names = names
 
-    def _name_columns(self, tpl: Template) -> Template:
-        """A line of numbers only under a table header with as many columns: read by the header."""
-        names = self._names
-        if names is None:
-            return tpl
+    def _name_columns(self, tpl: Template, names: tuple[str, ...]) -> Template:
+        """A line of numbers only under a table header (``names``) with as many columns: read by the header."""
         key = (tpl, names)  # the template itself: an id could be reused after the cache empties
-        named = self._named.get(key)
-        if named is None:
+        named = self._named.get(key, tpl)
+        if key not in self._named:
             named = self._named[key] = with_header(tpl, names) or tpl
         return named
 
@@ -222,9 +219,8 @@ class Scanner:
         if table is None:
             if len(self._tables) >= MAX_TEMPLATES:
                 return None
-            table = self._new_table(key, tpl, inherited, text)
-        if inherited:
-            assert header is not None  # inherited counters come from a header
+            table = self._new_table(key, tpl, inherited, text, header)
+        if inherited and header is not None:  # inherited only under a header
             hv = header[1]
             if _is_bar(header[0]):
                 self._pending = (header[0], number, table, len(table.data), inherited[1])
@@ -241,11 +237,11 @@ class Scanner:
                 table.totals[off + j] = total
         return table
 
-    def _new_table(self, key: tuple, tpl: Template, inherited: tuple, text: str) -> Table:
+    def _new_table(self, key: tuple, tpl: Template, inherited: tuple, text: str,
+                   header: tuple[Template, list[float], list[tuple[int, float]]] | None) -> Table:
         labels, kinds = tpl.labels, tpl.kinds
-        if inherited:
-            assert self._header is not None  # inherited counters come from a header
-            head = self._header[0]
+        if inherited and header is not None:  # inherited only under a header
+            head = header[0]
             labels = tuple(head.labels[j] for j in inherited[1]) + labels
             kinds = tuple(head.kinds[j] for j in inherited[1]) + kinds
         table = Table(index=len(self.scan.tables), labels=labels, kinds=kinds, template=tpl, example=text.strip()[:300],

@@ -154,7 +154,7 @@ def with_header(tpl: Template, names: tuple[str, ...]) -> Template | None:
     kept = tuple(sorted(named))
     labels = tuple(named[p][0] for p in kept)
     kinds = tuple(named[p][1] for p in kept)
-    totals = tuple((j, at) for j, p in enumerate(kept) if (at := named[p][2]) is not None)
+    totals = tuple((j, total) for j, total in enumerate(named[p][2] for p in kept) if total is not None)
     return Template(kept=kept, labels=labels, kinds=kinds, totals=totals, header=False, errorish=False,
                     key=(tuple(zip(labels, kinds, strict=True)), ("table",)), evaluation=False,
                     skeleton=" ".join(names) + " | " + tpl.skeleton)
@@ -234,8 +234,9 @@ def parse(pieces: list[str]) -> Template:
             continue
         kind: StepKind | None
         if counter:  # "Epoch 3/10", "[step=12/100]", "'global_step/max_steps': '5/1500'"
-            kind = (step_kind(label) or (step_kind(label.split()[-1]) or step_kind(label.split("/")[0])
-                                         if label else None) or StepKind.BATCH)
+            kind = (step_kind(label)
+                    or (step_kind(label.split()[-1]) or step_kind(label.split("/")[0]) if label else None)
+                    or StepKind.BATCH)
         else:
             kind = None if units[i] else step_kind(label)
         if slash:  # only an "N/M" or "N of M" counter prints its total (a leading "N:" does not)
