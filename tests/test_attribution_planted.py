@@ -30,11 +30,20 @@ def _never_again(trace: list[dict], named: set[int]) -> None:
         assert len(at) == 1, f"sample {sid} delivered again after it was named (trace lines {at})"
 
 
-def test_planted_samples_are_named_kept_out_after_a_rollback_and_naming_changes_nothing(tmp_path):
+@pytest.fixture(scope="module")
+def named(tmp_path_factory):
+    """The 1-rank run that names its samples (its result and its directory): the first test checks
+    it, the world-size test seeds its relaunches with its skip list (one run, trained once)."""
+    torch.set_num_threads(1)
+    tmp_path = tmp_path_factory.mktemp("planted")
+    return train(steps=STEPS, ckpt_dir=tmp_path / "named", trace=tmp_path / "named.jsonl"), tmp_path
+
+
+def test_planted_samples_are_named_kept_out_after_a_rollback_and_naming_changes_nothing(named):
     torch.set_num_threads(1)
     assert N_SAMPLES >= 100_000
     planted = planted_ids()
-    run = train(steps=STEPS, ckpt_dir=tmp_path / "named", trace=tmp_path / "named.jsonl")
+    run, tmp_path = named
     score = score_naming(run["spikes"], run["suspects"], planted)
     print(f"planted: {len(planted)}, in withheld batches: {len(score['caught']) + len(score['missed'])}, "
           f"recall {score['recall']:.2f}, precision {score['precision']:.2f} (in spikes with a planted sample "
@@ -102,7 +111,7 @@ def _ranked(rank, world, ckpt, seed, steps, trace):
 
 
 @pytest.mark.slow  # three 2-rank gloo launches: ~60 s
-def test_skiplist_carries_over_to_another_world_size_and_names_agree_on_two_ranks(tmp_path):
+def test_skiplist_carries_over_to_another_world_size_and_names_agree_on_two_ranks(tmp_path, named):
     from lossguard.testing.distributed import run_distributed
 
     planted = planted_ids()
@@ -117,8 +126,8 @@ def test_skiplist_carries_over_to_another_world_size_and_names_agree_on_two_rank
     assert score["recall"] >= 0.9 and score["precision"] >= 0.8
     # a 1-rank run's list, relaunched on 2 ranks: no rank ever gets a listed sample, and the spikes
     # those samples caused do not happen
-    one = train(steps=STEPS, ckpt_dir=tmp_path / "one")
-    seed = tmp_path / "one" / "skiplist.json"
+    one, named_dir = named  # the same 1-rank run the first test checks
+    seed = named_dir / "named" / "skiplist.json"
     listed = {k.index for k in SkipList.load(seed).keys()}
     res = run_distributed(_ranked, world_size=2,
                           args=(str(tmp_path / "r"), str(seed), STEPS, str(tmp_path / "r.jsonl")), timeout=600)

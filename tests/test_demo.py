@@ -20,7 +20,7 @@ from lossguard.errors import ConfigError  # noqa: E402
 from lossguard.io import read_log  # noqa: E402
 from lossguard.metrics import LOSS, VAL_LOSS  # noqa: E402
 
-SHORT_STEPS = 120  # the pocket moves to steps // 2 = 60, length 12 (see DemoConfig.scenario_obj)
+SHORT_STEPS = 120  # the session fixture short_demo's steps (conftest.py): the pocket moves to 60, length 12
 
 
 def _demo(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -31,13 +31,6 @@ def _demo(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 def _records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-@pytest.fixture(scope="module")
-def short_demo(tmp_path_factory):
-    out = tmp_path_factory.mktemp("demo") / "out"
-    proc = _demo("--out", str(out), "--steps", str(SHORT_STEPS), "--no-clean", "--json")
-    return out, proc
 
 
 def test_short_demo_exits_0_and_writes_logs_reports_and_summary(short_demo):
