@@ -85,12 +85,16 @@ def test_guarded_log_holds_the_guards_decisions_and_stitches(short_demo):
     assert summary["guarded"]["final_val_loss"] < summary["unguarded"]["final_val_loss"]
 
 
-def test_out_refuses_a_foreign_non_empty_directory(tmp_path):
+def test_out_refuses_a_foreign_non_empty_directory(tmp_path, capsys):
+    """The command's own entry point, in this process (the error comes before any training; the
+    subprocess runs above cover the real process)."""
+    from lossguard.cli import main
+
     mine = tmp_path / "notes.txt"
     mine.write_text("keep me")
-    proc = _demo("--out", str(tmp_path), "--steps", "20", timeout=120)
-    assert proc.returncode == 2
-    assert "not a previous `lossguard demo` output" in proc.stderr and "Traceback" not in proc.stderr
+    assert main(["demo", "--out", str(tmp_path), "--steps", "20"]) == 2
+    err = capsys.readouterr().err
+    assert "not a previous `lossguard demo` output" in err and "Traceback" not in err
     assert mine.read_text() == "keep me"
 
 
