@@ -11,7 +11,7 @@ import logging
 import sys
 from typing import NoReturn
 
-from .. import __version__
+from ..version import __version__
 from ..errors import LossguardError
 
 # Verb modules, in the order `lossguard --help` lists them. A verb whose module is missing is
