@@ -11,7 +11,6 @@ run) make sure the guard's numbers mean something.
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import pytest
@@ -83,13 +82,6 @@ EARLY = [
 ]
 
 
-@functools.lru_cache(maxsize=None)
-def _run_once(spec: RunSpec):
-    """``run(spec)``, trained once per spec (a run is a pure function of its spec, see above): the
-    NaN and the 1e6x cases of one seed share their clean twin."""
-    return run(spec)
-
-
 @pytest.mark.parametrize("scenario,seed", EARLY)
 def test_an_early_gradient_fault_is_skipped(scenario, seed):
     """A NaN or a 1e6x gradient at steps 0-5 is withheld, and the run ends as well as its clean twin."""
@@ -98,7 +90,7 @@ def test_an_early_gradient_fault_is_skipped(scenario, seed):
     out = run(spec.with_(guarded=True))
     assert out.fault_steps == [seed]
     assert out.fault_skipped, out.reasons
-    clean = _run_once(spec.with_(scenario=Scenario.HEALTHY))
+    clean = run(spec.with_(scenario=Scenario.HEALTHY))
     assert math.isfinite(out.final_val) and out.final_val <= 1.02 * clean.final_val
 
 
