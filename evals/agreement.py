@@ -67,7 +67,9 @@ def shifted(log, by: int):
 
 def from_live_guard(log, config, workdir: str | Path, *, metric: str = "loss") -> Heavy | None:
     """Run a live guard over a per-step log (steps ``0..n-1`` of the stitched timeline, no gaps) and
-    return its first heavy action (None: it never took one). Needs torch.
+    return its first heavy action (None: it never took one). Needs torch. At each resume of the log
+    the guard checkpoints, stops and a new guard resumes from that checkpoint (``guard.restore``), so
+    it knows its resumes as a live guard does.
 
     Args:
         log: the recorded run (stitched here); its live timeline must be every step from 0.
@@ -115,18 +117,34 @@ def from_live_guard(log, config, workdir: str | Path, *, metric: str = "loss") -
     model.w = torch.nn.Parameter(torch.full((1,), 1e12, dtype=torch.float64))
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     cfg = replace(config, stats="host", gate="host", replay=False, log_metrics=False, halt_raises=False)
-    store = CheckpointStore(Path(workdir), keep_last=1_000_000)
-    guard = StabilityGuard(model, opt, store=store, config=cfg)
-    seen = 0
-    for step, i in guard.batches(range(len(steps)), steps=len(steps)):
-        out = Recorded.apply(model.w, float(loss[i]), float(gn[i]))
-        out.backward()
-        guard.step(out)
-        heavy = next((e for e in guard.events[seen:] if e["event"] in HEAVY), None)
-        seen = len(guard.events)
-        if heavy is not None:
-            guard.close()
-            return Heavy.of(heavy)
+    n = len(steps)
+    # The log's resumes are real ones here: the process checkpoints at the resume's first step (the
+    # recorded run resumed from a checkpoint there), stops, and a new guard resumes from it.
+    resumes = sorted({int(g.first_step) for g in log.segments[1:]} & set(range(1, n)))
+    guard, start = None, None
+    for stop in [*resumes, n]:
+        store = CheckpointStore(Path(workdir), keep_last=1_000_000)
+        guard = StabilityGuard(model, opt, store=store, config=cfg)
+        if start is not None:
+            guard.restore(start)
+        seen = 0
+        for step, _ in guard.batches(range(n), steps=n):
+            out = Recorded.apply(model.w, float(loss[step]), float(gn[step]))
+            out.backward()
+            guard.step(out)
+            heavy = next((e for e in guard.events[seen:] if e["event"] in HEAVY), None)
+            seen = len(guard.events)
+            if heavy is not None:
+                guard.close()
+                return Heavy.of(heavy)
+            if guard.step_count == stop:
+                break
+        if guard.halted or guard.step_count != stop:
+            break
+        if stop < n and stop not in store.steps():
+            guard.save()
+        guard.close()
+        start = stop
     guard.close()
     return None
 

@@ -134,7 +134,8 @@ def findings(incidents: Sequence[Incident]) -> list[WholeLogFinding]:
     for i in incidents:
         short = i.details.get("rule") == RELATIVE_RULE and i.kind.value in SHORT_LOG_KINDS
         if short or i.kind.value in WHOLE_LOG_KINDS:
-            out.append(WholeLogFinding(kind=i.kind.value, step=i.onset, onset=i.onset, peak=i.peak, short_log=short))
+            step = int(i.details.get("decided_at", i.onset))  # when the evidence is complete (resume_watch.py)
+            out.append(WholeLogFinding(kind=i.kind.value, step=step, onset=i.onset, peak=i.peak, short_log=short))
     return out
 
 

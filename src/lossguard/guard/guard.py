@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from itertools import chain
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -41,6 +42,7 @@ from ..errors import require
 from ..recovery.ledger import LEDGER_FILE, RunLedger
 from ..recovery.lr_phase import LrRamp
 from ..recovery.policy import RecoveryPolicy
+from ..recovery.resume_watch import ResumeWatch, answered
 from ..recovery.verdict import Verdict
 from .config import GuardConfig
 from .events import EventLog
@@ -138,6 +140,7 @@ class StabilityGuard:
         self._params = [p for p in model.parameters() if p.requires_grad]
         self._timeline = TimelineSlot(self)
         self._lr_ramp = LrRamp((config or GuardConfig()).lr_ramp_window)
+        self._resume_watch = ResumeWatch()  # repeated data after a resume, as the analyser tests it
         device = self._params[0].device if self._params else torch.device("cpu")
         if cfg.gate == "device" and not supports_device_gate(optimizer):
             from ..errors import ConfigError
@@ -480,8 +483,9 @@ class StabilityGuard:
             self.namer.name(step=v.step, batch_index=v.batch_index, batch=meta.get("batch"), rng=meta.get("rng"),
                             baseline=v.loss_baseline, loss_flagged=v.loss_outlier or not math.isfinite(v.loss)
                             or v.loss_z >= self.config.evidence.joint_loss_z)
+        finding = self._resume_watch.update(v.step, v.loss)
         with self._timeline.parked():  # a rollback's restore must not reload this guard mid-decision
-            for d in self.policy.observe(v, transient=transient):
+            for d in chain(self.policy.observe(v, transient=transient), answered(self.policy, finding)):
                 data_count = self._data_count
                 out = self.executor.carry_out(d)
                 if out.rolled_back_to is not None:
@@ -613,7 +617,7 @@ class StabilityGuard:
         Goes into every checkpoint (TrainState extras) and is rolled back with it."""
         return {"format": GUARD_FORMAT, "judge": self.judge.state_dict(), "policy": self.policy.state_dict(),
                 "data_count": self._data_count, "lr_ramp": self._lr_ramp.state_dict(),
-                "withheld": self.withheld.state_dict()}
+                "withheld": self.withheld.state_dict(), "resume_watch": self._resume_watch.state_dict()}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output (format 1, from before the ledger, is read too)."""
@@ -629,6 +633,7 @@ class StabilityGuard:
         self._data_count = int(sd["data_count"])
         self._lr_ramp.load_state_dict(sd.get("lr_ramp"))
         self.withheld.load_state_dict(sd.get("withheld"))
+        self._resume_watch.load_state_dict(sd.get("resume_watch"))  # a load is a resume: the watch arms
 
     def adopt_ledger(self, ledger: RunLedger) -> None:
         """Use ``ledger`` from now on (a framework callback restoring its own saved ledger)."""
