@@ -252,7 +252,7 @@ def _play(decisions: list[Decision], checkpoints: list[int], cfg: GuardConfig, s
         if d.action is Action.ROLLBACK:
             # The executor's own resolver (recovery/resolve.py): the same target, halt and words.
             r = resolve_rollback(d, checkpoints, cfg.recipe)
-            if not r.halts:
+            if r.target is not None:  # not a halt
                 follow = policy.rolled_back(d, r.target)
                 emit(d, to_step=r.target)
                 if policy.has_scaler and cfg.recipe.reset_loss_scale:  # as the executor does
@@ -283,7 +283,8 @@ def describe(sim: Simulation) -> list[str]:
         elif ev == Action.ROLLBACK.value:
             sb = d.get("skip_batches")
             line = (f"step {step}: roll back to checkpoint {d['to_step']} (onset {d['onset']}), skip batches "
-                    f"[{sb[0]}, {sb[1]}) ({sb[1] - sb[0]} batches)" if sb else f"step {step}: roll back to {d['to_step']}")
+                    f"[{sb[0]}, {sb[1]}) ({sb[1] - sb[0]} batches)" if sb
+                    else f"step {step}: roll back to {d['to_step']}")
         elif ev == Action.LR_CUT.value:
             until = d.get("until_step")
             line = (f"step {step}: cut the LR x{d['factor']:g} "

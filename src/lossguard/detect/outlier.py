@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import raise_all
+from .shared_stats import window_stats_once
 
 MAD_TO_SIGMA = 1.4826  # 1 / Phi^-1(3/4): MAD -> standard deviation for Gaussian noise
 DIFF_TO_SIGMA = MAD_TO_SIGMA / np.sqrt(2.0)  # median |x[t] - x[t-1]| -> sigma (a difference has sqrt(2) sigma)
@@ -146,7 +147,8 @@ def score_finite(x: np.ndarray, cfg: OutlierConfig, *, down: bool = False) -> Fi
     dn = np.zeros(m, dtype=bool) if down else None
     if m > cfg.min_points:
         refresh = refresh_counts(m, cfg)
-        med, sig = _window_stats(x, refresh, cfg)
+        key = (cfg.window, cfg.stride, cfg.min_points, cfg.rel_noise_floor)  # all _window_stats reads
+        med, sig = window_stats_once(x, key, lambda: _window_stats(x, refresh, cfg))
         thr = thresholds(cfg, med, sig, refresh < cfg.window)
         counts = np.diff(np.append(refresh, m))
         f = int(refresh[0])
