@@ -46,6 +46,14 @@ def _before_heavy(analysis):
     return best
 
 
+def separating_rule(h_s, found) -> str | None:
+    """The documented rule that separates simulate's first heavy action from a live guard's: the
+    whole-log finding it answers, when a live guard cannot see it (:meth:`WholeLogFinding.unseen_live`)."""
+    if h_s is None:
+        return None
+    return next((f.unseen_live() for f in found if f.step == h_s.step and f.unseen_live()), None)
+
+
 def _families(n: int, cfg, per_kind, rest) -> None:
     """analyze vs simulate on the TEST curve families (evals.curves)."""
     from lossguard.analysis import analyze
@@ -130,14 +138,15 @@ def main(argv=None) -> int:
             c["simulate=live"] += d_sl is None
             c["all three"] += d_as is None and d_sl is None
             if d_sl:
-                rule = ("whole-log finding (recovery/finding.py): repeated data after a resume, which the live "
-                        "guard never gets (its own resume restores the data position)"
-                        if h_s is not None and h_s.cause == "repeated_data" else "NO RULE")
+                rule = separating_rule(h_s, findings(an.incidents))
+                c["separated by rule"] += rule is not None
+                rule = f"whole-log finding not seen live (recovery/finding.py): {rule}" if rule else "NO RULE"
                 rest.append(f"{name} seed {seed}: simulate {h_s and (h_s.action, h_s.step)} vs live "
                             f"{h_l and (h_l.action, h_l.step)}: {d_sl} -- {rule}")
     if a.families and not a.before:
         _families(a.families, cfg, per_kind, rest)
-    cols = ["runs", "analyze=simulate"] + ([] if a.no_live or a.before else ["simulate=live", "all three"])
+    cols = ["runs", "analyze=simulate"] + ([] if a.no_live or a.before else
+                                           ["simulate=live", "all three", "separated by rule"])
     print(f"{'kind':<22}" + "".join(f"{c:>18}" for c in cols))
     total: Counter = Counter()
     for name, c in per_kind.items():

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from lossguard.plan import HEAVY
+from lossguard.plan import HEAVY, heavy_groups
 
 __all__ = ["Heavy", "compare", "from_analysis", "from_live_guard", "from_simulation", "shifted"]
 
@@ -38,23 +38,34 @@ class Heavy:
     cause: str | None = None
 
     @classmethod
-    def of(cls, rec: dict[str, Any]) -> "Heavy":
-        """From a decision record (``simulate``'s or the guard's JSONL event)."""
+    def of(cls, group: list[dict[str, Any]]) -> "Heavy":
+        """From a heavy decision record and its follow-ups (:func:`lossguard.plan.heavy_groups` of
+        ``simulate``'s records or the guard's JSONL events): the words are all of theirs, in order."""
+        rec = group[0]
         sb = rec.get("skip_batches")
-        return cls(str(rec["event"]), int(rec["step"]), tuple(rec.get("reasons", ())), rec.get("to_step"),
+        reasons = tuple(r for d in group for r in d.get("reasons", ()))
+        return cls(str(rec["event"]), int(rec["step"]), reasons, rec.get("to_step"),
                    None if sb is None else (int(sb[0]), int(sb[1])), rec.get("cause"))
 
 
 def from_analysis(analysis) -> Heavy | None:
-    """The earliest heavy plan of an :class:`~lossguard.analysis.Analysis` (its head decision record)."""
-    heads = [p.decisions[0] for p in analysis.plans if p.step is not None and p.decisions]
-    heads = [d for d in heads if d["event"] in HEAVY]
-    return Heavy.of(min(heads, key=lambda d: d["step"])) if heads else None
+    """The earliest heavy plan of an :class:`~lossguard.analysis.Analysis`, read from what ``analyze
+    --json`` writes (:meth:`RecoveryPlan.to_dict`): the plan's own action, step, target, skipped
+    batches and words -- not the decision records filed under it."""
+    plans = [(p, p.to_dict()) for p in analysis.plans]
+    heavy = [(p, d) for p, d in plans if d["action"] in HEAVY and d["step"] is not None]
+    if not heavy:
+        return None
+    p, d = min(heavy, key=lambda pd: pd[1]["step"])
+    sb = d["skip_batches"]
+    return Heavy(d["action"], int(d["step"]), tuple(d["reasons"]), d["rollback_to_step"],
+                 None if sb is None else (int(sb[0]), int(sb[1])), p.decisions[0].get("cause") if p.decisions else None)
 
 
 def from_simulation(sim) -> Heavy | None:
-    """The first heavy decision of a :class:`~lossguard.simulate.Simulation`."""
-    return next((Heavy.of(d) for d in sim.decisions if d["event"] in HEAVY), None)
+    """The first heavy decision of a :class:`~lossguard.simulate.Simulation`, with its follow-ups."""
+    groups = heavy_groups(sim.decisions)
+    return Heavy.of(groups[0]) if groups else None
 
 
 def shifted(log, by: int):
@@ -121,7 +132,7 @@ def from_live_guard(log, config, workdir: str | Path, *, metric: str = "loss") -
     # The log's resumes are real ones here: the process checkpoints at the resume's first step (the
     # recorded run resumed from a checkpoint there), stops, and a new guard resumes from it.
     resumes = sorted({int(g.first_step) for g in log.segments[1:]} & set(range(1, n)))
-    guard, start = None, None
+    start: int | None = None
     for stop in [*resumes, n]:
         store = CheckpointStore(Path(workdir), keep_last=1_000_000)
         guard = StabilityGuard(model, opt, store=store, config=cfg)
@@ -132,16 +143,16 @@ def from_live_guard(log, config, workdir: str | Path, *, metric: str = "loss") -
             out = Recorded.apply(model.w, float(loss[step]), float(gn[step]))
             out.backward()
             guard.step(out)
-            heavy = next((e for e in guard.events[seen:] if e["event"] in HEAVY), None)
+            heavy = heavy_groups(guard.events[seen:])  # the step's events: the action and its follow-ups
             seen = len(guard.events)
-            if heavy is not None:
+            if heavy:
                 guard.close()
-                return Heavy.of(heavy)
+                return Heavy.of(heavy[0])
             if guard.step_count == stop:
                 break
         if guard.halted or guard.step_count != stop:
             break
-        if stop < n and stop not in store.steps():
+        if stop < n and store.newest_at_or_before(stop) != stop:
             guard.save()
         guard.close()
         start = stop

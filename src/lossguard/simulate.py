@@ -255,10 +255,10 @@ def _play(decisions: list[Decision], checkpoints: list[int], cfg: GuardConfig, s
             if r.target is not None:  # not a halt
                 follow = policy.rolled_back(d, r.target)
                 emit(d, to_step=r.target)
-                if policy.has_scaler and cfg.recipe.reset_loss_scale:  # as the executor does
-                    emit(loss_scale_reset_with(r.target))
                 for f in follow:
                     emit(f)
+                if policy.has_scaler and cfg.recipe.reset_loss_scale:  # as the executor does, after the restore
+                    emit(loss_scale_reset_with(r.target))
                 continue
             d = r.decision
         if d.action is Action.HALT:

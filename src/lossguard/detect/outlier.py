@@ -157,7 +157,7 @@ def score_finite(x: np.ndarray, cfg: OutlierConfig, *, down: bool = False) -> Fi
         t = np.repeat(thr, counts)
         dev = x[f:] - base[f:]
         up[f:] = (dev > 0) & (dev >= t)
-        if down:
+        if dn is not None:
             dn[f:] = (dev < 0) & (-dev >= t)
     return FiniteScores(base, noise, up, dn)
 
@@ -173,7 +173,8 @@ def score(values: np.ndarray, cfg: OutlierConfig | None = None) -> OutlierScores
     allf = bool(finite.all())
     x = values if allf else values[finite]
     fs = score_finite(x, cfg, down=cfg.side != "up")
-    flags = fs.up if cfg.side == "up" else (fs.down if cfg.side == "down" else fs.up | fs.down)
+    dn = fs.down if fs.down is not None else np.zeros_like(fs.up)  # computed whenever the side needs it
+    flags = fs.up if cfg.side == "up" else (dn if cfg.side == "down" else fs.up | dn)
     with np.errstate(divide="ignore", invalid="ignore"):
         z = (x - fs.baseline) / fs.noise
     if allf:

@@ -505,6 +505,7 @@ class StabilityGuard:
             # The decision is over: now the restored timeline (detector windows, episode, data
             # counter) replaces this guard's, and the policy starts afresh after the rollback.
             self._timeline.apply()
+            self._resume_watch.disarm()  # its own rollback rewinds the data exactly: not a resume to test
             self.policy.restart_timeline(rollback)
             self.step_count = self.state.step
             if self.sampler is None:

@@ -9,8 +9,13 @@ the same function, fed online:
 
 - the guard keeps its last ``4 * level_points`` finite losses (all the level test reads before a
   resume) in its timeline state, which every checkpoint holds and a resume restores;
-- a resume arms the watch; the ``level_points``-th finite loss after it completes the test's
-  evidence, and the test runs once, there (:func:`repeated_data_decided_at`);
+- a resume arms the watch (any load of the guard's timeline from a checkpoint: ``guard.restore()``,
+  a framework callback restoring it); the ``level_points``-th finite loss after it completes the
+  test's evidence, and the test runs once, there (:func:`repeated_data_decided_at`);
+- the guard's own in-process rollback does not arm it: the guard rewinds its sampler to the
+  checkpoint's position (or, without one, does not rewind the stream at all), so the data cannot
+  repeat, while the LR cut that may come with the rollback can lower the loss for a while -- a dip
+  the test would misread;
 - a dip makes a :class:`~lossguard.recovery.finding.WholeLogFinding` that the policy answers with
   :meth:`RecoveryPolicy.observe_finding` -- the answer (rollback to the checkpoint the resume
   started from, the words) is the one the analyser's plan and ``simulate`` give for the same dip.
@@ -63,8 +68,12 @@ class ResumeWatch:
         return self._pre is not None
 
     def resumed(self) -> None:
-        """The timeline was just loaded from a checkpoint (a resume or a rollback): watch what follows."""
+        """The timeline was just loaded from a checkpoint (a resume): watch what follows."""
         self._pre, self._post, self._resumed_at = list(self.history), [], None
+
+    def disarm(self) -> None:
+        """Not a resume to test after all (the guard's own rollback: see the module docstring)."""
+        self._pre, self._post, self._resumed_at = None, [], None
 
     def update(self, step: int, loss: float) -> WholeLogFinding | None:
         """Feed one step's loss (in step order); returns the repeated-data finding on the step that
@@ -85,7 +94,7 @@ class ResumeWatch:
         if repeated_after(x, b, 0, self.cfg) is None:
             return None
         # len(x) - 1 == repeated_data_decided_at(b): the point where the analyser files its finding too.
-        return WholeLogFinding(kind="repeated_data", step=int(step), onset=self._resumed_at)
+        return WholeLogFinding(kind="repeated_data", step=int(step), onset=self._resumed_at, live=True)
 
     def state_dict(self) -> dict[str, Any]:
         """Timeline state (saved in every checkpoint, rolled back with it)."""
