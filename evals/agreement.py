@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from lossguard.plan import HEAVY, heavy_groups
+from lossguard.recovery.action import Action
+
+LOSS_SCALE_RESET = Action.LOSS_SCALE_RESET.value
 
 __all__ = ["Heavy", "compare", "from_analysis", "from_live_guard", "from_simulation", "shifted"]
 
@@ -33,9 +36,13 @@ class Heavy:
     action: str
     step: int
     reasons: tuple[str, ...]
+    """The words: the action's reasons, then its follow-ups' (an LR cut's, then a loss-scale reset's)."""
     to_step: int | None = None
     skip_batches: tuple[int, int] | None = None
     cause: str | None = None
+    scale_reset: tuple[str, ...] = ()
+    """The loss-scale reset follow-up's reasons (the last of ``reasons``; empty for a plan, whose
+    words are one list)."""
 
     @classmethod
     def of(cls, group: list[dict[str, Any]]) -> "Heavy":
@@ -44,8 +51,16 @@ class Heavy:
         rec = group[0]
         sb = rec.get("skip_batches")
         reasons = tuple(r for d in group for r in d.get("reasons", ()))
+        reset = tuple(r for d in group[1:] if d["event"] == LOSS_SCALE_RESET for r in d.get("reasons", ()))
         return cls(str(rec["event"]), int(rec["step"]), reasons, rec.get("to_step"),
-                   None if sb is None else (int(sb[0]), int(sb[1])), rec.get("cause"))
+                   None if sb is None else (int(sb[0]), int(sb[1])), rec.get("cause"), reset)
+
+    def without_scaler(self) -> "Heavy":
+        """These words as a guard without a GradScaler would say them (no loss-scale reset follows)."""
+        if not self.scale_reset:
+            return self
+        n = len(self.reasons) - len(self.scale_reset)
+        return replace(self, reasons=self.reasons[:n], scale_reset=())
 
 
 def from_analysis(analysis) -> Heavy | None:
@@ -172,14 +187,22 @@ def _fill(values, present):
     return out
 
 
-def compare(a: Heavy | None, b: Heavy | None) -> str | None:
-    """None when two first heavy actions agree (both absent, or the same action, step, reasons,
-    target and skipped data); else what differs, in words."""
-    if a == b:
+def compare(a: Heavy | None, b: Heavy | None, *, scaler: bool = True) -> str | None:
+    """None when two first heavy actions agree (both absent, or the same action, step, words, target
+    and skipped data); else what differs, in words.
+
+    Args:
+        scaler: False when ``b`` is the live replay of :func:`from_live_guard`, which trains without a
+            GradScaler (a log's loss scale cannot be replayed): ``a``'s loss-scale reset follow-up,
+            which ``simulate`` books for an fp16 log as a guard with a scaler does, is then left out.
+    """
+    if not scaler and a is not None:
+        a = a.without_scaler()
+    if a is None and b is None:
         return None
     if a is None or b is None:
         return f"one acts ({a or b}), the other does not"
-    for name in ("action", "step", "to_step", "skip_batches", "reasons"):
+    for name in ("action", "step", "to_step", "skip_batches", "reasons"):  # reasons: all the words
         if getattr(a, name) != getattr(b, name):
             return f"{name}: {getattr(a, name)!r} != {getattr(b, name)!r}"
-    return "differ"
+    return None
