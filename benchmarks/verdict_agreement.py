@@ -68,9 +68,9 @@ def _families(n: int, cfg, per_kind, rest, live: bool) -> None:
     def three(log):
         try:
             an = analyze(log)
+            h_s = from_simulation(simulate(log, cfg, findings=findings(an.incidents)))
         except LossguardError:
             return None  # a multi-stream log has no single loss to guard
-        h_s = from_simulation(simulate(log, cfg, findings=findings(an.incidents)))
         h_l = False  # not run
         if live:
             with tempfile.TemporaryDirectory() as tmp:
