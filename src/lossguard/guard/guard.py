@@ -606,6 +606,7 @@ class StabilityGuard:
         self.log.timing({"step": self.state.step, "event": "checkpoint_load", "source": "disk",
                          "seconds": round(time.perf_counter() - t0, 6)})
         if pending is not None:
+            self._resume_watch.disarm()  # the guard's own rollback, finished here: not a resume to test
             self.executor.after_restore(pending)
             self.ledger.resume_from = None
             self.ledger.save()
