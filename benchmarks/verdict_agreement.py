@@ -66,6 +66,9 @@ def _families(n: int, cfg, per_kind, rest, live: bool) -> None:
     from evals.curves import families, run_family
 
     def three(log):
+        # Numbered from 0 as the guard numbers its steps (the families count from 1), so the three
+        # name the same steps: the reasons quote step numbers.
+        log = shifted(log, int(min(s.steps.min() for s in log.series.values())))
         try:
             an = analyze(log)
             h_s = from_simulation(simulate(log, cfg, findings=findings(an.incidents)))
@@ -75,8 +78,7 @@ def _families(n: int, cfg, per_kind, rest, live: bool) -> None:
         if live:
             with tempfile.TemporaryDirectory() as tmp:
                 try:
-                    first = int(min(s.steps.min() for s in log.series.values()))
-                    h_l = from_live_guard(shifted(log, first), cfg, tmp)
+                    h_l = from_live_guard(log, cfg, tmp)
                 except ValueError:
                     pass  # not logged every step: no live replay
         return from_analysis(an), h_s, h_l, findings(an.incidents)
