@@ -94,7 +94,8 @@ class WholeLogFinding:
             return ({"onset": onset, "rollback_distance": 0, "cause": "repeated_data",
                      "suspect": Suspect.DATA_POSITION.value},
                     [f"the data loader restarted from an earlier position at the resume at step {onset}: the low "
-                     "loss is memorised data, and the model is being trained on it twice (whole-log evidence)",
+                     "loss is memorised data, and the model is being trained on it twice (the first losses after the "
+                     "resume sit below the trend before it)",
                      "restore the checkpoint the resume started from and resume again with the data position saved "
                      "in it; check the data loader state is saved and restored (`lossguard verify-resume`)"])
         if self.kind == "regime_change":
