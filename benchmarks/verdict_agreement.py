@@ -74,26 +74,26 @@ def _families(n: int, cfg, per_kind, rest, live: bool) -> None:
             h_s = from_simulation(simulate(log, cfg, findings=findings(an.incidents)))
         except LossguardError:
             return None  # a multi-stream log has no single loss to guard
-        h_l = False  # not run
+        h_l, ran = None, False
         if live:
             with tempfile.TemporaryDirectory() as tmp:
                 try:
-                    h_l = from_live_guard(log, cfg, tmp)
+                    h_l, ran = from_live_guard(log, cfg, tmp), True
                 except ValueError:
                     pass  # not logged every step: no live replay
-        return from_analysis(an), h_s, h_l, findings(an.incidents)
+        return from_analysis(an), h_s, h_l, ran, findings(an.incidents)
     for fam in families("test"):
         for i, run, got in run_family(fam, n, three):
             if got is None:
                 continue
-            h_a, h_s, h_l, found = got
+            h_a, h_s, h_l, ran, found = got
             c = per_kind[f"curves:{fam.name}"]
             c["runs"] += 1
             d = compare(h_a, h_s)
             c["analyze=simulate"] += d is None
             if d:
                 rest.append(f"{fam.name} run {i} ({run.kind}): analyze vs simulate: {d}")
-            if h_l is False:
+            if not ran:
                 c["live n/a"] += live
                 continue
             d_sl = compare(h_s, h_l, scaler=False)  # the live replay has no GradScaler

@@ -77,5 +77,7 @@ def test_the_guard_rolls_back_when_its_resume_replays_memorised_data(tmp_path, p
         return
     assert heavy is not None and heavy["event"] == "rollback" and heavy["cause"] == "repeated_data"
     assert heavy["step"] == 115 and heavy["to_step"] == 100  # 16 losses after the resume, back to it
-    nums, words = WholeLogFinding(kind="repeated_data", step=115, onset=100, live=True).answer(margin=0)
+    answer = WholeLogFinding(kind="repeated_data", step=115, onset=100, live=True).answer(margin=0)
+    assert answer is not None
+    nums, words = answer
     assert heavy["reasons"] == words and heavy["suspect"] == nums["suspect"]

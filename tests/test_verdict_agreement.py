@@ -64,7 +64,8 @@ def test_analyze_and_simulate_agree_on_curve_families_never_tuned_on():
 def test_the_live_guard_agrees_but_for_the_whole_log_rule(tmp_path):
     pytest.importorskip("torch")
     cfg = GuardConfig()
-    separated, differ = [], []
+    separated: list[tuple] = []
+    differ: list[tuple] = []
     for kind in KINDS:
         log = _log(kind, 11, 1000)
         h_a, h_s = _analyze_and_simulate(log, cfg)
