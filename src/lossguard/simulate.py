@@ -178,9 +178,8 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
         # A resume (a new segment) started from a checkpoint at its first step: the log says so.
         resumes = sorted({int(g.first_step) for g in log.segments[1:] if 0 < g.first_step <= last})
         ck = sorted(set(range(0, last + 1, every) if every else [0]) | set(resumes))
-        notes.append((f"checkpoints assumed at step 0 and every {every} steps" if every else
-                      "checkpoints assumed at step 0 only (checkpoint_every is None)")
-                     + (f", and at the {len(resumes)} resume(s)" if resumes else ""))
+        where = f"step 0 and every {every} steps" if every else "step 0 only (checkpoint_every is None)"
+        notes.append(f"checkpoints assumed at {where}" + (f", and at the {len(resumes)} resume(s)" if resumes else ""))
     else:
         ck = sorted(int(c) for c in checkpoints)
     # The log's length stands for the run's (it bounds the skip margin, as the live guard's steps= does).
