@@ -3,19 +3,20 @@
 The analyser finds repeated data at a resume with the level test of
 :func:`lossguard.detect.resume.repeated_after`: the median of the first ``level_points`` finite
 losses after the resume sits below the trend of the points before it. A live guard has that
-evidence too: it knows when it resumed (``guard.restore()``, or its own rollback: either one loads
-its timeline from a checkpoint) and it sees every loss after it. So this is not a second rule but
-the same function, fed online:
+evidence too: it knows when it resumed (``guard.restore()`` or a framework callback loads its
+timeline from a checkpoint) and it sees every loss after it. So this is not a second rule but the
+same function, fed online (the guard's :class:`~lossguard.guard.timeline.TimelineSlot` holds the
+watch, since every load passes through it; ``act_on_verdict`` feeds it each step's loss):
 
 - the guard keeps its last ``4 * level_points`` finite losses (all the level test reads before a
   resume) in its timeline state, which every checkpoint holds and a resume restores;
 - a resume arms the watch (any load of the guard's timeline from a checkpoint: ``guard.restore()``,
   a framework callback restoring it); the ``level_points``-th finite loss after it completes the
   test's evidence, and the test runs once, there (:func:`repeated_data_decided_at`);
-- the guard's own in-process rollback does not arm it: the guard rewinds its sampler to the
-  checkpoint's position (or, without one, does not rewind the stream at all), so the data cannot
-  repeat, while the LR cut that may come with the rollback can lower the loss for a while -- a dip
-  the test would misread;
+- the guard's own rollback (in process, or booked and finished by a restarted process) does not
+  arm it: the guard rewinds its sampler to the checkpoint's position (or, without one, does not
+  rewind the stream at all), so the data cannot repeat, while the LR cut that may come with the
+  rollback can lower the loss for a while -- a dip the test would misread;
 - a dip makes a :class:`~lossguard.recovery.finding.WholeLogFinding` that the policy answers with
   :meth:`RecoveryPolicy.observe_finding` -- the answer (rollback to the checkpoint the resume
   started from, the words) is the one the analyser's plan and ``simulate`` give for the same dip.
