@@ -11,6 +11,8 @@ detectors, classification, plans), best of ``--repeat`` runs. In the same run, f
 
     .venv/bin/python benchmarks/analyze_speed.py            # 1M steps
     .venv/bin/python benchmarks/analyze_speed.py --steps 100000 --repeat 1
+    for i in 1 2 3 4 5; do for t in A B; do PYTHONPATH=$t/src nice -n 10 .venv/bin/python \
+        benchmarks/analyze_speed.py --once; done; done             # two trees A, B interleaved
 """
 from __future__ import annotations
 
@@ -52,12 +54,22 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--online-points", type=int, default=50_000)
+    ap.add_argument("--once", action="store_true",
+                    help="print only the seconds of one analyze() (imports warmed on a 20k-step log): for "
+                         "A/B runs of two trees, alternated in a shell loop with PYTHONPATH=<tree>/src")
     args = ap.parse_args()
 
     from lossguard.analysis import analyze
     from lossguard.detect.series import OnlineSeriesDetector
     from lossguard.stitch import stitch
 
+    if args.once:
+        analyze(stitch(make_log(20_000)))
+        log = stitch(make_log(args.steps))
+        t0 = time.perf_counter()
+        analyze(log)
+        print(f"{time.perf_counter() - t0:.3f}")
+        return
     log = stitch(make_log(args.steps))
     analyze(log)  # warm-up (imports, first allocations)
     t_analyze = best(lambda: analyze(log), args.repeat)
@@ -83,7 +95,7 @@ def main() -> None:
         for name in ("loss", "grad_norm"):
             d = OnlineSeriesDetector()
             s, v = log.series[name].steps[:m], log.series[name].values[:m]
-            for step, value in zip(s.tolist(), v.tolist()):
+            for step, value in zip(s.tolist(), v.tolist(), strict=True):
                 d.update(step, value)
             d.finish()
     t_online = best(online, 1) * args.steps / m

@@ -21,7 +21,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from lossguard.plan import HEAVY
+from lossguard.plan import HEAVY, heavy_groups
+from lossguard.recovery.action import Action
+
+LOSS_SCALE_RESET = Action.LOSS_SCALE_RESET.value
 
 __all__ = ["Heavy", "compare", "from_analysis", "from_live_guard", "from_simulation", "shifted"]
 
@@ -33,28 +36,51 @@ class Heavy:
     action: str
     step: int
     reasons: tuple[str, ...]
+    """The words: the action's reasons, then its follow-ups' (an LR cut's, then a loss-scale reset's)."""
     to_step: int | None = None
     skip_batches: tuple[int, int] | None = None
     cause: str | None = None
+    scale_reset: tuple[str, ...] = ()
+    """The loss-scale reset follow-up's reasons (the last of ``reasons``; empty for a plan, whose
+    words are one list)."""
 
     @classmethod
-    def of(cls, rec: dict[str, Any]) -> "Heavy":
-        """From a decision record (``simulate``'s or the guard's JSONL event)."""
+    def of(cls, group: list[dict[str, Any]]) -> "Heavy":
+        """From a heavy decision record and its follow-ups (:func:`lossguard.plan.heavy_groups` of
+        ``simulate``'s records or the guard's JSONL events): the words are all of theirs, in order."""
+        rec = group[0]
         sb = rec.get("skip_batches")
-        return cls(str(rec["event"]), int(rec["step"]), tuple(rec.get("reasons", ())), rec.get("to_step"),
-                   None if sb is None else (int(sb[0]), int(sb[1])), rec.get("cause"))
+        reasons = tuple(r for d in group for r in d.get("reasons", ()))
+        reset = tuple(r for d in group[1:] if d["event"] == LOSS_SCALE_RESET for r in d.get("reasons", ()))
+        return cls(str(rec["event"]), int(rec["step"]), reasons, rec.get("to_step"),
+                   None if sb is None else (int(sb[0]), int(sb[1])), rec.get("cause"), reset)
+
+    def without_scaler(self) -> "Heavy":
+        """These words as a guard without a GradScaler would say them (no loss-scale reset follows)."""
+        if not self.scale_reset:
+            return self
+        n = len(self.reasons) - len(self.scale_reset)
+        return replace(self, reasons=self.reasons[:n], scale_reset=())
 
 
 def from_analysis(analysis) -> Heavy | None:
-    """The earliest heavy plan of an :class:`~lossguard.analysis.Analysis` (its head decision record)."""
-    heads = [p.decisions[0] for p in analysis.plans if p.step is not None and p.decisions]
-    heads = [d for d in heads if d["event"] in HEAVY]
-    return Heavy.of(min(heads, key=lambda d: d["step"])) if heads else None
+    """The earliest heavy plan of an :class:`~lossguard.analysis.Analysis`, read from what ``analyze
+    --json`` writes (:meth:`RecoveryPlan.to_dict`): the plan's own action, step, target, skipped
+    batches and words -- not the decision records filed under it."""
+    plans = [(p, p.to_dict()) for p in analysis.plans]
+    heavy = [(p, d) for p, d in plans if d["action"] in HEAVY and d["step"] is not None]
+    if not heavy:
+        return None
+    p, d = min(heavy, key=lambda pd: pd[1]["step"])
+    sb = d["skip_batches"]
+    return Heavy(d["action"], int(d["step"]), tuple(d["reasons"]), d["rollback_to_step"],
+                 None if sb is None else (int(sb[0]), int(sb[1])), p.decisions[0].get("cause") if p.decisions else None)
 
 
 def from_simulation(sim) -> Heavy | None:
-    """The first heavy decision of a :class:`~lossguard.simulate.Simulation`."""
-    return next((Heavy.of(d) for d in sim.decisions if d["event"] in HEAVY), None)
+    """The first heavy decision of a :class:`~lossguard.simulate.Simulation`, with its follow-ups."""
+    groups = heavy_groups(sim.decisions)
+    return Heavy.of(groups[0]) if groups else None
 
 
 def shifted(log, by: int):
@@ -67,7 +93,9 @@ def shifted(log, by: int):
 
 def from_live_guard(log, config, workdir: str | Path, *, metric: str = "loss") -> Heavy | None:
     """Run a live guard over a per-step log (steps ``0..n-1`` of the stitched timeline, no gaps) and
-    return its first heavy action (None: it never took one). Needs torch.
+    return its first heavy action (None: it never took one). Needs torch. At each resume of the log
+    the guard checkpoints, stops and a new guard resumes from that checkpoint (``guard.restore``), so
+    it knows its resumes as a live guard does.
 
     Args:
         log: the recorded run (stitched here); its live timeline must be every step from 0.
@@ -115,18 +143,34 @@ def from_live_guard(log, config, workdir: str | Path, *, metric: str = "loss") -
     model.w = torch.nn.Parameter(torch.full((1,), 1e12, dtype=torch.float64))
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     cfg = replace(config, stats="host", gate="host", replay=False, log_metrics=False, halt_raises=False)
-    store = CheckpointStore(Path(workdir), keep_last=1_000_000)
-    guard = StabilityGuard(model, opt, store=store, config=cfg)
-    seen = 0
-    for step, i in guard.batches(range(len(steps)), steps=len(steps)):
-        out = Recorded.apply(model.w, float(loss[i]), float(gn[i]))
-        out.backward()
-        guard.step(out)
-        heavy = next((e for e in guard.events[seen:] if e["event"] in HEAVY), None)
-        seen = len(guard.events)
-        if heavy is not None:
-            guard.close()
-            return Heavy.of(heavy)
+    n = len(steps)
+    # The log's resumes are real ones here: the process checkpoints at the resume's first step (the
+    # recorded run resumed from a checkpoint there), stops, and a new guard resumes from it.
+    resumes = sorted({int(g.first_step) for g in log.segments[1:]} & set(range(1, n)))
+    start: int | None = None
+    for stop in [*resumes, n]:
+        store = CheckpointStore(Path(workdir), keep_last=1_000_000)
+        guard = StabilityGuard(model, opt, store=store, config=cfg)
+        if start is not None:
+            guard.restore(start)
+        seen = 0
+        for step, _ in guard.batches(range(n), steps=n):
+            out = Recorded.apply(model.w, float(loss[step]), float(gn[step]))
+            out.backward()
+            guard.step(out)
+            heavy = heavy_groups(guard.events[seen:])  # the step's events: the action and its follow-ups
+            seen = len(guard.events)
+            if heavy:
+                guard.close()
+                return Heavy.of(heavy[0])
+            if guard.step_count == stop:
+                break
+        if guard.halted or guard.step_count != stop:
+            break
+        if stop < n and store.newest_at_or_before(stop) != stop:
+            guard.save()
+        guard.close()
+        start = stop
     guard.close()
     return None
 
@@ -143,14 +187,22 @@ def _fill(values, present):
     return out
 
 
-def compare(a: Heavy | None, b: Heavy | None) -> str | None:
-    """None when two first heavy actions agree (both absent, or the same action, step, reasons,
-    target and skipped data); else what differs, in words."""
-    if a == b:
+def compare(a: Heavy | None, b: Heavy | None, *, scaler: bool = True) -> str | None:
+    """None when two first heavy actions agree (both absent, or the same action, step, words, target
+    and skipped data); else what differs, in words.
+
+    Args:
+        scaler: False when ``b`` is the live replay of :func:`from_live_guard`, which trains without a
+            GradScaler (a log's loss scale cannot be replayed): ``a``'s loss-scale reset follow-up,
+            which ``simulate`` books for an fp16 log as a guard with a scaler does, is then left out.
+    """
+    if not scaler and a is not None:
+        a = a.without_scaler()
+    if a is None and b is None:
         return None
     if a is None or b is None:
         return f"one acts ({a or b}), the other does not"
-    for name in ("action", "step", "to_step", "skip_batches", "reasons"):
+    for name in ("action", "step", "to_step", "skip_batches", "reasons"):  # reasons: all the words
         if getattr(a, name) != getattr(b, name):
             return f"{name}: {getattr(a, name)!r} != {getattr(b, name)!r}"
-    return "differ"
+    return None

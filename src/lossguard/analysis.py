@@ -14,6 +14,7 @@ from .version import __version__
 from .classify.assemble import find_incidents
 from .classify.incident import Incident, IncidentKind
 from .classify.settings import AnalyzeConfig
+from .detect.shared_stats import shared_window_stats
 from .jsonsafe import strict_json
 from .plan import PlanConfig, RecoveryPlan, findings, make_plans
 from .recovery.severity import Severity
@@ -111,9 +112,10 @@ def analyze(log: RunLog, *, checkpoints: Sequence[int] | None = None, settings: 
     settings = settings or AnalyzeConfig()
     plan = plan or PlanConfig()
     log = stitch(log)
-    found = find_incidents(log, settings)
-    ck = sorted(int(c) for c in checkpoints) if checkpoints is not None else None
-    replay = guard_replay(log, found.metric, found.incidents, plan, ck)
+    with shared_window_stats():  # the policy replay scores the series the detectors scored: once
+        found = find_incidents(log, settings)
+        ck = sorted(int(c) for c in checkpoints) if checkpoints is not None else None
+        replay = guard_replay(log, found.metric, found.incidents, plan, ck)
     return Analysis(
         log=log, incidents=found.incidents,
         plans=make_plans(found.incidents, replay.decisions if replay else [], checkpoints_known=ck is not None),

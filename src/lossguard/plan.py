@@ -135,7 +135,10 @@ def findings(incidents: Sequence[Incident]) -> list[WholeLogFinding]:
     for i in incidents:
         short = i.details.get("rule") == RELATIVE_RULE and i.kind.value in SHORT_LOG_KINDS
         if short or i.kind.value in WHOLE_LOG_KINDS:
-            out.append(WholeLogFinding(kind=i.kind.value, step=i.onset, onset=i.onset, peak=i.peak, short_log=short))
+            live = "decided_at" in i.details  # the level test at a resume: a live guard runs it too
+            step = int(i.details.get("decided_at", i.onset))  # when the evidence is complete (resume_watch.py)
+            out.append(WholeLogFinding(kind=i.kind.value, step=step, onset=i.onset, peak=i.peak, short_log=short,
+                                       live=live))
     return out
 
 
@@ -173,8 +176,9 @@ ADVICE = {
 """Advice in words for an incident the policy does not act on (never an action of its own)."""
 
 
-def _actions(decisions: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """The heavy decisions, each with its follow-ups (the LR cut / loss-scale reset a rollback brings)."""
+def heavy_groups(decisions: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The heavy decisions among decision records (``simulate``'s, or a guard's events), each with
+    its follow-ups (the LR cut / loss-scale reset a rollback brings): what a plan's words are made of."""
     out: list[list[dict[str, Any]]] = []
     for d in decisions:
         ev = d["event"]
@@ -215,7 +219,7 @@ def make_plans(incidents: Sequence[Incident], decisions: Sequence[dict[str, Any]
             p = plans[order[_owner(starts, int(d.get("onset", d["step"])))]]
             p.reset_loss_scale = True
             p.reasons += list(d.get("reasons", []))
-    for group in _actions(decisions):
+    for group in heavy_groups(decisions):
         head = group[0]
         at = int(head.get("onset", head["step"]))
         if incidents:

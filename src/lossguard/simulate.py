@@ -9,8 +9,9 @@ turns the guard on.
 Assumptions about a log (the log cannot say what a live guard knows):
 
 - **batch index == step**, unless the log has a ``batch_index`` series, which is used instead;
-- **checkpoints** at step 0 and every ``config.checkpoint_every`` steps (None: only step 0), unless
-  a list is given (``checkpoints=``, e.g. from ``--checkpoints``);
+- **checkpoints** at step 0, every ``config.checkpoint_every`` steps (None: only step 0) and at
+  the first step of every resume or rollback in the log (the run restarted from a checkpoint there),
+  unless a list is given (``checkpoints=``, e.g. from ``--checkpoints``);
 - the LR-ramp evidence (``lr_ramp_window``: is the LR still rising?) comes from the log's ``lr``
   series; a log without one is never in the ramp (a live guard reads the optimizer's LR);
 - the grad-norm test runs only where the log has a grad norm (a log without one is judged on its
@@ -174,9 +175,11 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
     if checkpoints is None:
         every = cfg.checkpoint_every
         last = int(steps[-1]) if len(steps) else 0
-        ck = list(range(0, last + 1, every)) if every else [0]
-        notes.append(f"checkpoints assumed at step 0 and every {every} steps" if every else
-                     "checkpoints assumed at step 0 only (checkpoint_every is None)")
+        # A resume (a new segment) started from a checkpoint at its first step: the log says so.
+        resumes = sorted({int(g.first_step) for g in log.segments[1:] if 0 < g.first_step <= last})
+        ck = sorted(set(range(0, last + 1, every) if every else [0]) | set(resumes))
+        where = f"step 0 and every {every} steps" if every else "step 0 only (checkpoint_every is None)"
+        notes.append(f"checkpoints assumed at {where}" + (f", and at the {len(resumes)} resume(s)" if resumes else ""))
     else:
         ck = sorted(int(c) for c in checkpoints)
     # The log's length stands for the run's (it bounds the skip margin, as the live guard's steps= does).
@@ -251,10 +254,10 @@ def _play(decisions: list[Decision], checkpoints: list[int], cfg: GuardConfig, s
             if not r.halts and r.target is not None:  # a halt has no target
                 follow = policy.rolled_back(d, r.target)
                 emit(d, to_step=r.target)
-                if policy.has_scaler and cfg.recipe.reset_loss_scale:  # as the executor does
-                    emit(loss_scale_reset_with(r.target))
                 for f in follow:
                     emit(f)
+                if policy.has_scaler and cfg.recipe.reset_loss_scale:  # as the executor does, after the restore
+                    emit(loss_scale_reset_with(r.target))
                 continue
             d = r.decision
         if d.action is Action.HALT:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..detect.resume import dead_vs_live, repeated_after, repeated_ids, resume_spike
+from ..recovery.resume_watch import repeated_data_decided_at
 from ..recovery.severity import Severity
 from .context import Context
 from .incident import Incident, IncidentKind as K
@@ -60,7 +61,9 @@ def repeated_data_pass(ctx: Context) -> None:
             magnitude=f.excess, magnitude_sigma=f.excess / f.noise if f.noise > 0 else float("-inf"),
             streams=ctx.streams, severity=Severity.WARNING,
             evidence="The data stream seems to have restarted at the resume: " + "; ".join(evidence) + ".",
-            details={"segment": seg, "dead_vs_live": dl, **f.details}))
+            details={"segment": seg, "dead_vs_live": dl, **f.details,
+                     # where the level test has all its points: a live guard decides there too
+                     "decided_at": ctx.step(repeated_data_decided_at(b, ctx.cfg.resume))}))
         ctx.claims.repeated.add(b)
         if f.end is not None:  # the step back up to fresh data is part of this incident, not a spike
             h = ctx.cfg.resume.level_points

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..errors import raise_all
 from .robust import DIFF_TO_SIGMA, window_stats
+from .shared_stats import window_stats_once
 
 
 
@@ -145,7 +146,9 @@ def score_finite(x: np.ndarray, cfg: OutlierConfig, *, down: bool = False) -> Fi
     dn = np.zeros(m, dtype=bool) if down else None
     if m > cfg.min_points:
         refresh = refresh_counts(m, cfg)
-        med, sig = window_stats(x, refresh, window=cfg.window, rel_noise_floor=cfg.rel_noise_floor)
+        key = (cfg.window, cfg.stride, cfg.min_points, cfg.rel_noise_floor)  # all the statistics depend on
+        med, sig = window_stats_once(
+            x, key, lambda: window_stats(x, refresh, window=cfg.window, rel_noise_floor=cfg.rel_noise_floor))
         thr = thresholds(cfg, med, sig, refresh < cfg.window)
         counts = np.diff(np.append(refresh, m))
         f = int(refresh[0])

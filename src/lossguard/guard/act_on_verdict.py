@@ -9,8 +9,10 @@ episode's half-open batch range when it reaches it (:mod:`.data_feed`).
 """
 from __future__ import annotations
 
+from itertools import chain
 from typing import TYPE_CHECKING
 
+from ..recovery.resume_watch import answered
 from ..recovery.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -20,8 +22,9 @@ if TYPE_CHECKING:
 def act_on_verdict(guard: StabilityGuard, v: Verdict, *, transient: bool) -> None:
     """Ask the policy about ``v`` and have the executor carry out each decision; after a rollback,
     put the restored timeline in place (step counter, data position, policy)."""
+    finding = guard._timeline.watch.update(v.step, v.loss)  # repeated data after a resume (resume_watch.py)
     with guard._timeline.parked():  # a rollback's restore must not reload this guard mid-decision
-        for d in guard.policy.observe(v, transient=transient):
+        for d in chain(guard.policy.observe(v, transient=transient), answered(guard.policy, finding)):
             data_count = guard.feed.count
             out = guard.executor.carry_out(d)
             if out.rolled_back_to is not None:

@@ -8,11 +8,18 @@ into it. So the TrainState holds this slot, not the guard: saving reads the guar
 while the guard decides only *parks* the state, and the guard applies it once the decision loop is
 over (:meth:`StabilityGuard._process`). Loading at any other time (a resume, a user's own
 ``state.restore``) applies at once.
+
+The slot also holds the guard's :class:`~lossguard.recovery.resume_watch.ResumeWatch` (repeated data
+after a resume), because it is where a load is seen: a load arms the watch, except the guard's own
+rollback -- a parked load, or one while the ledger has a rollback booked (``resume_from``: a
+framework restart finishing it) -- which rewinds the data exactly and so is not a resume to test.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
 from typing import Any, Iterator
+
+from ..recovery.resume_watch import ResumeWatch
 
 
 class TimelineSlot:
@@ -26,6 +33,8 @@ class TimelineSlot:
         self.guard = guard
         self._parking = False
         self._parked: dict[str, Any] | None = None
+        self.watch = ResumeWatch()
+        """Repeated data after a resume, tested as the analyser tests it (its losses are timeline state)."""
 
     def state_dict(self) -> dict[str, Any]:
         """The guard's timeline (:meth:`StabilityGuard.state_dict`)."""
@@ -37,6 +46,8 @@ class TimelineSlot:
             self._parked = sd
         else:
             self.guard.load_state_dict(sd)
+            if self.guard.ledger.resume_from is not None:  # the guard's own booked rollback, finished now
+                self.watch.disarm()
 
     @contextmanager
     def parked(self) -> Iterator[None]:
@@ -52,3 +63,4 @@ class TimelineSlot:
         sd, self._parked = self._parked, None
         if sd is not None:
             self.guard.load_state_dict(sd)
+            self.watch.disarm()  # the guard's own rollback: not a resume to test

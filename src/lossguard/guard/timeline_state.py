@@ -19,7 +19,7 @@ def timeline_state(guard: StabilityGuard) -> dict[str, Any]:
     """The guard's timeline, JSON-safe (:meth:`StabilityGuard.state_dict`)."""
     return {"format": GUARD_FORMAT, "judge": guard.judge.state_dict(), "policy": guard.policy.state_dict(),
             "data_count": guard.feed.count, "lr_ramp": guard._lr_ramp.state_dict(),
-            "withheld": guard.withheld.state_dict()}
+            "withheld": guard.withheld.state_dict(), "resume_watch": guard._timeline.watch.state_dict()}
 
 
 def load_timeline(guard: StabilityGuard, sd: dict[str, Any]) -> None:
@@ -38,3 +38,4 @@ def load_timeline(guard: StabilityGuard, sd: dict[str, Any]) -> None:
     guard.feed.count = int(sd["data_count"])
     guard._lr_ramp.load_state_dict(sd.get("lr_ramp"))
     guard.withheld.load_state_dict(sd.get("withheld"))
+    guard._timeline.watch.load_state_dict(sd.get("resume_watch"))  # a load is a resume: the watch arms

@@ -4,15 +4,21 @@ The live guard decides from one step at a time. The analyser (and ``lossguard si
 the command line, which classifies the log too) sees the whole log, and some faults show only
 there. The rule is written once, here and in :meth:`RecoveryPolicy.observe_finding`: such a finding
 is *evidence given to the same policy*, which decides about it with its own budgets and words, so
-``analyze`` and ``simulate`` name the same action at the same step. The live guard never gets these
-findings -- the only place the three may differ, and why:
+``analyze`` and ``simulate`` name the same action at the same step. Where a live guard can gather
+the same evidence it does, and the finding is marked ``live``; the rest are the one documented
+difference between the analyser and a live guard (:meth:`WholeLogFinding.unseen_live` says why):
 
-- **repeated data after a resume** (``repeated_data``): the data loader restarted from an earlier
-  position when the run was resumed, so the model trains on data it has seen. A live guard resumes
-  through its own TrainState, which restores the data position exactly, so it cannot happen under
-  the guard; in a log it shows only as a loss lower than the trend for the length of the replayed
-  data, which no per-step test flags. The policy answers with a rollback to the checkpoint the resume
-  started from (distance 0: the checkpoint is fine, the resume was not), skipping no data.
+- **repeated data after a resume** (``repeated_data``, seen live): the data loader restarted from
+  an earlier position when the run was resumed, so the model trains on data it has seen (a guard
+  with a sampler restores the data position exactly; a loader outside it may not). It shows as a
+  loss lower than the trend for the length of the replayed data, which no per-step outlier test
+  flags, but the level test at a resume (:func:`lossguard.detect.resume.repeated_after`) does -- and
+  a live guard knows its resumes and sees every loss after them, so it runs that same test
+  (:mod:`lossguard.recovery.resume_watch`). Both decide at the point where the test has its evidence
+  (the ``level_points``-th loss after the resume). The policy answers with a rollback to the
+  checkpoint the resume started from (distance 0: the checkpoint is fine, the resume was not),
+  skipping no data. Repeated data found from a log's sample-id columns is not seen live (the guard
+  does not read them).
 - **a change of regime** (``regime_change``): the loss's noise and level moved together and stayed
   (the Mixtral log's step 3200): the data or the loss changed underneath the run. It shows only
   against the whole log's noise before and after; no single step is an outlier, so a live guard
@@ -59,6 +65,22 @@ class WholeLogFinding:
     """Step of the finding's peak (a short log's spike: the last batch it skips)."""
     short_log: bool = False
     """Found by a short log's relative rules (:data:`SHORT_LOG_KINDS`)."""
+    live: bool = False
+    """A live guard gathers this evidence too, at the same step (repeated data by the level test at a
+    resume: :mod:`lossguard.recovery.resume_watch`)."""
+
+    def unseen_live(self) -> str | None:
+        """None when a live guard gets this evidence too; else the rule that separates the analyser's
+        answer from a live guard's, in words (the one place it is written)."""
+        if self.live:
+            return None
+        if self.kind == "repeated_data":
+            return "repeated data found from the log's sample-id columns, which a live guard does not read"
+        if self.short_log:
+            return "a short log's relative rule: a live guard is not warm yet with so few points"
+        return {"regime_change": "a change of regime shows only against the whole log's noise before and after",
+                "loss_scale_collapse": "a loss-scale collapse found in the whole log stands in for the live "
+                                       "guard's per-step scale checks"}.get(self.kind, "whole-log evidence")
 
     def answer(self, *, margin: int) -> tuple[dict[str, Any], list[str]] | None:
         """The numbers and reasons of the policy's decision for this finding (None: no action). The
@@ -72,7 +94,8 @@ class WholeLogFinding:
             return ({"onset": onset, "rollback_distance": 0, "cause": "repeated_data",
                      "suspect": Suspect.DATA_POSITION.value},
                     [f"the data loader restarted from an earlier position at the resume at step {onset}: the low "
-                     "loss is memorised data, and the model is being trained on it twice (whole-log evidence)",
+                     "loss is memorised data, and the model is being trained on it twice (the first losses after the "
+                     "resume sit below the trend before it)",
                      "restore the checkpoint the resume started from and resume again with the data position saved "
                      "in it; check the data loader state is saved and restored (`lossguard verify-resume`)"])
         if self.kind == "regime_change":

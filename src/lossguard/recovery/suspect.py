@@ -22,7 +22,7 @@ class Suspect(str, enum.Enum):
     NUMERICS = "numerics"
     """Non-finite values or an fp16 loss-scale collapse (numerics, not data)."""
     DATA_POSITION = "data_position"
-    """The data loader's position after a resume (whole-log evidence: repeated data)."""
+    """The data loader's position after a resume (repeated data: the level test at a resume)."""
 
     def __str__(self) -> str:
         return self.value
