@@ -15,6 +15,7 @@ Assumptions about a log (the log cannot say what a live guard knows):
   series; a log without one is never in the ramp (a live guard reads the optimizer's LR);
 - the grad-norm test runs only where the log has a grad norm (a log without one is judged on its
   loss alone, plus a note); loss-scale resets are not simulated (no GradScaler to watch);
+- ``max_withheld_streak`` halts as in the live guard (a rollback ends a streak);
 - a **skip** is taken not to change what follows (one withheld update; the recorded next step is
   what the guarded run would have seen, approximately). Every action after the first one that
   *changes the future* (rollback, LR cut, loss-scale reset, halt) is marked ``counterfactual``:
@@ -34,6 +35,7 @@ import numpy as np
 from .detect.outlier import score
 from .guard.config import GuardConfig
 from .guard.judge.evidence import evidence_series, onset_lag
+from .guard.withheld import ReplayedStreak
 from .jsonsafe import strict_json
 from .detect.loss_scale import is_static
 from .metrics import GRAD_NORM, LOSS, LOSS_SCALE, LR
@@ -207,6 +209,7 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
     nxt = 0
     eligible = ~bad & np.isfinite(ls.baseline) if cfg.loss_rise is not None else np.zeros(len(steps), dtype=bool)
     rise = LossRiseSeries(ls.baseline, eligible, cfg, start=0)
+    streak = ReplayedStreak(None if cfg.shadow else cfg.max_withheld_streak)  # the live guard's cap
     b = 0
     while True:
         nb = int(bad_idx[b]) if b < len(bad_idx) else len(steps)
@@ -225,8 +228,13 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
             b += 1
         else:
             policy.level = rise.level_before(nf, steps)  # what the policy holds there, fed every step
-        # Only checkpoints up to here exist.
-        if _play(policy.observe(verdict(i)), [c for c in ck if c <= int(steps[i])], cfg, sim, policy):
+        here = [c for c in ck if c <= int(steps[i])]  # only checkpoints up to here exist
+        decisions = policy.observe(verdict(i))
+        if _play(decisions, here, cfg, sim, policy):
+            break
+        rolled = any(d.action is Action.ROLLBACK for d in decisions)
+        if (halt := streak.observe(i, int(steps[i]), withheld=bool(bad[i]), rolled_back=rolled)) is not None \
+                and _play([halt], here, cfg, sim, policy):
             break
         if nb > nf and policy.level["seen"] == 0:  # the rule rolled back: it watches afresh from here
             rise = LossRiseSeries(ls.baseline, eligible, cfg, start=i + 1)
@@ -248,7 +256,7 @@ def _play(decisions: list[Decision], checkpoints: list[int], cfg: GuardConfig, s
         if d.action is Action.ROLLBACK:
             # The executor's own resolver (recovery/resolve.py): the same target, halt and words.
             r = resolve_rollback(d, checkpoints, cfg.recipe)
-            if not r.halts:
+            if r.target is not None and not r.halts:
                 follow = policy.rolled_back(d, r.target)
                 emit(d, to_step=r.target)
                 if policy.has_scaler and cfg.recipe.reset_loss_scale:  # as the executor does
@@ -279,7 +287,8 @@ def describe(sim: Simulation) -> list[str]:
         elif ev == Action.ROLLBACK.value:
             sb = d.get("skip_batches")
             line = (f"step {step}: roll back to checkpoint {d['to_step']} (onset {d['onset']}), skip batches "
-                    f"[{sb[0]}, {sb[1]}) ({sb[1] - sb[0]} batches)" if sb else f"step {step}: roll back to {d['to_step']}")
+                    f"[{sb[0]}, {sb[1]}) ({sb[1] - sb[0]} batches)" if sb
+                    else f"step {step}: roll back to {d['to_step']}")
         elif ev == Action.LR_CUT.value:
             until = d.get("until_step")
             line = (f"step {step}: cut the LR x{d['factor']:g} "

@@ -54,3 +54,23 @@ class WithheldStreak:
         """Restore :meth:`state_dict` output (None: a checkpoint from before the cap; count 0)."""
         sd = sd or {}
         self.count, self.first = int(sd.get("count", 0)), sd.get("first")
+
+
+class ReplayedStreak(WithheldStreak):
+    """The same cap for :func:`lossguard.simulate.simulate`, which feeds the policy only some steps.
+
+    A step the replay skips over was a good one (its update applied), so a gap in the log positions
+    ends the streak; a rollback ends it too (the live guard restores the count its checkpoint held;
+    the replay takes it to be 0). One rule, :meth:`WithheldStreak.update`, decides the halt for both.
+    """
+
+    def __init__(self, cap: int | None) -> None:
+        super().__init__(cap)
+        self._last: int | None = None
+
+    def observe(self, index: int, step: int, *, withheld: bool, rolled_back: bool) -> Decision | None:
+        """Count the step at log position ``index``; returns the HALT decision at the cap."""
+        if rolled_back or self._last is None or index != self._last + 1:
+            self.count, self.first = 0, None
+        self._last = index if withheld and not rolled_back else None
+        return None if rolled_back else self.update(step, withheld)
