@@ -31,7 +31,7 @@ def _args(argv=None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--ckpt-dir", required=True)
     ap.add_argument("--out", required=True, help="prefix of the per-rank result files")
-    ap.add_argument("--pocket", type=int, nargs=2, default=(52, 58), metavar=("START", "STOP"),
+    ap.add_argument("--pocket", type=int, nargs=2, default=(49, 55), metavar=("START", "STOP"),
                     help="half-open range of batch indices whose loss is scaled by 8 on every rank")
     ap.add_argument("--kill", default=None, help="'booked' or 'after:N' (first attempt only)")
     ap.add_argument("--kill-rank", type=int, default=1)

@@ -2,10 +2,11 @@
 an in-process rollback (before the next save) is relaunched by torchrun, resumes through
 ``guard.restore()`` and ends bitwise equal to the uninterrupted guarded run (issue 23).
 
-The job is :mod:`evals.fsdp_guarded_loop`: a bad-data pocket at batches [52, 58) makes the guard
-roll back from step 54 to the step-40 checkpoint, while the step-50 checkpoint (saved before the
-pocket was seen) is still on disk until the rollback removes it. A relaunch that loaded it would
-resume the abandoned timeline and diverge.
+The job is :mod:`evals.fsdp_guarded_loop`: a bad-data pocket at batches [49, 55) makes the guard
+roll back from step 51 to the step-30 checkpoint. The step-50 checkpoint was saved inside the
+episode (steps 49-50 withheld, the episode open) and stays on disk until the rollback removes it. A
+relaunch that loaded it would resume the abandoned timeline: with the removal disabled by hand, the
+``after:0`` kill ended with different weights on both ranks.
 """
 from __future__ import annotations
 
@@ -44,8 +45,8 @@ def reference(tmp_path_factory):
     _run(tmp, "ref")
     out = _results(tmp, "ref")
     for rank in out:
-        # one rollback, from the pocket back to step 40; the step-50 checkpoint is the abandoned one
-        assert rank["rollbacks"] == [(54, 40)] and rank["skip_ranges"] == [[52, 65]]
+        # one rollback, from the pocket back to step 30; the step-40 and step-50 checkpoints are abandoned
+        assert rank["rollbacks"] == [(51, 30)] and rank["skip_ranges"] == [[49, 62]]
     return out
 
 
