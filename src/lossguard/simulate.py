@@ -256,7 +256,7 @@ def _play(decisions: list[Decision], checkpoints: list[int], cfg: GuardConfig, s
         if d.action is Action.ROLLBACK:
             # The executor's own resolver (recovery/resolve.py): the same target, halt and words.
             r = resolve_rollback(d, checkpoints, cfg.recipe)
-            if r.target is not None and not r.halts:
+            if not r.halts and r.target is not None:  # a halt has no target
                 follow = policy.rolled_back(d, r.target)
                 emit(d, to_step=r.target)
                 if policy.has_scaler and cfg.recipe.reset_loss_scale:  # as the executor does

@@ -8,8 +8,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
-from .. import __version__
+from ..version import __version__
 from ..errors import LossguardError
 
 # Verb modules, in the order `lossguard --help` lists them. A verb whose module is missing is
@@ -20,7 +21,7 @@ EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits 2 on usage errors; keep its message short
+    def error(self, message: str) -> NoReturn:  # argparse exits 2 on usage errors; keep its message short
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 

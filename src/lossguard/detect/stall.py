@@ -114,7 +114,7 @@ class Stall:
 def _blocks(x: np.ndarray, n_blocks: int) -> tuple[np.ndarray, np.ndarray]:
     """Block medians and the index of each block's last point."""
     edges = np.linspace(0, len(x), n_blocks + 1).astype(int)
-    med = np.array([np.median(x[a:b]) for a, b in zip(edges[:-1], edges[1:])])
+    med = np.array([np.median(x[a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)])
     return med, edges
 
 
@@ -139,7 +139,7 @@ def find_stalls(steps: np.ndarray, loss: np.ndarray, *, lr: tuple[np.ndarray, np
     size = len(x) / nb
     sigma = 1.4826 * np.median(np.abs(np.diff(x))) / np.sqrt(2.0)
     se = 1.25 * sigma / np.sqrt(size)
-    centre = np.array([s[(a + b - 1) // 2] for a, b in zip(edges[:-1], edges[1:])])
+    centre = np.array([s[(a + b - 1) // 2] for a, b in zip(edges[:-1], edges[1:], strict=True)])
     need = max(cfg.min_blocks, int(np.ceil(cfg.min_fraction * nb)))
     out: list[Stall] = []
     skip = max(1, int(np.ceil(cfg.skip_fraction * nb)))

@@ -18,7 +18,7 @@ stacks them into ONE tensor, so a loop (or the guard) reads them in one transfer
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -59,17 +59,17 @@ class PrecursorMonitor:
     """
 
     def __init__(self, model: nn.Module, optimizer=None, *, attention: bool = True,
-                 output: nn.Module | bool | None = None, update_ratio: bool = True, every: int = 1) -> None:
+                 output: nn.Module | Literal[False] | None = None, update_ratio: bool = True, every: int = 1) -> None:
         base = getattr(model, "module", model)
         self.optimizer = optimizer
         self.params = [p for p in base.parameters() if p.requires_grad]
         self.probes: list[AttentionProbe] = find_attention(base, every=every) if attention else []
-        self.output = (_find_output(base) if output is None else (output or None))
+        self.output: nn.Module | None = _find_output(base) if output is None else (output or None)
         device = self.params[0].device if self.params else torch.device("cpu")
         nan = torch.full((), math.nan, device=device)
         self._out_max, self._out_lse = nan, nan
         self._update, self._adam = nan.clone(), nan.clone()
-        self._prev = None
+        self._prev: list[torch.Tensor] | None = None
         self._handle = self.output.register_forward_hook(self._on_output) if self.output is not None else None
         self.update_ratio = update_ratio
         self.names = ([M.attn_layer(i) for i in range(len(self.probes))]
@@ -157,7 +157,7 @@ class PrecursorMonitor:
     def decode(self, values) -> dict[str, float]:
         """``{metric name: float}`` from :meth:`packed`'s values (a host list or tensor)."""
         vals = values.tolist() if hasattr(values, "tolist") else list(values)
-        return {n: float(v) for n, v in zip(self.names, vals[:len(self.names)])}
+        return {n: float(v) for n, v in zip(self.names, vals[:len(self.names)], strict=False)}
 
     def read(self) -> dict[str, float]:
         """:meth:`packed` read to the host now (one transfer) and decoded."""

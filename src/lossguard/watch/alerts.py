@@ -16,6 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from functools import partial
 from typing import IO, Callable
 
 from ..errors import raise_all
@@ -135,9 +136,9 @@ class HookRunner:
             if ev is None:
                 return
             if self.config.command:
-                self._retry("--on-incident", lambda: self._run_command(ev), ev)
+                self._retry("--on-incident", partial(self._run_command, self.config.command, ev), ev)
             if self.config.webhook:
-                self._retry("--webhook", lambda: self._post(ev), ev)
+                self._retry("--webhook", partial(self._post, self.config.webhook, ev), ev)
 
     def _retry(self, name: str, action: Callable[[], None], ev: WatchEvent) -> None:
         cfg = self.config
@@ -156,17 +157,17 @@ class HookRunner:
                     time.sleep(wait)
         self.failed += 1
 
-    def _run_command(self, ev: WatchEvent) -> None:
+    def _run_command(self, command: str, ev: WatchEvent) -> None:
         data = json.dumps(ev.to_dict(), allow_nan=False).encode()
-        done = subprocess.run(self.config.command, shell=True, input=data, capture_output=True,
+        done = subprocess.run(command, shell=True, input=data, capture_output=True,
                               timeout=self.config.timeout)
         if done.returncode != 0:
             err = done.stderr.decode(errors="replace").strip().splitlines()
             raise RuntimeError(f"exit {done.returncode}" + (f": {err[-1][:200]}" if err else ""))
 
-    def _post(self, ev: WatchEvent) -> None:
+    def _post(self, url: str, ev: WatchEvent) -> None:
         body = json.dumps(slack_payload(ev), allow_nan=False).encode()
-        req = urllib.request.Request(self.config.webhook, data=body, method="POST",
+        req = urllib.request.Request(url, data=body, method="POST",
                                      headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=self.config.timeout) as resp:

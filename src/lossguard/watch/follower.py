@@ -17,10 +17,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from ..errors import LossguardError
-from ..io import HEAD_BYTES, detect_format, reader
-from ..io import _runs
+from ..io import HEAD_BYTES, detect_format, require_reader
+from ..io import runs as run_files
 from .history import Points
 from .lines import CsvDecoder, JsonlDecoder, MegatronDecoder
 from .text import TextDecoder
@@ -31,6 +32,22 @@ from .wholefile import WholeFileDecoder
 LINE_DECODERS = {"csv": CsvDecoder, "jsonl": JsonlDecoder, "megatron": MegatronDecoder, "text": TextDecoder}
 """Formats followed by their new bytes; every other format is re-read whole when it changes."""
 
+class Decoder(Protocol):
+    """What the follower asks of a format's incremental decoder (line, event-file or whole-file)."""
+
+    @property
+    def partial(self) -> bytes:
+        """Bytes held back: the end of the file inside a line or record."""
+
+    def restart(self) -> None:
+        """The file was replaced or truncated: the next points are a new launch."""
+
+    def feed(self, data: bytes) -> list[Points]:
+        """The points decoded from the file's new bytes."""
+
+    def flush(self) -> list[Points]:
+        """The writer is gone: the points of an unterminated last line or record."""
+
 
 @dataclass
 class Followed:
@@ -39,7 +56,7 @@ class Followed:
     path: str
     format: str
     tail: FileTail
-    decoder: object
+    decoder: Decoder
     root: Path | None
     broken: str | None = None  # why the file is no longer followed (corrupt)
     reported_partial: int = 0  # pending bytes already reported after the writer went quiet
@@ -84,7 +101,7 @@ class RunFollower:
 
     # ---- discovery -----------------------------------------------------------------------------
     def _candidates(self) -> list[tuple[str, Path | None]]:
-        out = []
+        out: list[tuple[str, Path | None]] = []
         for p in self.paths:
             if os.path.isdir(p):
                 root = Path(p)
@@ -107,7 +124,8 @@ class RunFollower:
                 continue
             cached = self._listing.get(d)
             if cached is None or cached[0] != mtime:
-                names, subs = [], []
+                names: list[str] = []
+                subs: list[str] = []
                 try:
                     with os.scandir(d) as it:
                         for e in it:
@@ -135,7 +153,7 @@ class RunFollower:
                 continue
             if (st.st_dev, st.st_ino) in self._read_inodes:
                 continue  # a rotated file: already read under its old name
-            if root is not None and _runs.is_side_file(Path(path)):
+            if root is not None and run_files.is_side_file(Path(path)):
                 continue
             if st.st_size == 0 or self._waiting.get(path) == st.st_size:
                 continue
@@ -170,14 +188,14 @@ class RunFollower:
             return None  # not even one whole line yet
         if self.format is not None:  # a forced format applies to the directory's files it can read
             try:
-                return self.format if reader(self.format).sniff(Path(path), head) else None
+                return self.format if require_reader(self.format).sniff(Path(path), head) else None
             except Exception:  # noqa: BLE001 - a sniffer must never crash the watch; treat as "not mine"
                 return None
         return detect_format(path, head)
 
     def _preferred(self, fmt: str, root: Path) -> bool:
         """False when the directory's files of a format read_log prefers are followed already."""
-        order = _runs.SOURCE_PREFERENCE
+        order = run_files.SOURCE_PREFERENCE
         rank = order.index(fmt) if fmt in order else len(order)
         others = [f.format for f in self.files.values() if f.root == root]
         if any((order.index(o) if o in order else len(order)) < rank for o in others):
@@ -187,7 +205,7 @@ class RunFollower:
                 del self.files[path]
         return True
 
-    def _decoder(self, path: str, fmt: str, root: Path | None):
+    def _decoder(self, path: str, fmt: str, root: Path | None) -> Decoder:
         if fmt == "tensorboard":
             return EventFileDecoder(path, root or Path(path).parent, self._tb_names)
         if fmt in LINE_DECODERS:
@@ -236,7 +254,7 @@ class RunFollower:
     def _joined(self, f: Followed, pts: list[Points]) -> list[Points]:
         if f.format != "tensorboard":
             return pts
-        if f.decoder.is_stream:
+        if isinstance(f.decoder, EventFileDecoder) and f.decoder.is_stream:  # tensorboard: always one
             for p in pts:
                 p.join = self._main_tb
         elif pts:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..checkpoint.names import looks_like_checkpoint
 from ..io import HEAD_BYTES, detect_format
-from ..io import _runs
+from ..io import runs as run_files
 from .engine import WatchConfig
 from .events import EventKind, WatchEvent
 from .session import RunWatch
@@ -25,7 +25,7 @@ def _holds_files(d: Path) -> bool:
 
 def _has_own_log(d: Path) -> bool:
     for f in d.iterdir():
-        if not f.is_file() or f.name.startswith(".") or _runs.is_side_file(f):
+        if not f.is_file() or f.name.startswith(".") or run_files.is_side_file(f):
             continue
         if "tfevents" in f.name:
             return True
@@ -99,7 +99,8 @@ def state_event(run: RunWatch) -> WatchEvent:
     s = run.summary()
     loss = f"{s['last_loss']:.4g}" if s["last_loss"] is not None else "-"
     newest = run.engine.incidents()[-1] if run.engine.incidents() else None
-    found = (f"{s['incidents']} incident(s), worst {s['worst_severity']}; newest {newest.kind.value} at step {newest.onset}"
+    found = (f"{s['incidents']} incident(s), worst {s['worst_severity']}; "
+             f"newest {newest.kind.value} at step {newest.onset}"
              if newest is not None else "no incident")
     msg = f"{s['state']:8} step {s['last_step'] if s['last_step'] is not None else '-':>8}  loss {loss:>8}  {found}"
     return WatchEvent(EventKind.RUN_STATE, run.name, s["last_step"], msg, data=s)

@@ -43,7 +43,7 @@ def metric_name(label: str, loss: str) -> str | None:
     return name or None
 
 
-def _steps(table: Table, choice: Choice) -> tuple[np.ndarray, list[int]]:
+def _steps(table: Table, choice: Choice) -> tuple[np.ndarray | None, list[int]]:
     """The step of each row and the columns that hold counters used for it."""
     names = [fold(lab) for lab in table.labels]
 
@@ -62,7 +62,8 @@ def _steps(table: Table, choice: Choice) -> tuple[np.ndarray, list[int]]:
 
 def build(scan: Scan, choice: Choice) -> Points:
     """The points of the chosen loss, step and every other metric of the same rows."""
-    parts = []  # (table, lines, raw step(s), used columns)
+    # (table, lines, raw step(s), used columns)
+    parts: list[tuple[Table, np.ndarray, np.ndarray | None, list[int]]] = []
     places = []
     for t in choice.tables:
         lines = np.frombuffer(t.lines, dtype=np.int64)
@@ -110,7 +111,7 @@ def build(scan: Scan, choice: Choice) -> Points:
     # Rows of one rank only: where a table prints the rank, keep its lowest one.
     metrics: dict[str, list[tuple[np.ndarray, ...]]] = {}
     offset = 0
-    for (t, lines, _, used), place in zip(parts, places):
+    for (t, lines, _, used), place in zip(parts, places, strict=True):
         n = len(lines)
         steps, segs = steps_all[offset:offset + n], seg_all[offset:offset + n]
         offset += n
@@ -130,9 +131,9 @@ def build(scan: Scan, choice: Choice) -> Points:
                 reset[1:] &= (loss[1:] == loss[:-1]) | (np.isnan(loss[1:]) & np.isnan(loss[:-1]))
                 reset[:1] = False
                 keep &= ~reset
-        if keep.all():
-            keep = slice(None)  # every row kept: views, no copies of million-row columns
-        for j, (lab, kind) in enumerate(zip(t.labels, t.kinds)):
+        # every row kept: views, no copies of million-row columns
+        rows: np.ndarray | slice = slice(None) if keep.all() else keep
+        for j, (lab, kind) in enumerate(zip(t.labels, t.kinds, strict=True)):
             if j in used or not lab or fold(lab) == "rank":
                 continue
             if kind is not None and kind is not StepKind.EPOCH:
@@ -146,7 +147,7 @@ def build(scan: Scan, choice: Choice) -> Points:
                     values = np.log(values)
             if name == GRAD_NORM:
                 values = np.where(values < 0, np.nan, values)  # DeepSpeed's -1: no finite norm
-            metrics.setdefault(name, []).append((segs[keep], steps[keep], values[keep], lines[keep], place[keep]))
+            metrics.setdefault(name, []).append((segs[rows], steps[rows], values[rows], lines[rows], place[rows]))
     out: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
     repeated = 0
     for name, chunks in metrics.items():
@@ -233,7 +234,8 @@ def _crash_point(scan: Scan, choice: Choice, points: Points) -> None:
         at = int(mine.max()) + (int(np.median(gaps)) if len(gaps) else 1)
     else:
         kind = step_kind(choice.step[0]) if choice.rule is StepRule.LABEL else None
-        if kind is not None and crash.kind is not kind and {crash.kind, kind} != {StepKind.GLOBAL_STEP, StepKind.ITERATION}:
+        same_counter = {crash.kind, kind} == {StepKind.GLOBAL_STEP, StepKind.ITERATION}
+        if kind is not None and crash.kind is not kind and not same_counter:
             return
         at = crash.step
     if at <= int(mine.max()):

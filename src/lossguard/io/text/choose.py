@@ -60,12 +60,15 @@ def loss_candidates(tables: list[Table], *, min_rows: int = 1) -> list[tuple[int
     (rows of every template that prints the label count: one series in several line shapes)."""
     rows: dict[str, int] = {}
     label_of: dict[str, str] = {}
+    rank_of: dict[str, int] = {}  # the rank of label_of's label
     for t in tables:
-        for lab, kind in zip(t.labels, t.kinds):
-            if kind is None and loss_rank(lab) is not None:
+        for lab, kind in zip(t.labels, t.kinds, strict=True):
+            rank = loss_rank(lab) if kind is None else None
+            if rank is not None:
                 rows[fold(lab)] = rows.get(fold(lab), 0) + t.rows
                 label_of.setdefault(fold(lab), lab)
-    return sorted((loss_rank(label_of[k]), -n, label_of[k]) for k, n in rows.items() if n >= min_rows)
+                rank_of.setdefault(fold(lab), rank)
+    return sorted((rank_of[k], -n, label_of[k]) for k, n in rows.items() if n >= min_rows)
 
 
 def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | None = None) -> Choice | None:
@@ -149,7 +152,7 @@ def _columns(tables: list[Table], *, own: bool = False) -> dict[str, tuple[StepK
     counters the loss lines print themselves (not those inherited from a record header)."""
     out: dict[str, tuple[StepKind, list[np.ndarray]]] = {}
     for t in tables:
-        for j, (lab, kind) in enumerate(zip(t.labels, t.kinds)):
+        for j, (lab, kind) in enumerate(zip(t.labels, t.kinds, strict=True)):
             if own and j < t.inherited:
                 continue
             if kind is None and lab.startswith("#") and integral_increasing(t.column(j)):

@@ -66,8 +66,8 @@ _LEADS = frozenset({"at", "for", "of", "in", "after", "completed", "current", "g
 LOSS_NAMES = ("loss", "lm_loss", "train/loss", "train_loss", "train/lm_loss", "loss_train", "training_loss",
               "train/ce_loss", "ce_loss", "reduced_train_loss", "total_loss", "loss/train/total", "train/total_loss",
               "loss/loss", "train/loss/loss", "loss/total", "xent", "train/xent", "cross_entropy", "cross-entropy",
-              "cross_entropy_loss", "crossentropy", "ce", "nll", "nll_loss", "cost", "closs", "objective", "avg_loss", "mean_loss",
-              "running_loss", "loss_avg")
+              "cross_entropy_loss", "crossentropy", "ce", "nll", "nll_loss", "cost", "closs", "objective", "avg_loss",
+              "mean_loss", "running_loss", "loss_avg")
 _LOSS_RANK = {fold(n): i for i, n in enumerate(LOSS_NAMES)}
 _NOT_TRAIN = re.compile(r"(?:^|[/_\s.])(?:val|valid|validation|eval|evaluation|test|dev|aux|z|router|moe|balance|"
                         r"load_balancing|kl|reg|l2|weight|scale|scaler|ema|best|min|max|std)(?:$|[/_\s.])")

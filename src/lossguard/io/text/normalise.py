@@ -2,7 +2,7 @@
 
 Terminals and loggers add what is no part of a training log's grammar: ANSI colour codes (torchtitan
 puts one *between* each label and its number), the ``\\r`` redraws of progress bars (split by
-:func:`lossguard.io._text_lines.text_lines`), markdown quoting, and line prefixes: timestamps, logger
+:func:`lossguard.io.text.lines.text_lines`), markdown quoting, and line prefixes: timestamps, logger
 levels, absl's ``I1125 12:00:00.123 140 train.py:12]``, torchrun's ``[rank3]:`` / ``[default3]:``.
 :func:`normalise` removes them; a rank prefix is returned so the reader can keep one rank's lines.
 """

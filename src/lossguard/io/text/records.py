@@ -106,7 +106,7 @@ class Scanner:
         self._pending: tuple | None = None  # a row that inherited a bar's counter, until the bar's next redraw
         self._joiner = Joiner()
         self._names: tuple[str, ...] | None = None  # the last table header (column names) seen
-        self._named: dict[tuple, Template | None] = {}
+        self._named: dict[tuple, Template] = {}
 
     def feed(self, lines: Iterable[tuple[int, str]]) -> None:
         """Read ``(line number, text)`` pairs."""
@@ -153,7 +153,7 @@ class Scanner:
         if not tpl.kept:
             return
         if tpl.columns and self._names is not None:
-            tpl = self._name_columns(tpl)
+            tpl = self._name_columns(tpl, self._names)
         nums = pieces[1::2]
         totals = [(j, float(nums[i])) for j, i in tpl.totals] if tpl.totals else ()
         table = self.record(tpl, [float(nums[i]) for i in tpl.kept], totals, number, text)
@@ -166,12 +166,12 @@ class Scanner:
         if any(step_kind(w) is not None or loss_rank(w) is not None or is_ppl(w) for w in names):
             self._names = names
 
-    def _name_columns(self, tpl: Template) -> Template:
-        """A line of numbers only under a table header with as many columns: read by the header."""
-        key = (tpl, self._names)  # the template itself: an id could be reused after the cache empties
+    def _name_columns(self, tpl: Template, names: tuple[str, ...]) -> Template:
+        """A line of numbers only under a table header (``names``) with as many columns: read by the header."""
+        key = (tpl, names)  # the template itself: an id could be reused after the cache empties
         named = self._named.get(key, tpl)
         if key not in self._named:
-            named = self._named[key] = with_header(tpl, self._names) or tpl
+            named = self._named[key] = with_header(tpl, names) or tpl
         return named
 
     def record(self, tpl: Template, values: list[float], totals, number: int, text: str) -> Table | None:
@@ -200,8 +200,8 @@ class Scanner:
         if table is None:
             if len(self._tables) >= MAX_TEMPLATES:
                 return None
-            table = self._new_table(key, tpl, inherited, text)
-        if inherited:
+            table = self._new_table(key, tpl, inherited, text, header)
+        if inherited and header is not None:  # inherited only under a header
             hv = header[1]
             if _is_bar(header[0]):
                 self._pending = (header[0], number, table, len(table.data), inherited[1])
@@ -218,10 +218,11 @@ class Scanner:
                 table.totals[off + j] = total
         return table
 
-    def _new_table(self, key: tuple, tpl: Template, inherited: tuple, text: str) -> Table:
+    def _new_table(self, key: tuple, tpl: Template, inherited: tuple, text: str,
+                   header: tuple[Template, list[float], list[tuple[int, float]]] | None) -> Table:
         labels, kinds = tpl.labels, tpl.kinds
-        if inherited:
-            head = self._header[0]
+        if inherited and header is not None:  # inherited only under a header
+            head = header[0]
             labels = tuple(head.labels[j] for j in inherited[1]) + labels
             kinds = tuple(head.kinds[j] for j in inherited[1]) + kinds
         table = Table(index=len(self.scan.tables), labels=labels, kinds=kinds, template=tpl, example=text.strip()[:300],
@@ -238,7 +239,7 @@ class Scanner:
 
 def _is_bar(tpl: Template) -> bool:
     """A bare progress bar: its only counter is an unlabelled ``N/M`` (tqdm's), no epoch header."""
-    return bool(tpl.totals) and all(lab == "" for lab, k in zip(tpl.labels, tpl.kinds) if k is not None)
+    return bool(tpl.totals) and all(lab == "" for lab, k in zip(tpl.labels, tpl.kinds, strict=True) if k is not None)
 
 
 def scan_lines(lines: Iterable[tuple[int, str]]) -> Scan:

@@ -120,7 +120,7 @@ def _positional(texts: list[str], n: int, keep: tuple[int, ...] | None = None) -
     kinds = (None,) * len(keep)
     cells = _cells(texts, [""] * n, n, whole=True) if len(keep) == n else ()
     return Template(kept=keep, labels=labels, kinds=kinds, totals=(), header=False, errorish=False,
-                    key=(tuple(zip(labels, kinds)), ()), evaluation=False,
+                    key=(tuple(zip(labels, kinds, strict=True)), ()), evaluation=False,
                     skeleton="#".join(t.strip() for t in texts).strip(), columns=cells)
 
 
@@ -149,9 +149,9 @@ def with_header(tpl: Template, names: tuple[str, ...]) -> Template | None:
     kept = tuple(sorted(named))
     labels = tuple(named[p][0] for p in kept)
     kinds = tuple(named[p][1] for p in kept)
-    totals = tuple((j, named[p][2]) for j, p in enumerate(kept) if named[p][2] is not None)
+    totals = tuple((j, total) for j, total in enumerate(named[p][2] for p in kept) if total is not None)
     return Template(kept=kept, labels=labels, kinds=kinds, totals=totals, header=False, errorish=False,
-                    key=(tuple(zip(labels, kinds)), ("table",)), evaluation=False,
+                    key=(tuple(zip(labels, kinds, strict=True)), ("table",)), evaluation=False,
                     skeleton=" ".join(names) + " | " + tpl.skeleton)
 
 
@@ -219,8 +219,10 @@ def parse(pieces: list[str]) -> Template:
             continue  # a clock time, a percentage, a running average in parentheses
         if label in ("(", ")") or _DEVICE.search(label):
             continue
+        kind: StepKind | None
         if counter:  # "Epoch 3/10", "[step=12/100]", "'global_step/max_steps': '5/1500'"
-            kind = (step_kind(label) or (step_kind(label.split()[-1]) or step_kind(label.split("/")[0]) if label else None)
+            kind = (step_kind(label)
+                    or (step_kind(label.split()[-1]) or step_kind(label.split("/")[0]) if label else None)
                     or StepKind.BATCH)
         else:
             kind = None if units[i] else step_kind(label)
@@ -242,9 +244,9 @@ def parse(pieces: list[str]) -> Template:
     # A record header: counters and no loss (OLMo-core's "[step=10/1500,epoch=1,eta=47m11s]" also
     # prints an ETA; a bare tqdm bar its rate). A line that prints a loss is a record of its own.
     header = any(k is not None for k in kinds) and not any(
-        k is None and (loss_rank(lab) is not None or is_ppl(lab)) for lab, k in zip(labels, kinds))
+        k is None and (loss_rank(lab) is not None or is_ppl(lab)) for lab, k in zip(labels, kinds, strict=True))
     lead = tuple(w.lower() for w in _WORD.findall(texts[0])[:6])  # "Train Metrics" vs "Valid Metrics"
-    key = (tuple(zip(labels, kinds)), lead)
+    key = (tuple(zip(labels, kinds, strict=True)), lead)
     return Template(kept=tuple(kept), labels=tuple(labels), kinds=tuple(kinds), totals=tuple(totals),
                     header=header, errorish=bool(_ERRORISH.search("".join(texts))), key=key,
                     evaluation=any(w in _EVALUATION for w in lead),
