@@ -206,19 +206,17 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
     bad_idx = np.flatnonzero(bad)
     found = sorted(findings, key=lambda f: f.step)
     found_idx = np.searchsorted(steps, [f.step for f in found]) if found else np.zeros(0, np.int64)
-    nxt = 0
+    nxt = b = 0
     eligible = ~bad & np.isfinite(ls.baseline) if cfg.loss_rise is not None else np.zeros(len(steps), dtype=bool)
     rise = LossRiseSeries(ls.baseline, eligible, cfg, start=0)
     streak = ReplayedStreak(None if cfg.shadow else cfg.max_withheld_streak)  # the live guard's cap
-    b = 0
     while True:
         nb = int(bad_idx[b]) if b < len(bad_idx) else len(steps)
         nf = rise.next_fire()
         nw = int(found_idx[nxt]) if nxt < len(found) else len(steps)
         if nw < min(nb, nf):  # a whole-log finding first: the same policy decides about it
-            step = int(steps[nw])
             nxt += 1
-            if _play(policy.observe_finding(found[nxt - 1]), [c for c in ck if c <= step], cfg, sim, policy):
+            if _play(policy.observe_finding(found[nxt - 1]), [c for c in ck if c <= steps[nw]], cfg, sim, policy):
                 break
             continue
         i = min(nb, nf)
@@ -230,11 +228,8 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
             policy.level = rise.level_before(nf, steps)  # what the policy holds there, fed every step
         here = [c for c in ck if c <= int(steps[i])]  # only checkpoints up to here exist
         decisions = policy.observe(verdict(i))
-        if _play(decisions, here, cfg, sim, policy):
-            break
-        rolled = any(d.action is Action.ROLLBACK for d in decisions)
-        if (halt := streak.observe(i, int(steps[i]), withheld=bool(bad[i]), rolled_back=rolled)) is not None \
-                and _play([halt], here, cfg, sim, policy):
+        if _play(decisions, here, cfg, sim, policy) or \
+                _play(streak.observe(i, int(steps[i]), bool(bad[i]), decisions), here, cfg, sim, policy):
             break
         if nb > nf and policy.level["seen"] == 0:  # the rule rolled back: it watches afresh from here
             rise = LossRiseSeries(ls.baseline, eligible, cfg, start=i + 1)

@@ -68,9 +68,12 @@ class ReplayedStreak(WithheldStreak):
         super().__init__(cap)
         self._last: int | None = None
 
-    def observe(self, index: int, step: int, *, withheld: bool, rolled_back: bool) -> Decision | None:
-        """Count the step at log position ``index``; returns the HALT decision at the cap."""
+    def observe(self, index: int, step: int, withheld: bool, decisions: list[Decision]) -> list[Decision]:
+        """Count the step at log position ``index``, after the policy's ``decisions`` for it;
+        returns ``[the HALT decision]`` at the cap, else ``[]``."""
+        rolled_back = any(d.action is Action.ROLLBACK for d in decisions)
         if rolled_back or self._last is None or index != self._last + 1:
             self.count, self.first = 0, None
         self._last = index if withheld and not rolled_back else None
-        return None if rolled_back else self.update(step, withheld)
+        halt = None if rolled_back else self.update(step, withheld)
+        return [] if halt is None else [halt]
