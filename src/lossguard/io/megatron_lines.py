@@ -139,8 +139,10 @@ def _fields(text: str) -> Iterator[tuple[str, float]]:
     """Yield ``(key, number)`` for every ``key: number`` field of a ``|``-separated line."""
     for part in text.split("|"):
         key, sep, rest = part.partition(":")
-        if not sep:
-            continue
+        if not sep:  # Megatron-LM before 2020 wrote "lm loss 6.758929E+00 | loss scale 64.0 |", no colon
+            key, sep, rest = part.strip().rpartition(" ")
+            if not sep:
+                continue
         token = rest.split(None, 1)[0] if rest and not rest.isspace() else ""
         try:
             value = float(token)  # also reads nan, inf, -inf, as PyTorch prints them

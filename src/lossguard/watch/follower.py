@@ -24,7 +24,7 @@ from ..io import HEAD_BYTES, detect_format, require_reader
 from ..io import runs as run_files
 from .history import Points
 from .lines import CsvDecoder, JsonlDecoder, MegatronDecoder
-from .text import TextDecoder
+from .text import GrammarKeys, TextDecoder
 from .tail import FileTail
 from .tfevents import EventFileDecoder
 from .wholefile import WholeFileDecoder
@@ -77,12 +77,13 @@ class RunFollower:
     Args:
         paths: files or run directories (they must exist).
         format: force one reader for every file instead of sniffing.
+        keys: ``--step-key`` / ``--loss-key`` for text logs read by the grammar.
 
     Raises:
         LossguardError: a path that does not exist.
     """
 
-    def __init__(self, paths: list[str], *, format: str | None = None) -> None:
+    def __init__(self, paths: list[str], *, format: str | None = None, keys: GrammarKeys | None = None) -> None:
         for p in paths:
             if not os.path.exists(p):
                 raise LossguardError("no such file or directory", path=p,
@@ -90,6 +91,7 @@ class RunFollower:
                                          "has created its log or run directory)")
         self.paths = [str(p) for p in paths]
         self.format = format
+        self.keys = keys or GrammarKeys()
         self.files: dict[str, Followed] = {}
         self._waiting: dict[str, int] = {}  # unrecognised path -> size when last sniffed
         self._tb_names: dict[tuple[str, str], str] = {}
@@ -191,7 +193,10 @@ class RunFollower:
                 return self.format if require_reader(self.format).sniff(Path(path), head) else None
             except Exception:  # noqa: BLE001 - a sniffer must never crash the watch; treat as "not mine"
                 return None
-        return detect_format(path, head)
+        found = detect_format(path, head)
+        if found is None and root is None and self.keys.given and b"\n" in head:
+            return "text"  # the user named the columns: the grammar reads the file with them, as analyze does
+        return found
 
     def _preferred(self, fmt: str, root: Path) -> bool:
         """False when the directory's files of a format read_log prefers are followed already."""
@@ -208,6 +213,8 @@ class RunFollower:
     def _decoder(self, path: str, fmt: str, root: Path | None) -> Decoder:
         if fmt == "tensorboard":
             return EventFileDecoder(path, root or Path(path).parent, self._tb_names)
+        if fmt == "text":
+            return TextDecoder(path, self.keys)
         if fmt in LINE_DECODERS:
             return LINE_DECODERS[fmt](path)
         return WholeFileDecoder(path, fmt, self._newest.setdefault(fmt, {}))

@@ -18,6 +18,7 @@ from ..io import runs as run_files
 from .engine import WatchConfig
 from .events import EventKind, WatchEvent
 from .session import RunWatch
+from .text import GrammarKeys
 
 def _holds_files(d: Path) -> bool:
     return any(f.is_file() for f in d.rglob("*") if not f.name.startswith("."))
@@ -57,12 +58,15 @@ class Sweep:
         path: the sweep directory.
         config: engine settings for every run.
         format: force a reader.
+        keys: ``--step-key`` / ``--loss-key`` for every run's text logs.
     """
 
-    def __init__(self, path: str, config: WatchConfig | None = None, *, format: str | None = None) -> None:
+    def __init__(self, path: str, config: WatchConfig | None = None, *, format: str | None = None,
+                 keys: GrammarKeys | None = None) -> None:
         self.path = path
         self.config = config
         self.format = format
+        self.keys = keys
         self.runs: dict[str, RunWatch] = {}
         self._shown: dict[str, tuple] = {}
         self._discover()
@@ -72,7 +76,8 @@ class Sweep:
         for s in sorted(x for x in d.iterdir() if x.is_dir() and not x.name.startswith(".")):
             name = str(s)
             if name not in self.runs and _holds_files(s):
-                self.runs[name] = RunWatch(os.path.relpath(name, self.path), [name], self.config, format=self.format)
+                self.runs[name] = RunWatch(os.path.relpath(name, self.path), [name], self.config, format=self.format,
+                                           keys=self.keys)
 
     def step(self) -> tuple[list[WatchEvent], list[WatchEvent]]:
         """Poll every run; returns (state lines that changed, the runs' own events for hooks)."""

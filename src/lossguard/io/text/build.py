@@ -16,6 +16,7 @@ import numpy as np
 from ...metrics import EPOCH, GRAD_NORM, LOSS, canonical_name
 from .choose import Choice, StepRule
 from .names import StepKind, fold, step_kind
+from .overflow import overflow_points
 from .records import Scan, Table
 
 
@@ -155,6 +156,8 @@ def build(scan: Scan, choice: Choice) -> Points:
             seg, step, val, line, place = chunks[0]  # one table: no copy
         else:
             seg, step, val, line, place = (np.concatenate([c[i] for c in chunks]) for i in range(5))
+        if not len(step):
+            continue  # every row of this metric dropped (no step, another rank): no series
         if len(chunks) > 1 or not (np.all(np.diff(step) > 0) and np.all(seg == seg[0])):
             idx = np.lexsort((place, step, seg))  # already in order in a plain run: no sort
             seg, step, val, line = seg[idx], step[idx], val[idx], line[idx]
@@ -169,6 +172,9 @@ def build(scan: Scan, choice: Choice) -> Points:
                         "redraws, several ranks, or records over several lines): the last value of each step is kept")
     points = Points(out, notes, warnings=warnings)
     _crash_point(scan, choice, points)
+    added, events = overflow_points(scan.overflows, points.metrics)
+    points.metrics.update(added)
+    points.events += events
     return points
 
 
@@ -194,8 +200,9 @@ def new_runs(seq: np.ndarray, breaks: np.ndarray, lines: np.ndarray) -> tuple[np
     warnings = []
     for k in range(1, len(bounds) - 1):
         prev, start, end = seq[bounds[k - 1]:bounds[k]], bounds[k], bounds[k + 1]
-        retrace = seq[start + 1:min(end, start + 1 + RETRACE)]
-        if (seq[start] != prev[0] or len(prev) < 2 or len(retrace) < min(RETRACE, len(prev) - 1)
+        want = min(RETRACE, len(prev) - 1)  # a short first run is retraced by fewer points (then may be passed)
+        retrace = seq[start + 1:min(end, start + 1 + want)]
+        if (seq[start] != prev[0] or len(prev) < 2 or len(retrace) < want
                 or not np.all((retrace >= seq[start]) & (retrace <= prev.max())) or not retrace.max() > seq[start]):
             continue  # a new run retraces the steps of the one before (a bar reset to 0 jumps past them)
         gaps = np.diff(prev)
@@ -229,6 +236,8 @@ def _crash_point(scan: Scan, choice: Choice, points: Points) -> None:
         return
     last_seg = int(seg.max())
     mine = step[seg == last_seg]
+    if not np.isfinite(val[seg == last_seg][np.argmax(mine)]):
+        return  # the log printed the non-finite loss itself: the crash line reports that one
     if crash.step is None:
         gaps = np.diff(mine)
         at = int(mine.max()) + (int(np.median(gaps)) if len(gaps) else 1)

@@ -79,6 +79,8 @@ def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | 
         # A label on a line seen once or twice (prose: "... and the loss became nan") does not beat
         # a template that repeats with a counter: frequency outweighs a label match.
         others = [c[2] for c in loss_candidates(tables, min_rows=MIN_GUESS_ROWS)]
+    if loss_key is None and len(others) > 1:
+        others = _counted_first(tables, others)
     if loss_key is not None:
         loss = _match(tables, loss_key)
         if loss is None:
@@ -136,6 +138,24 @@ def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | 
     if ppl:
         choice.warnings.append(f"no loss is printed, only the perplexity '{loss}': the loss is read as log({loss})")
     return choice
+
+
+def _counted_first(tables: list[Table], ranked: list[str]) -> list[str]:
+    """The loss labels printed beside a counter first, when one is on at least half as many lines as the
+    best-ranked label: a ``(Loss: 101.5)`` in a warning glued after a bar does not beat the bar's own
+    ``Batch Loss`` (the module docstring: the loss is chosen among the tables that carry a counter)."""
+    counted: dict[str, int] = {}
+    rows: dict[str, int] = {}
+    for t in tables:
+        has_counter = any(k is not None for k in t.kinds[t.inherited:])  # its own, not a header's
+        for lab, kind in zip(t.labels, t.kinds, strict=True):
+            if kind is None:
+                rows[fold(lab)] = rows.get(fold(lab), 0) + t.rows
+                if has_counter:
+                    counted[fold(lab)] = counted.get(fold(lab), 0) + t.rows
+    need = rows.get(fold(ranked[0]), 0) / 2
+    first = [lab for lab in ranked if counted.get(fold(lab), 0) >= max(1, need)]
+    return first + [lab for lab in ranked if lab not in first] if first else ranked
 
 
 def _match(tables: list[Table], key: str) -> str | None:

@@ -22,7 +22,7 @@ class StepKind(enum.IntEnum):
     BATCH = 3
     """``batch`` or an unlabelled ``N/M`` / leading ``N:`` counter: a step, or a batch of an epoch."""
     EPOCH = 4
-    """``epoch``: with a per-epoch batch counter it gives ``epoch x batches + batch``."""
+    """``epoch`` (PaddlePaddle fluid: ``Pass``): with a per-epoch batch counter it gives ``epoch x batches + batch``."""
 
 
 _FAMILIES = {
@@ -32,7 +32,7 @@ _FAMILIES = {
                            "consumed_steps", "total_steps_done"),
     StepKind.ITERATION: ("iteration", "iter", "it", "iters", "iterations", "itr", "train iter", "iteration_num"),
     StepKind.BATCH: ("", "batch", "batches", "batch_idx", "minibatch", "mini-batch", "batch_id"),
-    StepKind.EPOCH: ("epoch", "ep", "epochs", "train epoch", "training epoch", "epoch_num"),
+    StepKind.EPOCH: ("epoch", "ep", "epochs", "train epoch", "training epoch", "epoch_num", "pass"),
 }
 _KIND_OF = {name: kind for kind, names in _FAMILIES.items() for name in names}
 
@@ -75,13 +75,18 @@ PPL_NAMES = ("ppl", "perplexity", "train/ppl", "train_ppl", "train_perplexity")
 """Labels of a perplexity: the only loss a log may print (its log is the loss)."""
 
 
+_L_PREFIX = re.compile(r"l_[a-z]+(?:_[a-z]+)*$")
+"""BasicSR and its descendants (Real-ESRGAN, Retinexformer, ...) name each loss ``l_pix``, ``l_percep``,
+``l_g_gan``: a label ``l_<name>`` is a loss."""
+
+
 @lru_cache(maxsize=4096)
 def loss_rank(label: str) -> int | None:
     """How loss-like a label is (0 best), or None for a label that is not the training loss."""
     name = fold(label)
     if name in _LOSS_RANK:
         return _LOSS_RANK[name]
-    if _NOT_TRAIN.search(name) or not any(w in name for w in ("loss", "xent", "entropy")):
+    if _NOT_TRAIN.search(name) or not (any(w in name for w in ("loss", "xent", "entropy")) or _L_PREFIX.match(name)):
         return None
     return len(LOSS_NAMES) + len(name)  # some other loss: the shorter (less qualified) name first
 

@@ -17,7 +17,8 @@ from typing import Iterable, Iterator
 from .crash import crash_step
 from .join import Joiner, vector_means
 from .names import StepKind, is_ppl, loss_rank, step_kind
-from .normalise import normalise
+from .normalise import normalise, split_glued
+from .overflow import Overflow, parse_overflow
 from .template import SPLIT, Template, parse, with_header
 
 MAX_TEMPLATES = 20_000
@@ -93,6 +94,8 @@ class Scan:
     numeric_lines: int = 0
     vectors: int = 0
     """Values printed as arrays of numbers, read as their mean (:func:`.join.vector_means`)."""
+    overflows: list[Overflow] = field(default_factory=list)
+    """fp16 overflow lines (:mod:`.overflow`), in line order."""
 
 
 class Scanner:
@@ -107,6 +110,7 @@ class Scanner:
         self._joiner = Joiner()
         self._names: tuple[str, ...] | None = None  # the last table header (column names) seen
         self._named: dict[tuple, Template] = {}
+        self._rank: int | None = None  # the lowest rank a "[rankN]:" prefix named so far
 
     def feed(self, lines: Iterable[tuple[int, str]]) -> None:
         """Read ``(line number, text)`` pairs."""
@@ -115,8 +119,18 @@ class Scanner:
         for number, raw in lines:
             scan.lines += 1
             text, rank = normalise(raw)
-            if rank:  # a rank prefix other than 0: rank 0 prints the same progress
-                continue
+            if rank is not None:  # one rank's lines: the lowest seen (pipeline parallelism: only the last stage prints)
+                if self._rank is None or rank < self._rank:
+                    self._rank = rank
+                elif rank > self._rank:
+                    continue
+            if "it/s" in text or "s/it" in text:
+                parts = split_glued(text)
+                if len(parts) > 1:  # a bar with a message glued after it: two lines
+                    for part in parts:
+                        for first, record in push(number, part):
+                            self._line(first, record, None)
+                    continue
             if self._joiner.pending or "[" in text or "{" in text:
                 for first, record in push(number, text):
                     self._line(first, record, raw if record is text else None)
@@ -150,6 +164,11 @@ class Scanner:
             tpl = skeletons[skeleton] = parse(pieces)
         if tpl.errorish:
             self._crash(number, text)
+        if tpl.overflow:
+            hit = parse_overflow(number, text)
+            if hit is not None:
+                self.scan.overflows.append(hit)
+                return  # its "loss scale" is the scaler's, no series of its own
         if not tpl.kept:
             return
         if tpl.columns and self._names is not None:
