@@ -81,11 +81,14 @@ def _gated_update(p: torch.Tensor, g: torch.Tensor, st: dict, ok: torch.Tensor |
     tensors, which the kernels round the same way a Python float is rounded. The only differences
     from the torch code are out-of-place results (the old values are needed for the select) and
     ``addcdiv_(m, denom, value=-step_size)`` spelled as its kernel's own order,
-    ``param + (value * m) / denom``, because ``value`` cannot be a tensor there.
+    ``param + (value * m) / denom``, because ``value`` cannot be a tensor there. That spelling
+    rounds each step to the parameter's dtype, as the fused kernel does for float32 (the case
+    tested); for bf16/fp16 parameters torch's kernels compute in float32 in between, so those may
+    differ in the last bit (not tested).
     """
     m, v, t = st["exp_avg"], st["exp_avg_sq"], st["step"]
     t_new = t + 1 if ok is None else t + ok.to(t.dtype)
-    t64 = t_new.to(torch.float64)
+    t64 = t_new.to(torch.float32 if t_new.device.type == "mps" else torch.float64)  # MPS has no float64
     bc1 = 1 - torch.pow(b1, t64)
     neg_step_size = bc1.new_full((), -lr).div_(bc1)  # -(lr / bc1); `-lr / bc1` would be reciprocal * -lr
     # torch takes Python's `bc2 ** 0.5` (C pow); sqrt is correctly rounded and pow nearly always is,
