@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 from typing import NoReturn
 
@@ -46,6 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lossguard`` console script; returns the exit code."""
+    # The library logs its warnings (a failing hook, a halt) on per-module loggers and adds no
+    # handler; the command is the application, so it configures logging: bare messages on stderr,
+    # as logging's last-resort handler would show them. A no-op when logging is already configured
+    # (a caller running main() in-process keeps its own set-up).
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

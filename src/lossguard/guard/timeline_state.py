@@ -1,7 +1,8 @@
 """The guard's timeline as saved in every checkpoint: detector windows, open episode, data counter.
 
 Rolled back with the checkpoint (unlike the :class:`RunLedger`). Format 2 is the timeline only;
-format 1, from before the ledger, also held the budgets and is still read.
+format 1 (from before the ledger, budgets included) is no longer read: such a checkpoint gets a
+:class:`~lossguard.errors.CheckpointError` naming its format.
 """
 from __future__ import annotations
 
@@ -22,18 +23,16 @@ def timeline_state(guard: StabilityGuard) -> dict[str, Any]:
 
 
 def load_timeline(guard: StabilityGuard, sd: dict[str, Any]) -> None:
-    """Put :func:`timeline_state` output (or a format-1 state) back into ``guard``.
+    """Put :func:`timeline_state` output back into ``guard``.
 
     Raises:
         CheckpointError: ``sd`` is not a guard state of a known format.
     """
-    if not isinstance(sd, dict) or sd.get("format") not in (1, GUARD_FORMAT):
+    if not isinstance(sd, dict) or sd.get("format") != GUARD_FORMAT:
         from ..errors import CheckpointError
-        raise CheckpointError("not a StabilityGuard state", fix="load a checkpoint saved with the guard")
-    if sd["format"] == 1:  # windows at the top level, budget inside the policy
-        sd = {"judge": {"loss": sd["loss"], "grad_norm": sd.get("grad_norm")},
-              "policy": {"episode": sd["policy"]["episode"], "overflow_streak": sd["policy"]["overflow_streak"]},
-              "data_count": sd["data_count"]}
+        found = sd.get("format") if isinstance(sd, dict) else type(sd).__name__
+        raise CheckpointError(f"not a StabilityGuard state of format {GUARD_FORMAT} (found {found!r})",
+                              fix="load a checkpoint saved with this version of the guard")
     guard.judge.load_state_dict(sd["judge"])
     guard.policy.load_state_dict(sd["policy"])
     guard.feed.count = int(sd["data_count"])

@@ -12,13 +12,13 @@ plain loop, so the cut sits on top of whatever the scheduler set for that step a
 from its ``start_step`` on.
 
 The booking itself is recorded by the ledger and the guard's event log; this only announces once,
-on stderr through the ``lossguard`` logger, when a cut starts being applied in this process.
+as a warning on this module's logger, when a cut starts being applied in this process.
 """
 from __future__ import annotations
 
 import logging
 
-_log = logging.getLogger("lossguard")
+_log = logging.getLogger(__name__)
 
 
 class LrCutApplier:
