@@ -31,6 +31,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 
 def _rss() -> int:
@@ -134,7 +135,7 @@ def _width(width: int, mesh, plain_group, repeat: int, root: str, sync_only: boo
         if sync_only:
             state.save(store)
         else:
-            pending = {}
+            pending: dict[str, Any] = {}
 
             def plain_async_call():
                 msd, osd = get_state_dict(model, opt)
@@ -152,7 +153,7 @@ def _width(width: int, mesh, plain_group, repeat: int, root: str, sync_only: boo
 
         def plain_load():
             msd, osd = get_state_dict(model, opt)
-            sd = {"model": msd, "optim": osd}
+            sd: dict[str, Any] = {"model": msd, "optim": osd}
             dcp.load(sd, checkpoint_id=base / f"plain-{k}")
             set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
 
