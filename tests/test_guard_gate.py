@@ -29,7 +29,7 @@ def _snapshot(model, opt):
 
 def _assert_bitwise(a, b):
     (pa, sa), (pb, sb) = a, b
-    for x, y in zip(pa, pb):
+    for x, y in zip(pa, pb, strict=True):
         assert torch.equal(x, y)
     for k in sa["state"]:
         for name, v in sa["state"][k].items():
@@ -37,18 +37,27 @@ def _assert_bitwise(a, b):
     assert sa["param_groups"] == sb["param_groups"]
 
 
-def test_skipstepadamw_matches_torch_adamw():
+@pytest.mark.parametrize("foreach", [False, True])
+@pytest.mark.parametrize("lr,wd,betas", [(3e-3, 0.1, (0.9, 0.999)), (1e-2, 0.0, (0.8, 0.95))])
+def test_skipstepadamw_is_bitwise_torch_adamw_on_open_gates(foreach, lr, wd, betas):
+    """Open gate = torch's AdamW, bit for bit; a closed gate = not calling AdamW's step at all."""
     m1, m2 = _model(), _model()
-    o1 = SkipStepAdamW(m1.parameters(), lr=3e-3, weight_decay=0.1)
-    o2 = torch.optim.AdamW(m2.parameters(), lr=3e-3, weight_decay=0.1)
-    for s in range(25):
+    o1 = SkipStepAdamW(m1.parameters(), lr=lr, weight_decay=wd, betas=betas)
+    o2 = torch.optim.AdamW(m2.parameters(), lr=lr, weight_decay=wd, betas=betas, foreach=foreach)
+    withheld = {7, 8, 19}
+    for s in range(40):
         for m, o in ((m1, o1), (m2, o2)):
             o.zero_grad()
             _backward(m, s)
-            o.step(**({"gate": torch.tensor(True)} if o is o1 else {}))
-    for a, b in zip(m1.parameters(), m2.parameters()):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-    assert float(o1.state[next(iter(m1.parameters()))]["step"]) == 25
+        o1.step(gate=torch.tensor(s not in withheld))
+        if s not in withheld:
+            o2.step()
+    for a, b in zip(m1.parameters(), m2.parameters(), strict=True):
+        assert torch.equal(a, b)
+        sa, sb = o1.state[a], o2.state[b]
+        assert sa.keys() == sb.keys()
+        assert all(torch.equal(sa[k], sb[k]) for k in sb)
+    assert float(o1.state[next(iter(m1.parameters()))]["step"]) == 40 - len(withheld)
 
 
 @pytest.mark.parametrize("poison", [float("nan"), float("inf")])
@@ -76,7 +85,7 @@ def test_device_gate_on_the_very_first_step_leaves_fresh_state():
     before = [p.detach().clone() for p in model.parameters()]
     _backward(model, 0)
     opt.step(gate=torch.tensor(False))
-    for p, b in zip(model.parameters(), before):
+    for p, b in zip(model.parameters(), before, strict=True):
         assert torch.equal(p, b)
     assert all(float(st["step"]) == 0 and not st["exp_avg"].any() for st in opt.state.values())
 
@@ -108,7 +117,7 @@ def test_reset_grad_scaler_resets_scale_and_growth_tracker():
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=1000)
-    for s in range(5):  # grow the tracker with good steps
+    for _ in range(5):  # grow the tracker with good steps
         opt.zero_grad()
         x = torch.randn(4, 6)
         scaler.scale(model(x).sum()).backward()

@@ -109,3 +109,26 @@ def test_cli_names_it(tmp_path):
                          capture_output=True, text=True, timeout=120)
     kinds = [i["kind"] for i in json.loads(out.stdout)["incidents"]]
     assert "updates_stopped" in kinds
+
+
+def test_simulate_halts_where_the_live_guard_halts(tmp_path):
+    """The same cap in the replay: the log of an uncapped run whose every update from step 30 on was
+    withheld, simulated with the cap the live run halted under, halts at the same step, same words."""
+    from lossguard.simulate import simulate
+
+    live = tmp_path / "live"
+    live.mkdir()
+    with pytest.raises(TrainingHalted):
+        _guarded(live, 60, cap=12)
+    (halt,) = [json.loads(x) for x in (live / "run.jsonl").read_text().splitlines() if '"halt"' in x]
+    _guarded(tmp_path, 80, cap=None)  # the same run, recorded without a cap
+    det = OutlierConfig(min_points=20)
+    cfg = GuardConfig(checkpoint_every=None, loss=det, grad_norm=det, rollback_after=10_000, max_withheld_streak=12)
+    sim = simulate(read_log(tmp_path / "run.jsonl"), cfg)
+    assert sim.halted_at == halt["step"] == 41
+    (rec,) = sim.of("halt")
+    assert rec["reasons"] == halt["reasons"] and rec["withheld_streak"] == 12
+    assert sim.skipped_steps == list(range(30, 42))
+    uncapped = simulate(read_log(tmp_path / "run.jsonl"), GuardConfig(
+        checkpoint_every=None, loss=det, grad_norm=det, rollback_after=10_000, max_withheld_streak=None))
+    assert uncapped.halted_at is None and len(uncapped.skipped_steps) == 50

@@ -16,6 +16,7 @@ Assumptions about a log (the log cannot say what a live guard knows):
   series; a log without one is never in the ramp (a live guard reads the optimizer's LR);
 - the grad-norm test runs only where the log has a grad norm (a log without one is judged on its
   loss alone, plus a note); loss-scale resets are not simulated (no GradScaler to watch);
+- ``max_withheld_streak`` halts as in the live guard (a rollback ends a streak);
 - a **skip** is taken not to change what follows (one withheld update; the recorded next step is
   what the guarded run would have seen, approximately). Every action after the first one that
   *changes the future* (rollback, LR cut, loss-scale reset, halt) is marked ``counterfactual``:
@@ -35,6 +36,7 @@ import numpy as np
 from .detect.outlier import score
 from .guard.config import GuardConfig
 from .guard.judge.evidence import evidence_series, onset_lag
+from .guard.withheld import ReplayedStreak
 from .jsonsafe import strict_json
 from .detect.loss_scale import is_static
 from .metrics import GRAD_NORM, LOSS, LOSS_SCALE, LR
@@ -207,18 +209,17 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
     bad_idx = np.flatnonzero(bad)
     found = sorted(findings, key=lambda f: f.step)
     found_idx = np.searchsorted(steps, [f.step for f in found]) if found else np.zeros(0, np.int64)
-    nxt = 0
+    nxt = b = 0
     eligible = ~bad & np.isfinite(ls.baseline) if cfg.loss_rise is not None else np.zeros(len(steps), dtype=bool)
     rise = LossRiseSeries(ls.baseline, eligible, cfg, start=0)
-    b = 0
+    streak = ReplayedStreak(None if cfg.shadow else cfg.max_withheld_streak)  # the live guard's cap
     while True:
         nb = int(bad_idx[b]) if b < len(bad_idx) else len(steps)
         nf = rise.next_fire()
         nw = int(found_idx[nxt]) if nxt < len(found) else len(steps)
         if nw < min(nb, nf):  # a whole-log finding first: the same policy decides about it
-            step = int(steps[nw])
             nxt += 1
-            if _play(policy.observe_finding(found[nxt - 1]), [c for c in ck if c <= step], cfg, sim, policy):
+            if _play(policy.observe_finding(found[nxt - 1]), [c for c in ck if c <= steps[nw]], cfg, sim, policy):
                 break
             continue
         i = min(nb, nf)
@@ -228,8 +229,10 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
             b += 1
         else:
             policy.level = rise.level_before(nf, steps)  # what the policy holds there, fed every step
-        # Only checkpoints up to here exist.
-        if _play(policy.observe(verdict(i)), [c for c in ck if c <= int(steps[i])], cfg, sim, policy):
+        here = [c for c in ck if c <= int(steps[i])]  # only checkpoints up to here exist
+        decisions = policy.observe(verdict(i))
+        if _play(decisions, here, cfg, sim, policy) or \
+                _play(streak.observe(i, int(steps[i]), bool(bad[i]), decisions), here, cfg, sim, policy):
             break
         if nb > nf and policy.level["seen"] == 0:  # the rule rolled back: it watches afresh from here
             rise = LossRiseSeries(ls.baseline, eligible, cfg, start=i + 1)

@@ -181,11 +181,13 @@ class ShardedCheckpointStore(CheckpointStore):
             raise CheckpointError("async_save needs the store built with async_saves=True",
                                   path=self.directory, fix="ShardedCheckpointStore(..., async_saves=True)")
         self.wait()
-        self._recover()
         self._saves += 1
         name = f".tmp-step-{step:08d}-{self._owner_pid}-{self._saves}"
         tmp = self.directory / name
+        # In flight before rank 0's housekeeping: another rank may already have made this temp dir
+        # (it carries rank 0's pid, which _recover takes for a leftover of rank 0's own).
         self._in_flight.add(name)
+        self._recover()
         tmp.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         # The rank's own state is serialised now: the RNG and data position of THIS moment.

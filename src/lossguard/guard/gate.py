@@ -5,9 +5,11 @@ Two ways to skip a step, with their costs:
 - **device gate** (:class:`SkipStepAdamW`, or any optimizer whose ``step`` takes ``gate=``): the
   verdict stays a 0-d bool tensor; the update is computed and then *selected* per tensor with
   ``torch.where(gate, new, old)``. No host sync. Cost: the temporaries of one AdamW update (about
-  three parameter-sized buffers, freed at once) and the select. Selecting -- not multiplying the
+  five parameter-sized buffers, freed at once) and the select. Selecting -- not multiplying the
   update by 0 as OLMo-core does -- is what keeps a NaN gradient out of the weights and both moments
   (``0 * NaN = NaN``). Adam's ``t`` advances by the gate (0 or 1), so bias correction is untouched too.
+  With the gate open it is bitwise ``torch.optim.AdamW`` (CPU, foreach or not; see
+  :func:`_gated_update`).
 - **host gate** (any ``torch.optim`` optimizer): read the verdict once per step (one scalar
   transfer, a sync on CUDA) and simply do not call ``optimizer.step()``. Exact by construction.
 """
@@ -62,25 +64,49 @@ class SkipStepAdamW(torch.optim.Optimizer):
                     st["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
                     st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                m, v, t = st["exp_avg"], st["exp_avg_sq"], st["step"]
-                g = p.grad
                 ok = None if gate is None else gate.to(device=p.device)
-                t_new = t + 1 if ok is None else t + ok.to(t.dtype)
-                m_new = torch.lerp(m, g, 1 - b1)
-                v_new = v * b2 + (1 - b2) * g * g
-                bc1 = 1 - torch.pow(b1, t_new)
-                bc2_sqrt = torch.sqrt(1 - torch.pow(b2, t_new))
-                denom = torch.sqrt(v_new) / bc2_sqrt + eps
-                p_new = p * (1 - lr * wd) - (lr / bc1) * (m_new / denom)
-                if ok is None:
-                    p.copy_(p_new), m.copy_(m_new), v.copy_(v_new)
-                else:
-                    # Select, never multiply: a NaN in the rejected branch cannot leak.
-                    p.copy_(torch.where(ok, p_new, p))
-                    m.copy_(torch.where(ok, m_new, m))
-                    v.copy_(torch.where(ok, v_new, v))
-                t.copy_(t_new)
+                _gated_update(p, p.grad, st, ok, lr=lr, b1=b1, b2=b2, eps=eps, wd=wd)
         return loss
+
+
+def _gated_update(p: torch.Tensor, g: torch.Tensor, st: dict, ok: torch.Tensor | None, *, lr: float,
+                  b1: float, b2: float, eps: float, wd: float) -> None:
+    """One parameter's AdamW update, op for op as ``torch.optim.AdamW`` computes it, then selected.
+
+    Bitwise equal to torch's AdamW (non-capturable, single-tensor and foreach alike on CPU) on an
+    open gate, because it runs the same kernels in the same order with the same scalars: torch
+    reads ``t`` to the host and forms the bias corrections in float64 Python arithmetic, which the
+    kernels then round to the parameter's dtype. Here ``t`` stays on the device (it advances by the
+    gate, so reading it would be a host sync); the corrections are formed from it in float64 0-d
+    tensors, which the kernels round the same way a Python float is rounded. The only differences
+    from the torch code are out-of-place results (the old values are needed for the select) and
+    ``addcdiv_(m, denom, value=-step_size)`` spelled as its kernel's own order,
+    ``param + (value * m) / denom``, because ``value`` cannot be a tensor there. That spelling
+    rounds each step to the parameter's dtype, as the fused kernel does for float32 (the case
+    tested); for bf16/fp16 parameters torch's kernels compute in float32 in between, so those may
+    differ in the last bit (not tested).
+    """
+    m, v, t = st["exp_avg"], st["exp_avg_sq"], st["step"]
+    t_new = t + 1 if ok is None else t + ok.to(t.dtype)
+    t64 = t_new.to(torch.float32 if t_new.device.type == "mps" else torch.float64)  # MPS has no float64
+    bc1 = 1 - torch.pow(b1, t64)
+    neg_step_size = bc1.new_full((), -lr).div_(bc1)  # -(lr / bc1); `-lr / bc1` would be reciprocal * -lr
+    # torch takes Python's `bc2 ** 0.5` (C pow); sqrt is correctly rounded and pow nearly always is,
+    # and both are rounded to float32 next: a difference needs a float64 within 1 ulp of a float32 tie.
+    bc2_sqrt = (1 - torch.pow(b2, t64)).sqrt_()
+    p_new = p.mul(1 - lr * wd) if wd != 0 else p.clone()
+    m_new = torch.lerp(m, g, 1 - b1)
+    v_new = v.mul(b2).addcmul_(g, g, value=1 - b2)
+    denom = v_new.sqrt().div_(bc2_sqrt).add_(eps)
+    p_new.add_(m_new.mul(neg_step_size).div_(denom))
+    if ok is None:
+        p.copy_(p_new), m.copy_(m_new), v.copy_(v_new)
+    else:
+        # Select, never multiply: a NaN in the rejected branch cannot leak.
+        p.copy_(torch.where(ok, p_new, p))
+        m.copy_(torch.where(ok, m_new, m))
+        v.copy_(torch.where(ok, v_new, v))
+    t.copy_(t_new)
 
 
 def supports_device_gate(optimizer) -> bool:

@@ -54,3 +54,26 @@ class WithheldStreak:
         """Restore :meth:`state_dict` output (None: a checkpoint from before the cap; count 0)."""
         sd = sd or {}
         self.count, self.first = int(sd.get("count", 0)), sd.get("first")
+
+
+class ReplayedStreak(WithheldStreak):
+    """The same cap for :func:`lossguard.simulate.simulate`, which feeds the policy only some steps.
+
+    A step the replay skips over was a good one (its update applied), so a gap in the log positions
+    ends the streak; a rollback ends it too (the live guard restores the count its checkpoint held;
+    the replay takes it to be 0). One rule, :meth:`WithheldStreak.update`, decides the halt for both.
+    """
+
+    def __init__(self, cap: int | None) -> None:
+        super().__init__(cap)
+        self._last: int | None = None
+
+    def observe(self, index: int, step: int, withheld: bool, decisions: list[Decision]) -> list[Decision]:
+        """Count the step at log position ``index``, after the policy's ``decisions`` for it;
+        returns ``[the HALT decision]`` at the cap, else ``[]``."""
+        rolled_back = any(d.action is Action.ROLLBACK for d in decisions)
+        if rolled_back or self._last is None or index != self._last + 1:
+            self.count, self.first = 0, None
+        self._last = index if withheld and not rolled_back else None
+        halt = None if rolled_back else self.update(step, withheld)
+        return [] if halt is None else [halt]

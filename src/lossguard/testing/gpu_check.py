@@ -12,8 +12,9 @@ Checks (one line each: PASS, DIFF, SKIP or FAIL, with the numbers):
   any host synchronisation in ``guard.step`` raises. One step's verdict is read a step late
   through a pinned buffer and an event; a FAIL names the call that synchronised.
 - ``skipstep_vs_adamw``: :class:`SkipStepAdamW` with the gate open against ``torch.optim.AdamW``
-  (``capturable=True`` on CUDA, the sync-free variant; the single-tensor path on the CPU) over 25
-  healthy steps: PASS if bitwise equal, DIFF (with the largest difference) if only close.
+  (default, non-capturable; ``foreach`` off and on) over 25 healthy steps: PASS if bitwise equal,
+  DIFF (with the largest difference) if only close. Bitwise on the CPU (``tests/test_guard_gate.py``);
+  on CUDA torch's foreach kernels may round differently from the per-tensor ops, hence DIFF.
 - ``skipstep_gate_closed``: a closed gate with NaN gradients leaves weights, both moments and
   Adam's ``t`` bitwise unchanged.
 - ``snapshot_roundtrip``: :class:`HostSnapshot` take (pinned buffers and a side stream on CUDA),
@@ -28,7 +29,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 
 @dataclass
@@ -84,28 +85,32 @@ def check_hot_path(device) -> Result:
 
 
 def check_skipstep_vs_adamw(device) -> Result:
-    """SkipStepAdamW (gate open) against torch's AdamW over healthy steps."""
+    """SkipStepAdamW (gate open) against torch's AdamW (foreach off and on) over healthy steps."""
     import torch
 
     from ..guard import SkipStepAdamW
 
-    m1, m2 = _mlp(device), _mlp(device)
-    o1 = SkipStepAdamW(m1.parameters(), lr=3e-3, weight_decay=0.1)
-    kw: dict[str, Any] = {"capturable": True, "foreach": False} if device.type == "cuda" else {"foreach": False}
-    o2 = torch.optim.AdamW(m2.parameters(), lr=3e-3, weight_decay=0.1, **kw)
+    worst, status = 0.0, "PASS"
     gate = torch.tensor(True, device=device)
-    for s in range(25):
-        x, y = _batch(s, device)
-        for m, o in ((m1, o1), (m2, o2)):
-            o.zero_grad(set_to_none=True)
-            torch.nn.functional.mse_loss(m(x), y).backward()
-            o.step(gate=gate) if o is o1 else o.step()
-    pairs = list(zip(m1.parameters(), m2.parameters(), strict=True))
-    if all(torch.equal(a, b) for a, b in pairs):
-        return Result("skipstep_vs_adamw", "PASS", f"bitwise equal to AdamW({kw}) after 25 steps")
-    worst = max(float((a - b).detach().abs().max()) for a, b in pairs)
-    status = "DIFF" if all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in pairs) else "FAIL"
-    return Result("skipstep_vs_adamw", status, f"not bitwise vs AdamW({kw}): max |diff| {worst:.3g} after 25 steps")
+    for foreach in (False, True):
+        m1, m2 = _mlp(device), _mlp(device)
+        o1 = SkipStepAdamW(m1.parameters(), lr=3e-3, weight_decay=0.1)
+        o2 = torch.optim.AdamW(m2.parameters(), lr=3e-3, weight_decay=0.1, foreach=foreach)
+        for s in range(25):
+            x, y = _batch(s, device)
+            for m, o in ((m1, o1), (m2, o2)):
+                o.zero_grad(set_to_none=True)
+                torch.nn.functional.mse_loss(m(x), y).backward()
+                o.step(gate=gate) if o is o1 else o.step()
+        pairs = list(zip(m1.parameters(), m2.parameters(), strict=True))
+        if all(torch.equal(a, b) for a, b in pairs):
+            continue
+        worst = max(worst, *(float((a - b).detach().abs().max()) for a, b in pairs))
+        close = all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in pairs)
+        status = "FAIL" if not close or status == "FAIL" else "DIFF"
+    if status == "PASS":
+        return Result("skipstep_vs_adamw", "PASS", "bitwise equal to AdamW (foreach off and on) after 25 steps")
+    return Result("skipstep_vs_adamw", status, f"not bitwise vs AdamW: max |diff| {worst:.3g} after 25 steps")
 
 
 def check_gate_closed(device) -> Result:
