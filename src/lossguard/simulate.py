@@ -269,35 +269,3 @@ def _play(decisions: list[Decision], checkpoints: list[int], cfg: GuardConfig, s
         emit(d)
     return False
 
-
-def describe(sim: Simulation) -> list[str]:
-    """The simulation in words, one line per decision (for the terminal)."""
-    out = [f"Replayed {sim.steps} steps ({sim.first_step}..{sim.last_step}) through the guard's judge and policy."]
-    out += [f"Note: {n}." for n in sim.notes]
-    if not sim.decisions:
-        out.append("The guard would have done nothing.")
-    for d in sim.decisions:
-        tag = " (counterfactual)" if d.get("counterfactual") else ""
-        ev, step = d["event"], d["step"]
-        why = "; ".join(d.get("reasons", []))
-        if ev == Action.SKIP.value:
-            line = f"step {step}: skip ({why})"
-        elif ev == Action.ROLLBACK.value:
-            sb = d.get("skip_batches")
-            line = (f"step {step}: roll back to checkpoint {d['to_step']} (onset {d['onset']}), skip batches "
-                    f"[{sb[0]}, {sb[1]}) ({sb[1] - sb[0]} batches)" if sb
-                    else f"step {step}: roll back to {d['to_step']}")
-        elif ev == Action.LR_CUT.value:
-            until = d.get("until_step")
-            line = (f"step {step}: cut the LR x{d['factor']:g} "
-                    + ("for the rest of the run" if until is None else f"until step {until}"))
-        elif ev == Action.HALT.value:
-            line = f"step {step}: HALT ({why}); resume from checkpoint {d.get('resume_from')}"
-        else:
-            line = f"step {step}: {ev} ({why})"
-        out.append(line + tag)
-    s = sim.summary()["actions"]
-    out.append(f"Total: {s['skip']} skip(s), {s['rollback']} rollback(s), {s['lr_cut']} LR cut(s), "
-               f"{s['halt']} halt(s).")
-    return out
-

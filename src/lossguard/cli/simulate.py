@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from .analyze import print_read_warnings
 from .inputs import add_reader_options, read_inputs
 from .outputs import check_outputs
+from ..recovery.action import Action
+
+if TYPE_CHECKING:
+    from ..simulate import Simulation
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``lossguard simulate``."""
     from ..guard.config_file import load_config
     from ..plan import parse_checkpoints
-    from ..simulate import describe, simulate
+    from ..simulate import simulate
 
     check_outputs({"--html": args.html}, args.paths)
     try:
@@ -58,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(sim.to_dict(), indent=2, allow_nan=False))
     else:
-        print("\n".join(describe(sim)))
+        print("\n".join(_describe(sim)))
     if args.html:
         import sys
 
@@ -83,3 +88,36 @@ def _findings(log, metric: str) -> list:
         return findings(find_incidents(stitch(log), AnalyzeConfig(metric=metric)).incidents)
     except LossguardError:
         return []  # simulate() itself reports a missing loss series
+
+
+def _describe(sim: Simulation) -> list[str]:
+    """The simulation in words, one line per decision (for the terminal)."""
+    out = [f"Replayed {sim.steps} steps ({sim.first_step}..{sim.last_step}) through the guard's judge and policy."]
+    out += [f"Note: {n}." for n in sim.notes]
+    if not sim.decisions:
+        out.append("The guard would have done nothing.")
+    for d in sim.decisions:
+        tag = " (counterfactual)" if d.get("counterfactual") else ""
+        ev, step = d["event"], d["step"]
+        why = "; ".join(d.get("reasons", []))
+        if ev == Action.SKIP.value:
+            line = f"step {step}: skip ({why})"
+        elif ev == Action.ROLLBACK.value:
+            sb = d.get("skip_batches")
+            line = (f"step {step}: roll back to checkpoint {d['to_step']} (onset {d['onset']}), skip batches "
+                    f"[{sb[0]}, {sb[1]}) ({sb[1] - sb[0]} batches)" if sb
+                    else f"step {step}: roll back to {d['to_step']}")
+        elif ev == Action.LR_CUT.value:
+            until = d.get("until_step")
+            line = (f"step {step}: cut the LR x{d['factor']:g} "
+                    + ("for the rest of the run" if until is None else f"until step {until}"))
+        elif ev == Action.HALT.value:
+            line = f"step {step}: HALT ({why}); resume from checkpoint {d.get('resume_from')}"
+        else:
+            line = f"step {step}: {ev} ({why})"
+        out.append(line + tag)
+    s = sim.summary()["actions"]
+    out.append(f"Total: {s['skip']} skip(s), {s['rollback']} rollback(s), {s['lr_cut']} LR cut(s), "
+               f"{s['halt']} halt(s).")
+    return out
+
