@@ -31,9 +31,5 @@ def append_precursors(monitor, packed):
 def split_precursors(monitor, packed):
     """``(verdict values, precursor values)`` from a host copy made by :func:`append_precursors`."""
     values = packed if isinstance(packed, list) else packed.tolist()
-    n = len(values) - _length(monitor)
+    n = len(values) - monitor.packed_length()
     return values[:n], values[n:]
-
-
-def _length(monitor) -> int:
-    return len(monitor.names) + sum(int(p.head_max().numel()) for p in monitor.probes)
