@@ -66,7 +66,7 @@ def test_lr_ramp_twins_agree(seed):
 def test_warm_up_at_a_high_lr_rolls_nothing_back_and_skips_no_data(tmp_path):
     """The tiny GPT (width 128) at 10x the demo's LR with clipping, nothing injected: its grad norm
     blows up around steps 12-18 of a 40-step warm-up. Without the rule (lr_ramp_window=0) the guard
-    rolls back to step 0 and skips good data; with it, it withholds those updates only."""
+    rolls back to step 0 and skips good data; with it, the clipped updates are applied."""
     torch = pytest.importorskip("torch")
     torch.set_num_threads(1)
     from lossguard.demo.scenarios import Scenario
@@ -80,7 +80,9 @@ def test_warm_up_at_a_high_lr_rolls_nothing_back_and_skips_no_data(tmp_path):
     new = train(sc, guarded=True, ckpt_dir=tmp_path / "new", guard_config=GuardConfig(checkpoint_every=20))
     assert not new.rollbacks and not new.lr_cuts and not new.halted
     assert not any(e["event"] in ("rollback", "skip_data") for e in new.events)
-    held = [e for e in new.events if e.get("suspect") == Suspect.LR_SCHEDULE.value]
-    assert held and all(e["step"] < sc.warmup for e in held)
-    assert new.skipped_steps and all(s < sc.warmup for s in new.skipped_steps)
+    # The update is clipped (grad_clip -> max_grad_norm), so the grad-norm blow-up in the ramp is not
+    # evidence at all (issue 20, judge/evidence.py ramp_clipped): no step is withheld for it.
+    assert not any(e.get("suspect") == Suspect.LR_SCHEDULE.value for e in new.events)
+    grad_only = [e for e in new.events if e["event"] == "skip" and "loss" not in " ".join(e.get("reasons", []))]
+    assert not grad_only, grad_only
     assert math.isfinite(new.final_val) and new.final_val < 3.5

@@ -33,7 +33,7 @@ import numpy as np
 
 from .detect.outlier import score
 from .guard.config import GuardConfig
-from .guard.judge.evidence import evidence_series, onset_lag
+from .guard.judge.evidence import evidence_series, onset_lag, ramp_clipped
 from .jsonsafe import strict_json
 from .detect.loss_scale import is_static
 from .metrics import GRAD_NORM, LOSS, LOSS_SCALE, LR
@@ -162,11 +162,12 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
         if cfg.grad_norm is not None:
             gs = score(gn_vals[present], cfg.grad_norm)  # the test sees only the points it was fed
             gn_z[present] = gs.z
-    # The judge's calibrated rule (guard/judge/evidence.py), vectorised: the live judge's twin.
-    bad, gn_out, gn_ratio, evidence = evidence_series(loss, ls, gn_vals, present, gs, cfg)
     lr_log = _aligned(log, LR, steps)
     ramp = (np.zeros(len(steps), dtype=bool) if lr_log is None else
             lr_ramp_series(steps, np.where(lr_log[1], lr_log[0], np.nan), cfg.lr_ramp_window))
+    # The judge's calibrated rule (guard/judge/evidence.py), vectorised: the live judge's twin.
+    waived = ramp & ramp_clipped(True, cfg.max_grad_norm)
+    bad, gn_out, gn_ratio, evidence = evidence_series(loss, ls, gn_vals, present, gs, cfg, waived)
     bidx = _aligned(log, "batch_index", steps)
     batch = steps.astype(np.int64) if bidx is None else np.where(bidx[1], bidx[0], steps).astype(np.int64)
     if bidx is None:

@@ -45,6 +45,7 @@ from ..recovery.verdict import Verdict
 from .config import GuardConfig
 from .events import EventLog
 from .executor import RecoveryExecutor, TrainingHalted
+from .judge.evidence import ramp_clipped
 from .judge.twins import DeviceJudge, HostJudge, Judgement
 from .timeline import TimelineSlot
 
@@ -292,12 +293,12 @@ class StabilityGuard:
                                  fix="fix the cause named above, then resume from the checkpoint it names")
 
     # ------------------------------------------------------------------ the step
-    def _judge(self, loss, *, clip: bool) -> Judgement:
+    def _judge(self, loss, *, clip: bool, waived: bool = False) -> Judgement:
         """The shared prologue: global loss (one all-reduce under DDP), unscale, grad norm, judge."""
         import torch
 
         if self._sharded:
-            return self._judge_sharded(loss, clip=clip)
+            return self._judge_sharded(loss, clip=clip, waived=waived)
         local = loss.detach().to(torch.float64).reshape(())
         glob = local.clone()
         if self._world > 1:
@@ -315,10 +316,11 @@ class StabilityGuard:
                                                        for p in self._params])) if self._params else None
         self._judged += 1
         if isinstance(self.judge, HostJudge):
-            return self.judge.judge(float(glob), float(gn), float(local), math.nan if pn is None else float(pn))
-        return self.judge.judge(glob, gn, local, pn)
+            return self.judge.judge(float(glob), float(gn), float(local), math.nan if pn is None else float(pn),
+                                    waived)
+        return self.judge.judge(glob, gn, local, pn, waived)
 
-    def _judge_sharded(self, loss, *, clip: bool) -> Judgement:
+    def _judge_sharded(self, loss, *, clip: bool, waived: bool = False) -> Judgement:
         """FSDP2 prologue: loss, grad norm and non-finite flag from the local shards in ONE all-reduce
         (:func:`lossguard.distributed.fsdp.reduce_step_stats`); every rank gets the same numbers and
         therefore the same verdict."""
@@ -336,8 +338,8 @@ class StabilityGuard:
         local = loss.detach().to(torch.float64).reshape(())
         if isinstance(self.judge, HostJudge):
             pn = math.nan if stats.param_norm is None else float(stats.param_norm)
-            return self.judge.judge(float(stats.loss), float(stats.grad_norm), float(local), pn)
-        return self.judge.judge(stats.loss, stats.grad_norm, local, stats.param_norm)
+            return self.judge.judge(float(stats.loss), float(stats.grad_norm), float(local), pn, waived)
+        return self.judge.judge(stats.loss, stats.grad_norm, local, stats.param_norm, waived)
 
     def step(self, loss, *, replay: Callable[[], Any] | None = None) -> None:
         """Judge this step and apply its update only if it is good; then step the scheduler and
@@ -354,10 +356,11 @@ class StabilityGuard:
             return
         cfg, opt = self.config, self.optimizer
         with torch.no_grad():
-            j = self._judge(loss, clip=True)
             saved = scale_lr(opt, self.policy.lr_factor(self.step_count))
             groups = opt.param_groups
             lr_used = float(groups[0]["lr"]) if groups else math.nan
+            ramp = self._lr_ramp.update(self.step_count, lr_used)  # in step order, before the verdict
+            j = self._judge(loss, clip=True, waived=ramp_clipped(ramp, cfg.max_grad_norm))
             if self.precursors is not None:
                 self.precursors.before_step()
             if self.gate == "device":
@@ -381,6 +384,7 @@ class StabilityGuard:
                     self.scheduler.step()
             opt.zero_grad(set_to_none=True)
         meta = {"step": self.step_count, "batch_index": self._batch_index, "lr": lr_used, "loss_scale": scale,
+                "in_lr_ramp": ramp,
                 "rng": self._rng, "replay": None if self._defer else replay,
                 "batch": None if self._defer else self._batch}
         self._advance()
@@ -456,7 +460,8 @@ class StabilityGuard:
             packed, pre = split_precursors(self.precursors, packed)
         v = Judgement.verdict(packed, step=meta["step"], batch_index=meta["batch_index"], lr=meta["lr"],
                               loss_scale=meta["loss_scale"])
-        v.in_lr_ramp = self._lr_ramp.update(v.step, v.lr)  # the policy's LR-schedule evidence
+        # the policy's LR-schedule evidence (step() took it before judging; framework mode takes it here)
+        v.in_lr_ramp = meta["in_lr_ramp"] if "in_lr_ramp" in meta else self._lr_ramp.update(v.step, v.lr)
         self.last_record = v
         if self.config.log_metrics:
             m = {"loss": v.loss, "grad_norm": v.grad_norm, "lr": v.lr}
