@@ -270,3 +270,32 @@ def test_diagnostics_measured_every_kth_step_and_held_between():
     assert seen[2][0][M.ADAM_V_RATIO] != seen[1][0][M.ADAM_V_RATIO]
     ratios = [s[M.UPDATE_RATIO] for s, _ in seen]
     assert len(set(ratios)) == 5 and all(r > 0 for r in ratios)
+
+
+def test_treatment_budgets_travel_in_the_guards_checkpointed_state(tmp_path):
+    """A resume restores how often each responder may still act (issue 20): the QK-clip budget and
+    LR-cut count of the treatment, the window and cut count of the update-size test."""
+    from lossguard.guard import StabilityGuard
+    from lossguard.guard.treatment import PrecursorTreatment, TreatmentConfig
+    from lossguard.guard.update_size import UpdateSizeConfig, UpdateSizeTest
+    from lossguard.demo.model import GPTConfig, TinyGPT
+    treat = PrecursorTreatment(TreatmentConfig(tau=0.05, window=10, max_clip_steps=3, max_lr_cuts=2))
+    size = UpdateSizeTest(UpdateSizeConfig(window=8, min_points=8))
+    guard, _ = _guarded(tmp_path, [treat, size])
+    sd = json.loads(json.dumps(guard.state_dict()))  # JSON-safe, as checkpoints keep it
+    assert sd["treatment"][0]["lr_cuts"] == 2 and sd["treatment"][0]["clip_steps"]
+    assert len(sd["treatment"][1]["hist"]) == 8
+    model = TinyGPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=8))
+    fresh_treat, fresh_size = PrecursorTreatment(treat.config), UpdateSizeTest(size.config)
+    other = StabilityGuard(model, torch.optim.AdamW(model.parameters()), precursors=True,
+                           treatment=[fresh_treat, fresh_size], log_path=tmp_path / "other.jsonl")
+    other.load_state_dict(sd)
+    assert fresh_treat.state_dict() == treat.state_dict() and fresh_size.state_dict() == size.state_dict()
+    assert fresh_treat.lr_cuts == 2  # no LR cut left to make after the resume
+    # a rollback to an older checkpoint restores the windows, not the budget: cuts made stay made
+    older = {**sd["treatment"][0], "lr_cuts": 0, "lr_factor": 1.0, "last_cut": None, "clip_steps": []}
+    fresh_treat.load_state_dict(older)
+    assert fresh_treat.lr_cuts == 2 and fresh_treat.lr_factor == treat.lr_factor and not fresh_treat._clip_steps
+    fresh_size.load_state_dict({**sd["treatment"][1], "cuts": 0, "factor": 1.0, "hist": []})
+    assert fresh_size.cuts == size.cuts and not fresh_size._hist
+    other.close()

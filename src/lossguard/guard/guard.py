@@ -46,6 +46,7 @@ from .config import GuardConfig
 from .events import EventLog
 from .executor import RecoveryExecutor, TrainingHalted
 from .judge.evidence import ramp_clipped
+from .precursor_hook import load_responders_state, responders, responders_state
 from .judge.twins import DeviceJudge, HostJudge, Judgement
 from .timeline import TimelineSlot
 
@@ -471,7 +472,7 @@ class StabilityGuard:
                 m.update(self.precursors.decode(pre))
             self.log.metrics(v.step, m)
         if pre is not None and self.treatment is not None and not self.config.shadow:
-            for responder in (self.treatment if isinstance(self.treatment, (list, tuple)) else [self.treatment]):
+            for responder in responders(self.treatment):
                 for rec in responder.respond(v.step, self.precursors, pre, self.ledger, v.lr):
                     self.log.event(rec)
         transient = False
@@ -618,7 +619,7 @@ class StabilityGuard:
         Goes into every checkpoint (TrainState extras) and is rolled back with it."""
         return {"format": GUARD_FORMAT, "judge": self.judge.state_dict(), "policy": self.policy.state_dict(),
                 "data_count": self._data_count, "lr_ramp": self._lr_ramp.state_dict(),
-                "withheld": self.withheld.state_dict()}
+                "withheld": self.withheld.state_dict(), "treatment": responders_state(self.treatment)}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output (format 1, from before the ledger, is read too)."""
@@ -634,6 +635,7 @@ class StabilityGuard:
         self._data_count = int(sd["data_count"])
         self._lr_ramp.load_state_dict(sd.get("lr_ramp"))
         self.withheld.load_state_dict(sd.get("withheld"))
+        load_responders_state(self.treatment, sd.get("treatment"))
 
     def adopt_ledger(self, ledger: RunLedger) -> None:
         """Use ``ledger`` from now on (a framework callback restoring its own saved ledger)."""

@@ -33,3 +33,26 @@ def split_precursors(monitor, packed):
     values = packed if isinstance(packed, list) else packed.tolist()
     n = len(values) - monitor.packed_length()
     return values[:n], values[n:]
+
+
+def responders(treatment) -> list:
+    """The guard's ``treatment`` argument as a list of responders (None: none)."""
+    if treatment is None:
+        return []
+    return list(treatment) if isinstance(treatment, (list, tuple)) else [treatment]
+
+
+def responders_state(treatment) -> list:
+    """Each responder's budgets (its ``state_dict()``), in order: they go into the guard's checkpointed
+    state, so a resume does not reset how often a treatment may still act."""
+    return [r.state_dict() for r in responders(treatment)]
+
+
+def load_responders_state(treatment, states) -> None:
+    """Restore :func:`responders_state` output (None, or a different number of responders: a
+    checkpoint from another configuration, left alone)."""
+    rs = responders(treatment)
+    if states is None or len(states) != len(rs):
+        return
+    for r, st in zip(rs, states, strict=True):
+        r.load_state_dict(st)

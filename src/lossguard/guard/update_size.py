@@ -121,6 +121,21 @@ class UpdateSizeTest:
                              f"{cause}; LR cut to {self.factor:.3g}x (cut {self.cuts} of {cfg.max_cuts})"})]
 
 
+    def state_dict(self) -> dict[str, Any]:
+        """The trailing window, the jump in progress and the cuts made (JSON-safe)."""
+        return {"hist": list(self._hist), "lrs": [None if x != x else x for x in self._lrs],
+                "run": list(self._run), "cuts": self.cuts, "factor": self.factor}
+
+    def load_state_dict(self, sd: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output: the windows as saved (they roll back with the weights),
+        the cut budget only grows (a rollback does not give back cuts already made)."""
+        self._hist = deque((float(x) for x in sd["hist"]), maxlen=self.config.window)
+        self._lrs = deque((float("nan") if x is None else float(x) for x in sd["lrs"]), maxlen=self.config.window)
+        self._run = [float(x) for x in sd["run"]]
+        if int(sd["cuts"]) >= self.cuts:
+            self.cuts, self.factor = int(sd["cuts"]), float(sd["factor"])
+
+
 def _with_reasons(rec: dict[str, Any]) -> dict[str, Any]:
     """The record with its evidence also as ``reasons`` (the key every guard decision record has)."""
     rec["reasons"] = [rec["evidence"]]
