@@ -119,7 +119,7 @@ def _aligned(log: RunLog, metric: str, steps: np.ndarray) -> tuple[np.ndarray, n
 
 
 def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Sequence[int] | None = None,
-             metric: str = LOSS, findings: Sequence[WholeLogFinding] = ()) -> Simulation:
+             metric: str = LOSS, findings: Sequence[WholeLogFinding] = (), update_size: Any = None) -> Simulation:
     """Replay the guard's judge and policy over ``log`` (see the module docstring).
 
     Args:
@@ -131,6 +131,10 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
             analyser found that a live guard cannot see, e.g. repeated data after a resume). Empty
             (the default): exactly what a live guard decides. ``analyze`` and ``lossguard simulate``
             pass the analyser's findings, so they name the same actions.
+        update_size: an :class:`~lossguard.guard.update_size.UpdateSizeConfig` (or True for its
+            defaults): also replay the opt-in update-size test over the log's ``update_ratio``
+            (a guard with ``treatment=UpdateSizeTest()``); its LR cuts join the decisions in step
+            order. None, or a log without the ratio (a note says so): not replayed.
 
     Returns:
         The :class:`Simulation`.
@@ -231,7 +235,35 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
             break
         if nb > nf and policy.level["seen"] == 0:  # the rule rolled back: it watches afresh from here
             rise = LossRiseSeries(ls.baseline, eligible, cfg, start=i + 1)
+    if update_size is not None:
+        _replay_update_size(log, steps, bad, lr_log, update_size, sim)
     return sim
+
+
+def _replay_update_size(log: RunLog, steps: np.ndarray, bad: np.ndarray, lr_log, update_size: Any,
+                        sim: Simulation) -> None:
+    """Merge the update-size test's LR cuts into ``sim`` (steps up to a halt, in step order)."""
+    from .guard.update_size import UpdateSizeConfig, replay_update_size
+    from .metrics import UPDATE_RATIO
+
+    ratio = _aligned(log, UPDATE_RATIO, steps)
+    if ratio is None:
+        sim.notes.append("no update_ratio in the log: the update-size test was not replayed")
+        return
+    lr = lr_log[0] if lr_log is not None else np.full(len(steps), np.nan)
+    recs = replay_update_size(steps, ratio[0], lr, bad, update_size if isinstance(update_size, UpdateSizeConfig)
+                              else None)
+    halt = sim.halted_at
+    sim.decisions += [r for r in recs if halt is None or r["step"] <= halt]
+    sim.decisions.sort(key=lambda d: d["step"])  # stable: the policy's order within a step is kept
+    # Everything after the first decision that changes the future is counterfactual (as _play marks).
+    sim.first_change = None
+    for d in sim.decisions:
+        d.pop("counterfactual", None)
+        if sim.first_change is not None:
+            d["counterfactual"] = True
+        elif Action(d["event"]).changes_future:
+            sim.first_change = int(d["step"])
 
 
 def _play(decisions: list[Decision], checkpoints: list[int], cfg: GuardConfig, sim: Simulation,

@@ -136,6 +136,24 @@ class UpdateSizeTest:
             self.cuts, self.factor = int(sd["cuts"]), float(sd["factor"])
 
 
+def replay_update_size(steps, ratio, lr, withheld, config: UpdateSizeConfig | None = None) -> list[dict[str, Any]]:
+    """:class:`UpdateSizeTest` replayed over a recorded log (``lossguard simulate``): its event records.
+
+    Args:
+        steps: the replayed steps.
+        ratio: the logged update-to-weight ratio at each (NaN where not logged).
+        lr: the logged LR at each (NaN where not logged).
+        withheld: True where the replayed judge withholds the update (no update: nothing to judge,
+            as the live test sees a zero ratio there).
+        config: the test's thresholds.
+    """
+    test = UpdateSizeTest(config)
+    out: list[dict[str, Any]] = []
+    for st, r, a, w in zip(steps, ratio, lr, withheld, strict=True):
+        out += test.observe(int(st), float("nan") if w else float(r), float(a))
+    return out
+
+
 def _with_reasons(rec: dict[str, Any]) -> dict[str, Any]:
     """The record with its evidence also as ``reasons`` (the key every guard decision record has)."""
     rec["reasons"] = [rec["evidence"]]
