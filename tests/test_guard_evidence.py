@@ -177,4 +177,5 @@ def test_grad_norm_evidence_waived_in_a_clipped_lr_ramp_by_all_three_twins(seed)
 
 def test_ramp_clipped_needs_both_the_ramp_and_a_clip():
     from lossguard.guard.judge.evidence import ramp_clipped
-    assert ramp_clipped(True, 1.0) and not ramp_clipped(True, None) and not ramp_clipped(False, 1.0)
+    assert ramp_clipped(True, 1.0, 20) and not ramp_clipped(True, None, 20) and not ramp_clipped(False, 1.0, 20)
+    assert not ramp_clipped(True, 1.0, 0)  # the LR-ramp rule switched off

@@ -170,7 +170,7 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
     ramp = (np.zeros(len(steps), dtype=bool) if lr_log is None else
             lr_ramp_series(steps, np.where(lr_log[1], lr_log[0], np.nan), cfg.lr_ramp_window))
     # The judge's calibrated rule (guard/judge/evidence.py), vectorised: the live judge's twin.
-    waived = ramp & ramp_clipped(True, cfg.max_grad_norm)
+    waived = ramp & ramp_clipped(True, cfg.max_grad_norm, cfg.lr_ramp_window)
     bad, gn_out, gn_ratio, evidence = evidence_series(loss, ls, gn_vals, present, gs, cfg, waived)
     bidx = _aligned(log, "batch_index", steps)
     batch = steps.astype(np.int64) if bidx is None else np.where(bidx[1], bidx[0], steps).astype(np.int64)

@@ -361,7 +361,7 @@ class StabilityGuard:
             groups = opt.param_groups
             lr_used = float(groups[0]["lr"]) if groups else math.nan
             ramp = self._lr_ramp.update(self.step_count, lr_used)  # in step order, before the verdict
-            j = self._judge(loss, clip=True, waived=ramp_clipped(ramp, cfg.max_grad_norm))
+            j = self._judge(loss, clip=True, waived=ramp_clipped(ramp, cfg.max_grad_norm, cfg.lr_ramp_window))
             if self.precursors is not None:
                 self.precursors.before_step()
             if self.gate == "device":

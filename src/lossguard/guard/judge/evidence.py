@@ -117,11 +117,12 @@ class EvidenceConfig:
         raise_all(self.problems(), fix="correct the EvidenceConfig field(s) named above")
 
 
-def ramp_clipped(in_lr_ramp: bool, max_grad_norm: float | None) -> bool:
+def ramp_clipped(in_lr_ramp: bool, max_grad_norm: float | None, lr_ramp_window: int) -> bool:
     """Whether a step's grad-norm evidence is waived: the LR is still rising
-    (:mod:`lossguard.recovery.lr_phase`) and the guard clips the gradient (``max_grad_norm`` set).
-    One definition for the live judges and :mod:`lossguard.simulate`."""
-    return bool(in_lr_ramp) and max_grad_norm is not None
+    (:mod:`lossguard.recovery.lr_phase`), the LR-ramp rule is on (``lr_ramp_window`` > 0) and the
+    guard clips the gradient (``max_grad_norm`` set). One definition for the live judges and
+    :mod:`lossguard.simulate`."""
+    return bool(in_lr_ramp) and max_grad_norm is not None and lr_ramp_window > 0
 
 
 def grad_evidence(cfg: EvidenceConfig, *, gn_outlier: bool, loss_z: float, ratio: float) -> Evidence:
