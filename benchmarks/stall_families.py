@@ -5,7 +5,7 @@ injected) are generated and :func:`lossguard.detect.stall.find_stalls` is run on
 logged LR. A clean run has no stall, so every one named is a false positive. ``--kinds`` adds runs
 with an injected event of each kind (a stall may then be reported beside the event's incident).
 
-    nice -n 10 python benchmarks/stall_families.py --runs 60 --kinds [--no-restart-rule]
+    nice -n 10 python benchmarks/stall_families.py --runs 60 --kinds [--no-restart-rule | --lr-rise-factor F]
 """
 from __future__ import annotations
 
@@ -56,9 +56,11 @@ def main(argv=None) -> int:
     ap.add_argument("--kinds", action="store_true", help="also runs with each injectable event kind")
     ap.add_argument("--no-restart-rule", action="store_true",
                     help="without the LR-restart rule (StallConfig.lr_rise_factor = inf): the numbers before it")
+    ap.add_argument("--lr-rise-factor", type=float, default=None, help="StallConfig.lr_rise_factor to use")
     a = ap.parse_args(argv)
     global CONFIG
-    CONFIG = StallConfig(lr_rise_factor=float("inf")) if a.no_restart_rule else StallConfig()
+    rise = float("inf") if a.no_restart_rule else a.lr_rise_factor
+    CONFIG = StallConfig() if rise is None else StallConfig(lr_rise_factor=rise)
     total = Counter()
     print("| family | split | clean runs named |" + (" runs with an event named |" if a.kinds else ""))
     print("|---|---|---|" + ("---|" if a.kinds else ""))
