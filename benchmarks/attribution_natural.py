@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from lossguard.data.sampler import ResumableSampler
-from lossguard.demo.scenarios import load_corpus
+from lossguard.demo.corpus import load_corpus
 from lossguard.guard import GuardConfig, SampleAttribution, StabilityGuard
 from lossguard.demo.model import GPTConfig, TinyGPT
 

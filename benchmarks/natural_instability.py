@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from lossguard.demo.scenarios import CorpusBatches, load_corpus
+from lossguard.demo.corpus import CorpusBatches, load_corpus
 from lossguard.demo.model import GPTConfig, TinyGPT
 
 OUT = Path(__file__).parent / "results"
@@ -108,7 +108,7 @@ def run(config: str, lr: float, seed: int, *, steps: int, n_layer: int, n_embd: 
                 return stream()
 
         try:
-            for step, (x, y) in guard.batches(Stream(), steps=steps):
+            for _step, (x, y) in guard.batches(Stream(), steps=steps):
                 _, loss = model(x, y)
                 loss.backward()
                 guard.step(loss, replay=lambda x=x, y=y: model(x, y)[1])

@@ -3,6 +3,8 @@ real-writer tests' check of a log read back."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,3 +44,21 @@ def _check_live(log, truth) -> None:
 def check_live():
     """The real-writer tests' check that a log read back holds exactly the points written."""
     return _check_live
+
+
+SHORT_DEMO_STEPS = 120
+"""Steps of the shared short demo: its pocket moves to steps // 2 = 60, length 12 (``DemoConfig.scenario_obj``)."""
+
+
+@pytest.fixture(scope="session")
+def short_demo(tmp_path_factory):
+    """``lossguard demo --steps 120 --no-clean --json`` run once through the real CLI in a subprocess:
+    ``(out_dir, completed_process)``. tests/test_demo.py checks its outputs, tests/test_simulate_live.py
+    replays its unguarded log against its guarded run (one demo run serves both)."""
+    pytest.importorskip("torch")
+    out = tmp_path_factory.mktemp("demo") / "out"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "lossguard", "demo", "--out", str(out), "--steps",
+                           str(SHORT_DEMO_STEPS), "--no-clean", "--json"], capture_output=True, text=True,
+                          timeout=600, env=env)
+    return out, proc

@@ -30,11 +30,20 @@ def _never_again(trace: list[dict], named: set[int]) -> None:
         assert len(at) == 1, f"sample {sid} delivered again after it was named (trace lines {at})"
 
 
-def test_planted_samples_are_named_kept_out_after_a_rollback_and_naming_changes_nothing(tmp_path):
+@pytest.fixture(scope="module")
+def named(tmp_path_factory):
+    """The 1-rank run that names its samples (its result and its directory): the first test checks
+    it, the world-size test seeds its relaunches with its skip list (one run, trained once)."""
+    torch.set_num_threads(1)
+    tmp_path = tmp_path_factory.mktemp("planted")
+    return train(steps=STEPS, ckpt_dir=tmp_path / "named", trace=tmp_path / "named.jsonl"), tmp_path
+
+
+def test_planted_samples_are_named_kept_out_after_a_rollback_and_naming_changes_nothing(named):
     torch.set_num_threads(1)
     assert N_SAMPLES >= 100_000
     planted = planted_ids()
-    run = train(steps=STEPS, ckpt_dir=tmp_path / "named", trace=tmp_path / "named.jsonl")
+    run, tmp_path = named
     score = score_naming(run["spikes"], run["suspects"], planted)
     print(f"planted: {len(planted)}, in withheld batches: {len(score['caught']) + len(score['missed'])}, "
           f"recall {score['recall']:.2f}, precision {score['precision']:.2f} (in spikes with a planted sample "
@@ -101,34 +110,39 @@ def _ranked(rank, world, ckpt, seed, steps, trace):
     return {k: run[k] for k in ("losses", "spikes", "suspects", "skiplist")}
 
 
-@pytest.mark.slow  # three 2-rank gloo launches: ~60 s
-def test_skiplist_carries_over_to_another_world_size_and_names_agree_on_two_ranks(tmp_path):
+def _ranked_runs(rank, world, runs):
+    """Several runs one after another in one launch (each :func:`_ranked`; ``train`` seeds the model,
+    its dropout and the sampler afresh): one 2-rank process group instead of one per run."""
+    return [_ranked(rank, world, *run) for run in runs]
+
+
+@pytest.mark.slow  # two 2-rank gloo launches and ~1,300 steps on 2 ranks: ~60 s
+def test_skiplist_carries_over_to_another_world_size_and_names_agree_on_two_ranks(tmp_path, named):
     from lossguard.testing.distributed import run_distributed
 
     planted = planted_ids()
-    # two ranks name the planted samples too (each rank replays its half; the findings are gathered)
-    two = run_distributed(_ranked, world_size=2, args=(str(tmp_path / "two"), None, STEPS, str(tmp_path / "t2.jsonl")),
-                          timeout=600)
+    one, named_dir = named  # the 1-rank run the first test checks, and its skip list
+    seed = named_dir / "named" / "skiplist.json"
+    listed = {k.index for k in SkipList.load(seed).keys()}
+    # One launch: (a) two ranks name the planted samples too, (b) the 1-rank run's list relaunched on
+    # 2 ranks for the whole run, (c) the same, stopped after step 150.
+    two, res, _ = zip(*run_distributed(_ranked_runs, world_size=2, args=([
+        (str(tmp_path / "two"), None, STEPS, str(tmp_path / "t2.jsonl")),
+        (str(tmp_path / "r"), str(seed), STEPS, str(tmp_path / "r.jsonl")),
+        (str(tmp_path / "s"), str(seed), 150, str(tmp_path / "s.jsonl"))],), timeout=600), strict=True)
+    # (a) each rank replays its half; the findings are gathered
     assert two[0]["skiplist"] == two[1]["skiplist"]
     score = score_naming(two[0]["spikes"], two[0]["suspects"], planted)
     print(f"2 ranks: in withheld batches {len(score['caught']) + len(score['missed'])}, recall {score['recall']:.2f}, "
           f"precision {score['precision']:.2f} (in spikes with a planted "
           f"sample {score['precision_planted']:.2f}); clean-data names {score['natural']}")
     assert score["recall"] >= 0.9 and score["precision"] >= 0.8
-    # a 1-rank run's list, relaunched on 2 ranks: no rank ever gets a listed sample, and the spikes
-    # those samples caused do not happen
-    one = train(steps=STEPS, ckpt_dir=tmp_path / "one")
-    seed = tmp_path / "one" / "skiplist.json"
-    listed = {k.index for k in SkipList.load(seed).keys()}
-    res = run_distributed(_ranked, world_size=2,
-                          args=(str(tmp_path / "r"), str(seed), STEPS, str(tmp_path / "r.jsonl")), timeout=600)
+    # (b) no rank ever gets a listed sample, and the spikes those samples caused do not happen
     rows = _trace(tmp_path / "r.jsonl")
     assert len(rows) >= STEPS and not any(set(r["ids"]) & listed for r in rows)
     assert not any(set(ids) & listed for _, _, ids in res[0]["spikes"])
     assert len(res[0]["spikes"]) < len(one["spikes"])
-    # and stopped and relaunched on 2 ranks with that list, the run is bitwise the uninterrupted one
-    run_distributed(_ranked, world_size=2, args=(str(tmp_path / "s"), str(seed), 150, str(tmp_path / "s.jsonl")),
-                    timeout=600)
+    # (c) relaunched on 2 fresh ranks with that list, the stopped run is bitwise the uninterrupted one
     run_distributed(_ranked, world_size=2, args=(str(tmp_path / "s"), str(seed), STEPS, str(tmp_path / "s.jsonl")),
                     timeout=600)
     curve = lambda rows: {r["step"]: (r["loss"], r["ids"]) for r in rows}  # noqa: E731

@@ -20,7 +20,7 @@ from lossguard.errors import ConfigError  # noqa: E402
 from lossguard.io import read_log  # noqa: E402
 from lossguard.metrics import LOSS, VAL_LOSS  # noqa: E402
 
-SHORT_STEPS = 120  # the pocket moves to steps // 2 = 60, length 12 (see DemoConfig.scenario_obj)
+SHORT_STEPS = 120  # the session fixture short_demo's steps (conftest.py): the pocket moves to 60, length 12
 
 
 def _demo(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -31,13 +31,6 @@ def _demo(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 def _records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-@pytest.fixture(scope="module")
-def short_demo(tmp_path_factory):
-    out = tmp_path_factory.mktemp("demo") / "out"
-    proc = _demo("--out", str(out), "--steps", str(SHORT_STEPS), "--no-clean", "--json")
-    return out, proc
 
 
 def test_short_demo_exits_0_and_writes_logs_reports_and_summary(short_demo):
@@ -92,12 +85,16 @@ def test_guarded_log_holds_the_guards_decisions_and_stitches(short_demo):
     assert summary["guarded"]["final_val_loss"] < summary["unguarded"]["final_val_loss"]
 
 
-def test_out_refuses_a_foreign_non_empty_directory(tmp_path):
+def test_out_refuses_a_foreign_non_empty_directory(tmp_path, capsys):
+    """The command's own entry point, in this process (the error comes before any training; the
+    subprocess runs above cover the real process)."""
+    from lossguard.cli import main
+
     mine = tmp_path / "notes.txt"
     mine.write_text("keep me")
-    proc = _demo("--out", str(tmp_path), "--steps", "20", timeout=120)
-    assert proc.returncode == 2
-    assert "not a previous `lossguard demo` output" in proc.stderr and "Traceback" not in proc.stderr
+    assert main(["demo", "--out", str(tmp_path), "--steps", "20"]) == 2
+    err = capsys.readouterr().err
+    assert "not a previous `lossguard demo` output" in err and "Traceback" not in err
     assert mine.read_text() == "keep me"
 
 

@@ -3,8 +3,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from lossguard.demo.scenarios import (SCENARIOS, CorpusBatches, Pocket, Scenario,  # noqa: E402
-                                      load_corpus)
+from lossguard.demo.corpus import CorpusBatches, load_corpus  # noqa: E402
+from lossguard.demo.scenarios import SCENARIOS, Pocket, Scenario  # noqa: E402
 from lossguard.errors import ConfigError  # noqa: E402
 
 
@@ -27,7 +27,7 @@ def test_batches_depend_only_on_seed_and_step():
     assert torch.equal(x1[:, 1:], y1[:, :-1])  # targets are the next bytes
     assert not torch.equal(a.batch(12)[0], x1)
     v1, v2 = a.val_batches(2), b.val_batches(2)
-    assert all(torch.equal(p[0], q[0]) for p, q in zip(v1, v2))
+    assert all(torch.equal(p[0], q[0]) for p, q in zip(v1, v2, strict=True))
 
 
 @pytest.mark.parametrize("kind", ["random_bytes", "repeat", "foreign"])

@@ -86,7 +86,7 @@ def test_eps_trap_rises_on_the_tiny_gpt():
     an ever smaller gradient (their softmax probability -> 0) until it is below Adam's eps. With
     eps = 1e-4 (large, so that 120 CPU steps suffice) the trapped fraction of ``wte`` climbs from a
     few percent to the share of byte values absent from the corpus."""
-    from lossguard.demo.scenarios import CorpusBatches, load_corpus
+    from lossguard.demo.corpus import CorpusBatches, load_corpus
     from lossguard.demo.model import GPTConfig, TinyGPT
 
     torch.set_num_threads(1)

@@ -71,12 +71,18 @@ def test_faults_on_one_rank_make_both_fsdp_ranks_act_alike(tmp_path, gate, async
     assert r0["ckpts"] == r1["ckpts"] and 80 in r0["ckpts"]
 
 
+def _disk_then_memory(rank: int, world: int, tmpdir: str):
+    """The disk and the in-memory run in one launch (``build`` seeds each afresh; separate
+    directories): one process group instead of two."""
+    return (_fsdp_guard_worker(rank, world, tmpdir, "host", False, 0),
+            _fsdp_guard_worker(rank, world, tmpdir, "host", False, 3))
+
+
 def test_rollback_from_host_snapshots_equals_rollback_from_disk(tmp_path):
     """The guard keeping the last 3 checkpoints in host memory rolls back without reading a file,
     and the run ends bitwise where the run that read the DCP checkpoint ends."""
-    disk = run_distributed(_fsdp_guard_worker, world_size=2, args=(str(tmp_path), "host", False, 0), timeout=300)
-    memory = run_distributed(_fsdp_guard_worker, world_size=2, args=(str(tmp_path), "host", False, 3), timeout=300)
-    for d, m in zip(disk, memory):
+    both = run_distributed(_disk_then_memory, world_size=2, args=(str(tmp_path),), timeout=300)
+    for d, m in both:
         assert d["sources"] == ["disk"] and m["sources"] == ["memory"]
         assert [x[:2] for x in d["decisions"]] == [x[:2] for x in m["decisions"]]
-        assert all(torch.equal(a, b) for a, b in zip(d["shards"], m["shards"]))
+        assert all(torch.equal(a, b) for a, b in zip(d["shards"], m["shards"], strict=True))

@@ -166,7 +166,8 @@ def test_grad_norm_evidence_waived_in_a_clipped_lr_ramp_by_all_three_twins(seed)
                                 step=i, batch_index=i)
               for i, (a, b, w) in enumerate(zip(loss, gn, waived, strict=True))]
     present = np.ones(len(gn), dtype=bool)
-    bad, _, _, ev = evidence_series(loss, score(loss, cfg.loss), gn, present, score(gn, cfg.grad_norm), cfg, waived)
+    bad, _, _, ev = evidence_series(loss, score(loss, cfg.loss), gn, present, score(gn, cfg.grad_norm), cfg,
+                                    in_lr_ramp=waived)  # in the ramp, clipped (max_grad_norm=1.0): waived
     assert [v.evidence for v in host] == [v.evidence for v in device] == [Evidence(int(e)) for e in ev]
     assert not bad[440:530].any()
     assert {Evidence(int(e)) for e in ev} >= {Evidence.COLD_BOUND, Evidence.NON_FINITE, Evidence.LOSS}

@@ -20,7 +20,8 @@ from lossguard.checkpoint.store import CheckpointStore  # noqa: E402
 from evals.regression import regression_task  # noqa: E402
 from lossguard.detect.outlier import OutlierConfig  # noqa: E402
 from lossguard.guard import GuardConfig, StabilityGuard, TrainingHalted  # noqa: E402
-from lossguard.integrations._state import guard_state  # noqa: E402
+from lossguard.errors import CheckpointError  # noqa: E402
+from lossguard.integrations._state import guard_state, restore_guard  # noqa: E402
 from lossguard.recovery import LEDGER_FILE, RecoveryRecipe, RunLedger  # noqa: E402
 from lossguard.testing.faults import Fault, FaultInjector  # noqa: E402
 
@@ -95,3 +96,6 @@ def test_guard_state_loads_with_torch_default_weights_only(tmp_path, stats):
     loaded = torch.load(buf, weights_only=True)   # torch's default since 2.6; failed on np.float64
     assert loaded["timeline"]["judge"]["loss"]["noise"] == state["timeline"]["judge"]["loss"]["noise"] > 0
     guard.load_state_dict(loaded["timeline"])
+    restore_guard(guard, loaded)  # what a callback does with its own saved state
+    with pytest.raises(CheckpointError, match="no 'timeline' and 'ledger'"):
+        restore_guard(guard, loaded["timeline"])  # the guard's state alone is not a callback's state

@@ -2,6 +2,8 @@
 and a persistent fault stops training with a diagnosis."""
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -58,13 +60,13 @@ def test_nan_gradient_is_skipped_inside_trainer_train(tmp_path):
     cb, trainer = _train(tmp_path, [NaNGradAt({30}), snap], 40)
     assert [e["step"] for e in cb.guard.events if e["event"] == "skip"] == [30]
     (p30, s30), (p31, s31) = snap.snaps[30], snap.snaps[31]
-    assert all(torch.equal(a, b) for a, b in zip(p30, p31))
+    assert all(torch.equal(a, b) for a, b in zip(p30, p31, strict=True))
     assert all(torch.equal(s30[k][n], s31[k][n]) for k in s30 for n in s30[k])
     assert trainer.state.global_step == 40
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
 
 
-def test_persistent_fault_stops_training_loudly_and_for_good(tmp_path, capsys):
+def test_persistent_fault_stops_training_loudly_and_for_good(tmp_path, caplog):
     """A halt is loud (issue 10): the diagnosis is printed with the test that fired and the loader
     positions to skip, and the process exits with ExitCode.HALT (the callback owns the exit under
     the restart protocol) instead of returning as if the run had finished. The halt is final: a
@@ -75,7 +77,7 @@ def test_persistent_fault_stops_training_loudly_and_for_good(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         _train(tmp_path, [NaNGradAt(range(25, 200))], 200, rollback_after=3)
     assert e.value.code == ExitCode.HALT == 77
-    err = capsys.readouterr().err
+    err = _halt_messages(caplog)
     assert "lossguard halted the run at step 27" in err and "non-finite loss or gradient x3" in err
     # 512 samples / batch 8 = 64 loader batches per epoch: step 25 is epoch 0, batch 25.
     assert "episode onset: step 25 = epoch 0, batch 25" in err
@@ -85,7 +87,7 @@ def test_persistent_fault_stops_training_loudly_and_for_good(tmp_path, capsys):
     with pytest.raises(SystemExit) as again:
         _train(tmp_path, [NaNGradAt(()), _Steps(steps)], 200, rollback_after=3)
     assert again.value.code == 77 and steps == []
-    err = capsys.readouterr().err
+    err = _halt_messages(caplog)
     assert "halted this run before (at step 27)" in err and "clear_halt()" in err
 
 
@@ -137,3 +139,12 @@ def test_resumed_trainer_run_keeps_detector_windows_and_ledger(tmp_path):
     resumed = trainer_for(22, [Peek()])
     resumed.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-20"))
     assert seen == {"skips": 1, "count": 20, "step": 20, "episode_gap": 3}
+
+
+def _halt_messages(caplog) -> str:
+    """What the halt told the user since the last call: the errors its module logged (on stderr by
+    default, through logging's last-resort handler or the CLI's)."""
+    text = "\n".join(r.getMessage() for r in caplog.records
+                     if r.name == "lossguard.integrations._halt" and r.levelno == logging.ERROR)
+    caplog.clear()
+    return text

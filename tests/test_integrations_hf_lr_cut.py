@@ -68,6 +68,7 @@ def test_relaunched_trainer_applies_the_ledgers_lr_cut_without_compounding(tmp_p
         assert seen.used[t] == pytest.approx(want, rel=1e-9), t
         assert seen.after[t] == pytest.approx(scheduled[t], rel=1e-9), t  # put back before the scheduler
     assert opt.param_groups[0]["lr"] == pytest.approx(LR * GAMMA ** STEPS, rel=1e-9)
-    announced = [r for r in caplog.records if r.name == "lossguard" and "LR cut is in force" in r.getMessage()]
+    announced = [r for r in caplog.records
+                 if r.name == "lossguard.integrations._lr_cut" and "LR cut is in force" in r.getMessage()]
     assert len(announced) == 1 and f"at step {START}" in announced[0].getMessage()  # once, when it starts
     assert guard_cb.guard.ledger.lr_factor(STEPS) == FACTOR  # the booking itself is unchanged

@@ -3,6 +3,7 @@ fault stops the trainer with a diagnosis."""
 from __future__ import annotations
 
 import copy
+import logging
 
 import pytest
 
@@ -58,14 +59,14 @@ def test_nan_gradient_is_skipped_inside_trainer_fit(tmp_path):
     cb, trainer = _fit(tmp_path, module, 50)
     assert [e["step"] for e in cb.guard.events if e["event"] == "skip"] == [30]
     (p30, s30), (p31, s31) = module.snaps[30], module.snaps[31]
-    assert all(torch.equal(a, b) for a, b in zip(p30, p31))  # weights bitwise unchanged
+    assert all(torch.equal(a, b) for a, b in zip(p30, p31, strict=True))  # weights bitwise unchanged
     for k in s30:
         for name in s30[k]:
             assert torch.equal(s30[k][name], s31[k][name])  # moments and Adam's t too
     assert trainer.global_step == 50 and all(torch.isfinite(p).all() for p in module.parameters())
 
 
-def test_persistent_fault_stops_the_trainer_loudly_with_a_diagnosis(tmp_path, capsys):
+def test_persistent_fault_stops_the_trainer_loudly_with_a_diagnosis(tmp_path, caplog):
     """A halt is loud (issue 10): ``fit()`` raises, and the printed diagnosis names the test that
     fired and the loader positions (epoch, batch) to skip, not just step numbers."""
     from lossguard.guard import TrainingHalted
@@ -73,9 +74,18 @@ def test_persistent_fault_stops_the_trainer_loudly_with_a_diagnosis(tmp_path, ca
     module = Regression(nan_steps=set(range(30, 200)))
     with pytest.raises(TrainingHalted):
         _fit(tmp_path, module, 200, rollback_after=3)
-    err = capsys.readouterr().err
+    err = _halt_messages(caplog)
     assert "lossguard halted the run at step 32" in err and "framework owns the data loader" in err
     assert "non-finite loss or gradient x3" in err
     # 1024 samples / batch 16 = 64 loader batches per epoch: step 30 is epoch 0, batch 30.
     assert "episode onset: step 30 = epoch 0, batch 30" in err
     assert (tmp_path / "run.halt.txt").exists()
+
+
+def _halt_messages(caplog) -> str:
+    """What the halt told the user since the last call: the errors its module logged (on stderr by
+    default, through logging's last-resort handler or the CLI's)."""
+    text = "\n".join(r.getMessage() for r in caplog.records
+                     if r.name == "lossguard.integrations._halt" and r.levelno == logging.ERROR)
+    caplog.clear()
+    return text

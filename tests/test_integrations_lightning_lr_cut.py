@@ -71,6 +71,7 @@ def test_relaunched_fit_applies_the_ledgers_lr_cut_without_compounding(tmp_path,
         assert module.used[t] == pytest.approx(want, rel=1e-9), t
         assert module.after[t] == pytest.approx(scheduled[t], rel=1e-9), t  # put back before the scheduler
     assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(LR * g ** STEPS, rel=1e-9)
-    announced = [r for r in caplog.records if r.name == "lossguard" and "LR cut is in force" in r.getMessage()]
+    announced = [r for r in caplog.records
+                 if r.name == "lossguard.integrations._lr_cut" and "LR cut is in force" in r.getMessage()]
     assert len(announced) == 1 and f"at step {START}" in announced[0].getMessage()  # once, when it starts
     assert cb.guard.ledger.lr_factor(STEPS) == FACTOR  # the booking itself is unchanged

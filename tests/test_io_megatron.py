@@ -8,13 +8,12 @@ fields) and of DeepSpeed's engine and fp16 optimizer. Real values: the BLOOM-176
 from __future__ import annotations
 
 import csv
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from lossguard.errors import LogFormatError
-from lossguard.io import megatron
+from lossguard.io import megatron, megatron_lines
 from lossguard.stitch import stitch
 
 BANNER = """using world size: 64, data-parallel size: 8, tensor-model-parallel size: 4, pipeline-model-parallel size: 2
@@ -56,7 +55,8 @@ def validation_block(it: int, loss: float) -> str:
 
 def chain_log(chain: list[tuple[int, int]], *, every_val: int = 50) -> tuple[str, dict[int, list[float]]]:
     """A job chain appending to one file: each launch prints its banner and iterations first..last."""
-    out, truth = [], {}
+    out: list[str] = []
+    truth: dict[int, list[float]] = {}
     for k, (first, last) in enumerate(chain):
         out.append(BANNER.format(date=f"2022-04-{12 + k:02d}"))
         for it in range(first, last + 1):
@@ -171,9 +171,9 @@ def test_deepspeed_fp16_overflow_lines(tmp_path):
     log = megatron.read(path)
     # no iteration lines: overflows count into the next logged engine step (10, 20, 30, 40)
     steps, skips = log.live("skipped_iters")
-    assert dict(zip(steps.tolist(), skips.tolist())) == {10: 3.0, 20: 1.0, 30: 0.0, 40: 0.0}
+    assert dict(zip(steps.tolist(), skips.tolist(), strict=True)) == {10: 3.0, 20: 1.0, 30: 0.0, 40: 0.0}
     steps, scales = log.live("loss_scale")
-    assert dict(zip(steps.tolist(), scales.tolist())) == {10: 8192.0, 20: 4096.0}
+    assert dict(zip(steps.tolist(), scales.tolist(), strict=True)) == {10: 8192.0, 20: 4096.0}
     assert list(log.live("lr")[0]) == [10, 20, 30, 40]
     overflow_events = [e for e in log.events if e["event"] == "fp16_overflow"]
     assert len(overflow_events) == 2 * 4 and overflow_events[0]["attempted_scale"] == 65536.0
@@ -198,7 +198,7 @@ def test_overflow_with_iteration_lines_each_step(tmp_path):
 
 def test_fused_optimizer_overflow_wording_is_an_overflow_too(tmp_path):
     """DeepSpeed's fused fp16 optimizer words the overflow without a rank: the same rule reads it
-    here and in a paste (one definition, :func:`megatron.parse_overflow`)."""
+    here and in a paste (one definition, :func:`megatron_lines.parse_overflow`)."""
     lines = [iteration_line(1, 10, loss=2.0, lr=1e-4, gn=0.3, scale=4096.0, skipped=0),
              "[2024-01-02 10:00:00,000] [INFO] [fused_optimizer.py:344:_update_scale] ",
              "fp16 dynamic loss scale overflow! Skipping step. Attempted loss scale: 4096, reducing to 2048",
@@ -206,10 +206,11 @@ def test_fused_optimizer_overflow_wording_is_an_overflow_too(tmp_path):
     path = tmp_path / "fused.log"
     path.write_text("\n".join(lines) + "\n")
     log = megatron.read(path)
-    assert [(e["step"], e["rank"], e["attempted_scale"], e["new_scale"]) for e in log.events] == [(2, 0, 4096.0, 2048.0)]
-    assert megatron.parse_overflow("OVERFLOW! Rank 3 Skipping step. Attempted loss scale: 64") == megatron.Overflow(
-        rank=3, attempted=64.0, reduced=32.0)  # no "reducing to": DeepSpeed halves the scale
-    assert megatron.parse_overflow("Attempted loss scale: 64") is None
+    assert ([(e["step"], e["rank"], e["attempted_scale"], e["new_scale"]) for e in log.events]
+            == [(2, 0, 4096.0, 2048.0)])
+    assert megatron_lines.parse_overflow("OVERFLOW! Rank 3 Skipping step. Attempted loss scale: 64") == (
+        megatron_lines.Overflow(rank=3, attempted=64.0, reduced=32.0))  # no "reducing to": DeepSpeed halves the scale
+    assert megatron_lines.parse_overflow("Attempted loss scale: 64") is None
 
 
 def test_real_bloom_spike_lines(real_logs, tmp_path):

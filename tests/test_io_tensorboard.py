@@ -423,7 +423,7 @@ def test_fast_path_equals_written_values_for_random_layouts(tmp_path):
 
 def test_crc32c_and_its_affine_decomposition():
     """The pure-numpy CRC equals google-crc32c, and the per-byte tables rebuild any CRC."""
-    from lossguard.io import _tfrecord as tfr
+    from lossguard.io.tfevents import record as tfr
 
     google_crc32c = pytest.importorskip("google_crc32c")
     rng = np.random.default_rng(5)

@@ -275,7 +275,7 @@ def test_a_symlink_loop_is_a_clear_error(tmp_path):
 
 def test_fast_path_reads_exactly_what_the_line_by_line_path_reads(tmp_path):
     """Blocks of hot lines (regex, numpy) and the lines between them give the points line-by-line gives."""
-    from lossguard.io._text_lines import text_lines
+    from lossguard.io.text.lines import text_lines
     from lossguard.io.text import fast
     from lossguard.io.text.build import build
     from lossguard.io.text.choose import choose

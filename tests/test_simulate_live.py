@@ -8,8 +8,9 @@ import pytest
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
-from lossguard.demo.scenarios import SCENARIOS  # noqa: E402
-from lossguard.demo.train import demo_guard_config, train  # noqa: E402
+from conftest import SHORT_DEMO_STEPS  # noqa: E402
+from lossguard.demo.run import DemoConfig  # noqa: E402
+from lossguard.demo.train import demo_guard_config  # noqa: E402
 from lossguard.io import read_log  # noqa: E402
 from lossguard.simulate import simulate  # noqa: E402
 
@@ -26,14 +27,16 @@ def _decisions(records):
     return out
 
 
-@pytest.mark.slow  # two tiny-GPT runs: ~12 s CPU, over 20 s on the loaded 2-core machine
-def test_simulated_decisions_match_the_live_guard_on_the_bad_pocket(tmp_path):
-    sc = SCENARIOS["bad_pocket"].with_(steps=240)
+@pytest.mark.slow  # the shared short demo (two tiny-GPT runs, conftest.py) when run on its own: ~40 s loaded
+def test_simulated_decisions_match_the_live_guard_on_the_bad_pocket(short_demo):
+    """The runs of ``lossguard demo --steps 120`` (shared with tests/test_demo.py): its unguarded log
+    replayed with the guard settings the demo used against the decisions of its guarded run."""
+    out, proc = short_demo
+    assert proc.returncode == 0, proc.stderr
+    sc = DemoConfig(steps=SHORT_DEMO_STEPS).scenario_obj()
     cfg = demo_guard_config(sc, grad_norm=None)  # what `lossguard demo` runs
-    train(sc, guarded=False, log_path=tmp_path / "plain.jsonl")
-    live = train(sc, guarded=True, log_path=tmp_path / "guarded.jsonl", ckpt_dir=tmp_path / "ckpt", guard_config=cfg)
-    sim = simulate(read_log(tmp_path / "plain.jsonl"), cfg)
-    want = _decisions(live.events)
+    sim = simulate(read_log(out / "unguarded.jsonl"), cfg)
+    want = _decisions(read_log_events(out / "guarded.jsonl"))
     got = _decisions(sim.decisions)
     assert want and want[-1][0] == "rollback"      # the pocket is skipped, then rolled back over
     assert got == want

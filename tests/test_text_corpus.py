@@ -19,9 +19,9 @@ from evals import text_corpus  # noqa: E402
 
 KNOWN_GAPS = {
     # console corpus
-    "lightning1__nan.log": "Lightning 1.x counts validation batches in the bar's total (1100 = 1000 + 100): "
-                           "the grammar takes 1100 batches per epoch",
-    "nemo_bar__divergence.log": "the manifest takes the bar's N; the grammar the printed global_step (N - 1)",
+    "nemo_bar__divergence.log": "the bar shows the previous update's postfix (global_step=9.00 beside n=20): the "
+                                "manifest numbers each loss by the bar's n (20), the grammar by the printed "
+                                "global_step (9); the loss's own step is 10 (a numbering convention to settle)",
     "nemo_bar__healthy.log": "same as nemo_bar__divergence.log",
     "keras2__terminal_nan.log": "one point short (510 of 511): TerminateOnNaN's last 'N/N ... loss: nan' redraw",
     "litgpt_finetune__level_shift.log": "analyser: the level shift at 338 is named spike_no_recovery",

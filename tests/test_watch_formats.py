@@ -66,7 +66,8 @@ def test_text_formats(tmp_path, kind):
         for s in range(1, 701):
             lines.append(f"[Rank 0] step={s}, skipped={int(s > 400)}, lr=[0.0001], mom=[(0.9, 0.95)]\n")
             if s == 400:
-                lines.append("[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768\n")
+                lines.append("[deepspeed] OVERFLOW! Rank 0 Skipping step. "
+                             "Attempted loss scale: 65536, reducing to 32768\n")
             lines.append(f" iteration {s:8d}/  100000 | lm loss: {loss(rnd, s, 200):.6E} | loss scale: 65536.0 |\n")
     elif kind == "jsonl_guard":
         path = tmp_path / "guard.jsonl"
@@ -82,8 +83,8 @@ def test_text_formats(tmp_path, kind):
         path = tmp_path / "console.log"
         lines = ["starting up...\n"] + [f"[rank0]: \x1b[31mstep: {s:4d}  \x1b[32mloss: {loss(rnd, s, 300):7.4f}  "
                                          f"\x1b[33mgrad_norm: 1.0000\x1b[39m\n" for s in range(1, 701)]
-        lines += [f"[rank0]: \x1b[31mstep: {s:4d}  \x1b[32mloss: {loss(rnd, s):7.4f}  \x1b[33mgrad_norm: 1.0000\x1b[39m\n"
-                  for s in range(601, 901)]
+        lines += [f"[rank0]: \x1b[31mstep: {s:4d}  \x1b[32mloss: {loss(rnd, s):7.4f}  "
+                  f"\x1b[33mgrad_norm: 1.0000\x1b[39m\n" for s in range(601, 901)]
     elif kind == "grammar_records":  # OLMo-core-style record header then indented metric lines
         path = tmp_path / "olmo.log"
         lines = [f"[step={s}/900]\n    train/CE loss={loss(rnd, s, 450):.4f}\n    optim/total grad norm=1.0\n"
@@ -175,9 +176,56 @@ def test_event_file_with_a_restart_inside(tmp_path, pieces):
     cut = [len(data) * i // pieces for i in range(pieces + 1)]
     event_file.write_bytes(data[:cut[1]])
     watch = RunWatch("run", [str(run)])
-    for a, b in zip(cut[1:-1], cut[2:]):
+    for a, b in zip(cut[1:-1], cut[2:], strict=True):
         watch.step()
         with open(event_file, "ab") as f:
             f.write(data[a:b])
     same_as_analyze(run, watch)
     assert read_log(run).summary()["rollbacks"] == 1
+
+
+def test_grammar_keys_follow_what_analyze_reads_with_them(tmp_path):
+    """``watch --step-key/--loss-key``: the same columns ``analyze`` reads with the same keys.
+
+    The default choice here is ``loss`` (flat) numbered by ``step``; the user names ``aux_ce``
+    (with a spike at 1-based record 401) and the per-line ``seq`` counter instead."""
+    from lossguard.watch.text import GrammarKeys
+
+    rnd = random.Random(5)
+    lines = [f"seq {1000 + 2 * s} | step {s} | loss {2.0 + rnd.gauss(0, 0.005):.4f} | aux_ce {loss(rnd, s, 401):.4f}\n"
+             for s in range(1, 801)]
+    path = tmp_path / "train.log"
+    text = "".join(lines)
+    path.write_text(text[: len(text) // 3])
+    keys = GrammarKeys(step_key="seq", loss_key="aux_ce")
+    watch = RunWatch("run", [str(path)], keys=keys)
+    grow(path, text[len(text) // 3:], 7, watch)
+    watch.step()
+    watch.finish()
+    log = read_log(path, step_key="seq", loss_key="aux_ce")
+    want = sorted((i.kind.value, i.metric, i.onset) for i in analyze(log).incidents)
+    assert want and any(kind.startswith("spike") and onset == 1000 + 2 * 401 for kind, _, onset in want)
+    assert sorted((i.kind.value, i.metric, i.onset) for i in watch.engine.incidents()) == want
+    plain = RunWatch("plain", [str(path)])
+    plain.step()
+    plain.finish()
+    assert not any(i.kind.value.startswith("spike") for i in plain.engine.incidents())
+
+
+def test_watch_cli_takes_the_grammar_options(tmp_path):
+    """``lossguard watch`` parses ``--step-key`` / ``--loss-key`` with analyze's own definitions."""
+    import argparse
+
+    from lossguard.cli import inputs, watch as watch_cli
+
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    watch_cli.register(sub)
+    args = parser.parse_args(["watch", "x.log", "--step-key", "seq", "--loss-key", "aux_ce"])
+    assert (args.step_key, args.loss_key) == ("seq", "aux_ce")
+    mine = argparse.ArgumentParser()
+    inputs.add_grammar_options(mine)
+    helps = {a.dest: a.help for a in mine._actions}
+    watch_parser = sub.choices["watch"]
+    assert {a.dest: a.help for a in watch_parser._actions if a.dest in ("step_key", "loss_key")} == \
+        {k: helps[k] for k in ("step_key", "loss_key")}

@@ -4,10 +4,10 @@ The full zoo (6 families, >= 60 healthy runs, every scenario) is ``benchmarks/zo
 cheapest cases that carry the same promises, on tuned families (mlp, cnn, encoder), plus one held-out
 HF GPT-2 run for the restart path (exit 75, relaunch, resume from the ledger's checkpoint). Every case
 below failed with the defaults before issue 10 (commit dc41642: healthy runs rolled back, LR-cut and
-halted on heavy-tailed grad norms, also after a correctly skipped NaN; a 1e6x gradient at steps 0-5 passed the outlier test, which
-waits for 5 points); they were written first as strict xfails, and pass now. The zoo's own
-checks (a run is a pure function of its spec, the faults really hurt an unguarded run) make sure the
-guard's numbers mean something.
+halted on heavy-tailed grad norms, also after a correctly skipped NaN; a 1e6x gradient at steps 0-5
+passed the outlier test, which waits for 5 points); they were written first as strict xfails, and pass
+now. The zoo's own checks (a run is a pure function of its spec, the faults really hurt an unguarded
+run) make sure the guard's numbers mean something.
 """
 from __future__ import annotations
 

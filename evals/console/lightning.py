@@ -17,6 +17,7 @@ From github.com/NVIDIA/NeMo @ 8cfedd7203462cb251a914e700e5605444277561:
   log interval except ``global_step``.
 """
 
+# ruff: noqa: E501 - rendered/printed lines are kept whole, as the trainer or table prints them
 from __future__ import annotations
 
 from evals.console.curve import Event, EventKind
@@ -111,8 +112,12 @@ def lightning(run: Run, v1: bool) -> str:
         parts.append("\r" + _meter(f"Epoch {e}", b, total, b / 8.0, post + val_post))  # stale postfix first
         post = new_post
         parts.append("\r" + _meter(f"Epoch {e}", b, total, b / 8.0, post + val_post))
-    parts.append("`Trainer.fit` stopped: `max_epochs=" + str(epoch + 1) + "` reached.\n")
-    parts.append("\r" + _meter(f"Epoch {epoch}", total, total, total / 8.0, post + val_post) + "\n")
+    _, b_last = _epoch_of(run.steps[-1], PER_EPOCH)
+    if b_last == total:
+        parts.append("`Trainer.fit` stopped: `max_epochs=" + str(epoch + 1) + "` reached.\n")
+    else:  # the run ends inside an epoch: max_steps, and the bar closes where it stands (tqdm's close)
+        parts.append("`Trainer.fit` stopped: `max_steps=" + str(run.steps[-1]) + "` reached.\n")
+    parts.append("\r" + _meter(f"Epoch {epoch}", b_last, total, b_last / 8.0, post + val_post) + "\n")
     return "\n".join(head) + "\n" + "".join(parts)
 
 

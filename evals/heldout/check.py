@@ -1,6 +1,6 @@
 """Sanity checks for the held-out corpus manifests (no lossguard import).
 
-Run from the repository root:  python evals/heldout/check.py
+Run from the repository root:  python evals/heldout/check.py [CORPUS_DIR]
 Checks, for pastes/ and console/: every listed file exists and every file is listed; each
 entry has the schema's fields and event kinds; every spot value in ``loss_at`` and the first
 and last step occur as numbers in the file's text (so a manifest typo is caught). It does not
@@ -67,10 +67,11 @@ def check_folder(folder: Path) -> list[str]:
 
 def main() -> int:
     """Check both folders; print problems; exit 1 if any."""
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE
     problems = []
     for sub in ("pastes", "console"):
-        if (HERE / sub / "MANIFEST.json").exists():
-            problems += [f"{sub}/{p}" for p in check_folder(HERE / sub)]
+        if (root / sub / "MANIFEST.json").exists():
+            problems += [f"{sub}/{p}" for p in check_folder(root / sub)]
     for p in problems:
         print(p)
     print("ok" if not problems else f"{len(problems)} problem(s)")

@@ -1,6 +1,6 @@
 """Score `lossguard analyze` on the held-out corpus (the "never tuned on" number).
 
-    PYTHONPATH=src python evals/heldout/score.py [--json OUT] [pastes|console ...]
+    PYTHONPATH=src python evals/heldout/score.py [--json OUT] [--root DIR] [pastes|console ...]
 
 Runs the CLI as a user would (`python -m lossguard analyze FILE --json`, one process per file)
 and compares with MANIFEST.json:
@@ -11,6 +11,7 @@ and compares with MANIFEST.json:
 - false alarms: warning/critical incidents on healthy files, and unmatched ones on event files.
 It never imports lossguard, so it scores whatever reader the checkout has.
 """
+# ruff: noqa: E501 - rendered/printed lines are kept whole, as the trainer or table prints them
 from __future__ import annotations
 
 import argparse
@@ -84,10 +85,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folders", nargs="*", default=["pastes", "console"])
     ap.add_argument("--json", help="also write every per-file result to this JSON file")
+    ap.add_argument("--root", default=str(HERE), help="corpus folder holding pastes/ and console/ (default: this one)")
     args = ap.parse_args()
+    root = Path(args.root)
     rows = []
     for sub in args.folders:
-        folder = HERE / sub
+        folder = root / sub
+        if not (folder / "MANIFEST.json").exists():
+            continue
         for e in json.loads((folder / "MANIFEST.json").read_text())["entries"]:
             r = score_entry(folder, e)
             rows.append(r)

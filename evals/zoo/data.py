@@ -4,7 +4,7 @@ Every dataset is a function of its ``data_seed`` alone (the teacher, the inputs 
 set), so the model seed of a run changes its initialisation and data order, never the task. Labels
 are the teacher's argmax: learnable exactly by a big enough student, with a floor of zero, so a
 held-out loss difference of 2% is a real difference. The language families read the demo's
-public-domain corpus instead (:func:`lossguard.demo.scenarios.load_corpus`), as fixed windows.
+public-domain corpus instead (:func:`lossguard.demo.corpus.load_corpus`), as fixed windows.
 
 Each dataset is map-style (``dataset[i] -> (x, y)``) so the README's loop,
 ``DataLoader(dataset, batch_sampler=ResumableSampler(...))``, reads it unchanged.
@@ -115,7 +115,7 @@ class CorpusWindows(torch.utils.data.Dataset):
 
 def corpus(data_seed: int = 0, *, length: int = 32, n_held_out: int = 256) -> tuple[CorpusWindows, CorpusWindows]:
     """Byte windows of the demo's public-domain corpus: training from the first 90%, held-out from the rest."""
-    from lossguard.demo.scenarios import load_corpus
+    from lossguard.demo.corpus import load_corpus
 
     tokens = torch.frombuffer(bytearray(load_corpus()), dtype=torch.uint8).long()
     n_val = len(tokens) // 10

@@ -19,9 +19,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-# Defined before the imports below: lossguard.analysis reads it while the package is being imported.
-__version__ = "0.1.0"
-
 from .analysis import Analysis, analyze
 from .classify.incident import Incident, IncidentKind
 from .errors import LossguardError
@@ -31,6 +28,7 @@ from .runlog import RunLog, Segment, Series
 # first import of the submodule cannot rebind the package attribute to the module.
 from .simulate import Simulation, simulate
 from .stitch import stitch
+from .version import __version__
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come from __getattr__
     from .checkpoint import CheckpointStore, HostSnapshot, ShardedCheckpointStore, ShardedTrainState, TrainState

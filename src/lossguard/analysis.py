@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
-from . import __version__
+from .version import __version__
 from .classify.assemble import find_incidents
 from .classify.incident import Incident, IncidentKind
 from .classify.settings import AnalyzeConfig

@@ -60,8 +60,9 @@ STEP_ALIASES = ("step", "steps", "iteration", "iter", "global_step", "trainer/gl
                 "train/global_step", "_step", "it", "s", "iterations", "consumed_steps", "current_steps")
 """Column or key names that hold the optimizer step (first match wins, in this order).
 
-``current_steps`` is LLaMA-Factory's ``trainer_log.jsonl``. ``train/global_step`` (HF's ``WandbCallback``) comes before W&B's ``_step``: ``_step`` counts
-``wandb.log`` calls, and the Trainer logs eval results and its summary as calls of their own."""
+``current_steps`` is LLaMA-Factory's ``trainer_log.jsonl``. ``train/global_step`` (HF's ``WandbCallback``) comes
+before W&B's ``_step``: ``_step`` counts ``wandb.log`` calls, and the Trainer logs eval results and its summary
+as calls of their own."""
 
 _GLOBAL_STEPS = frozenset({"step", "global_step", "trainer/global_step", "train/global_step", "_step"})
 
@@ -113,7 +114,8 @@ def canonical_name(raw: str) -> str:
     parts = stripped.split(STREAM_SEPARATOR)
     if len(parts) == 2 and parts[0] in ("loss", "lm_loss") and parts[1]:
         return f"{LOSS}{STREAM_SEPARATOR}{parts[1]}"
-    if len(parts) == 2 and parts[1] in ("loss", "lm_loss") and parts[0] not in ("val", "eval", "valid", "validation", "test"):
+    held_out = ("val", "eval", "valid", "validation", "test")
+    if len(parts) == 2 and parts[1] in ("loss", "lm_loss") and parts[0] not in held_out:
         return f"{LOSS}{STREAM_SEPARATOR}{parts[0]}"
     if len(parts) == 2 and parts[0] in ("val", "eval", "valid", "validation", "test") and parts[1] == "loss":
         return VAL_LOSS

@@ -89,7 +89,7 @@ class PlanConfig:
     when given, its recipe is the plan's)."""
 
     def __post_init__(self) -> None:
-        problems = []
+        problems: list[str] = []
         if not isinstance(self.recipe, RecoveryRecipe):
             problems.append(f"recipe must be a RecoveryRecipe, got {type(self.recipe).__name__}")
         if self.guard is not None and not isinstance(self.guard, GuardConfig):
@@ -119,7 +119,8 @@ def parse_checkpoints(spec: str | os.PathLike) -> list[int]:
         if not steps:
             raise LossguardError("no checkpoint sub-directories found (looked for names like checkpoint-1200, "
                                  "iter_0001200, step_1200)", path=text,
-                                 fix="point --checkpoints at the directory that holds them, or list the steps: 1000,2000")
+                                 fix="point --checkpoints at the directory that holds them, "
+                                     "or list the steps: 1000,2000")
         return steps
     try:
         return sorted({int(s) for s in text.split(",") if s.strip()})
@@ -217,14 +218,15 @@ def make_plans(incidents: Sequence[Incident], decisions: Sequence[dict[str, Any]
     for group in _actions(decisions):
         head = group[0]
         at = int(head.get("onset", head["step"]))
-        p = plans[order[_owner(starts, at)]] if incidents else None
-        if p is None:
+        if incidents:
+            p = plans[order[_owner(starts, at)]]
+        else:
             p = RecoveryPlan(incident=None, action=Action.WATCH)
             orphans.append(p)
         p.decisions.extend(group)
         if p.step is None:
             _adopt(p, group, checkpoints_known)
-    for i, (p, inc) in enumerate(zip(plans, incidents)):
+    for p, inc in zip(plans, incidents, strict=True):
         if p.step is None:
             p.reasons.append(ADVICE.get(inc.kind, ""))
             if p.skipped_steps:

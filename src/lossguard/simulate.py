@@ -33,10 +33,11 @@ import numpy as np
 
 from .detect.outlier import score
 from .guard.config import GuardConfig
-from .guard.judge.evidence import evidence_series, onset_lag, ramp_clipped
+from .guard.judge.evidence import evidence_series, onset_lag
+from .guard.update_size import merge_update_size
 from .jsonsafe import strict_json
 from .detect.loss_scale import is_static
-from .metrics import GRAD_NORM, LOSS, LOSS_SCALE, LR
+from .metrics import GRAD_NORM, LOSS, LOSS_SCALE, LR, UPDATE_RATIO
 from .recovery.action import Action
 from .recovery.decision import Decision
 from .recovery.finding import WholeLogFinding
@@ -131,10 +132,7 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
             analyser found that a live guard cannot see, e.g. repeated data after a resume). Empty
             (the default): exactly what a live guard decides. ``analyze`` and ``lossguard simulate``
             pass the analyser's findings, so they name the same actions.
-        update_size: an :class:`~lossguard.guard.update_size.UpdateSizeConfig` (or True for its
-            defaults): also replay the opt-in update-size test over the log's ``update_ratio``
-            (a guard with ``treatment=UpdateSizeTest()``); its LR cuts join the decisions in step
-            order. None, or a log without the ratio (a note says so): not replayed.
+        update_size: replay the update-size test too: :func:`lossguard.guard.update_size.merge_update_size`.
 
     Returns:
         The :class:`Simulation`.
@@ -170,8 +168,7 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
     ramp = (np.zeros(len(steps), dtype=bool) if lr_log is None else
             lr_ramp_series(steps, np.where(lr_log[1], lr_log[0], np.nan), cfg.lr_ramp_window))
     # The judge's calibrated rule (guard/judge/evidence.py), vectorised: the live judge's twin.
-    waived = ramp & ramp_clipped(True, cfg.max_grad_norm, cfg.lr_ramp_window)
-    bad, gn_out, gn_ratio, evidence = evidence_series(loss, ls, gn_vals, present, gs, cfg, waived)
+    bad, gn_out, gn_ratio, evidence = evidence_series(loss, ls, gn_vals, present, gs, cfg, in_lr_ramp=ramp)
     bidx = _aligned(log, "batch_index", steps)
     batch = steps.astype(np.int64) if bidx is None else np.where(bidx[1], bidx[0], steps).astype(np.int64)
     if bidx is None:
@@ -235,35 +232,8 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
             break
         if nb > nf and policy.level["seen"] == 0:  # the rule rolled back: it watches afresh from here
             rise = LossRiseSeries(ls.baseline, eligible, cfg, start=i + 1)
-    if update_size is not None:
-        _replay_update_size(log, steps, bad, lr_log, update_size, sim)
+    merge_update_size(sim, steps, _aligned(log, UPDATE_RATIO, steps), lr_log, bad, update_size)  # opt-in
     return sim
-
-
-def _replay_update_size(log: RunLog, steps: np.ndarray, bad: np.ndarray, lr_log, update_size: Any,
-                        sim: Simulation) -> None:
-    """Merge the update-size test's LR cuts into ``sim`` (steps up to a halt, in step order)."""
-    from .guard.update_size import UpdateSizeConfig, replay_update_size
-    from .metrics import UPDATE_RATIO
-
-    ratio = _aligned(log, UPDATE_RATIO, steps)
-    if ratio is None:
-        sim.notes.append("no update_ratio in the log: the update-size test was not replayed")
-        return
-    lr = lr_log[0] if lr_log is not None else np.full(len(steps), np.nan)
-    recs = replay_update_size(steps, ratio[0], lr, bad, update_size if isinstance(update_size, UpdateSizeConfig)
-                              else None)
-    halt = sim.halted_at
-    sim.decisions += [r for r in recs if halt is None or r["step"] <= halt]
-    sim.decisions.sort(key=lambda d: d["step"])  # stable: the policy's order within a step is kept
-    # Everything after the first decision that changes the future is counterfactual (as _play marks).
-    sim.first_change = None
-    for d in sim.decisions:
-        d.pop("counterfactual", None)
-        if sim.first_change is not None:
-            d["counterfactual"] = True
-        elif Action(d["event"]).changes_future:
-            sim.first_change = int(d["step"])
 
 
 def _play(decisions: list[Decision], checkpoints: list[int], cfg: GuardConfig, sim: Simulation,
@@ -281,7 +251,7 @@ def _play(decisions: list[Decision], checkpoints: list[int], cfg: GuardConfig, s
         if d.action is Action.ROLLBACK:
             # The executor's own resolver (recovery/resolve.py): the same target, halt and words.
             r = resolve_rollback(d, checkpoints, cfg.recipe)
-            if not r.halts:
+            if not r.halts and r.target is not None:  # a halt has no target
                 follow = policy.rolled_back(d, r.target)
                 emit(d, to_step=r.target)
                 if policy.has_scaler and cfg.recipe.reset_loss_scale:  # as the executor does
@@ -312,7 +282,8 @@ def describe(sim: Simulation) -> list[str]:
         elif ev == Action.ROLLBACK.value:
             sb = d.get("skip_batches")
             line = (f"step {step}: roll back to checkpoint {d['to_step']} (onset {d['onset']}), skip batches "
-                    f"[{sb[0]}, {sb[1]}) ({sb[1] - sb[0]} batches)" if sb else f"step {step}: roll back to {d['to_step']}")
+                    f"[{sb[0]}, {sb[1]}) ({sb[1] - sb[0]} batches)" if sb
+                    else f"step {step}: roll back to {d['to_step']}")
         elif ev == Action.LR_CUT.value:
             until = d.get("until_step")
             line = (f"step {step}: cut the LR x{d['factor']:g} "

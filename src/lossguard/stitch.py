@@ -30,7 +30,8 @@ def _time_order(segments: list[Segment]) -> list[int]:
 
     def key(source: str) -> tuple[float, int]:
         first = segments[by_source[source][0]]
-        return (first.start_time if timed else first.first_step, first.index)
+        t = first.start_time
+        return (t if timed and t is not None else first.first_step, first.index)
 
     return [i for source in sorted(by_source, key=key) for i in by_source[source]]
 
@@ -45,7 +46,7 @@ def _blocks(s: Series) -> list[tuple[int, int, int]]:
         return []
     cuts = np.flatnonzero(s.segment[1:] != s.segment[:-1]) + 1
     bounds = [0, *cuts.tolist(), len(s)]
-    return [(int(s.segment[a]), a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+    return [(int(s.segment[a]), a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def _main_span(segments: list[Segment], series: dict[str, Series],

@@ -5,7 +5,8 @@ Importing this package does not import torch; saving and loading do.
 """
 from .protocol import GuardStore
 from .rng import capture_rng, restore_rng
-from .sharded import PendingSave, ShardedCheckpointStore
+from .pending_save import PendingSave
+from .sharded import ShardedCheckpointStore
 from .sharded_state import ShardedTrainState
 from .snapshot import HostSnapshot
 from .state import TrainState

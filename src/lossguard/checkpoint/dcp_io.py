@@ -27,7 +27,7 @@ import os
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .files import CHECKSUMS, Checksum, ChecksumMismatch
 
@@ -66,7 +66,13 @@ def _fs_base():
     return FileSystem
 
 
-class HashingFileSystem(_fs_base()):
+if TYPE_CHECKING:
+    from torch.distributed.checkpoint.filesystem import FileSystem
+else:
+    FileSystem = _fs_base()  # torch imported here, when the checkpoint path needs it
+
+
+class HashingFileSystem(FileSystem):
     """DCP's local ``FileSystem``; every file written through it is hashed on the way (see module)."""
 
     def __init__(self, algorithm: type[Checksum]) -> None:
@@ -95,7 +101,7 @@ class HashingFileSystem(_fs_base()):
                 self.table[Path(new_path).name] = entry
 
 
-class VerifyingFileSystem(_fs_base()):
+class VerifyingFileSystem(FileSystem):
     """DCP's local ``FileSystem`` that checks each file it opens for reading against ``expected``."""
 
     def __init__(self, expected: dict[str, dict[str, Any]]) -> None:

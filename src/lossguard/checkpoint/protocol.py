@@ -70,4 +70,5 @@ def check_store(store: Any) -> None:
     missing = [n for n in ("directory", "sharded", "asynchronous", "steps", "agreed_steps", "newest_at_or_before",
                            "path_of", "protect", "unprotect", "save", "wait") if not hasattr(store, n)]
     raise ConfigError(f"store={type(store).__name__} is not a checkpoint store the guard can use (missing: "
-                      f"{', '.join(missing)})", fix="pass a lossguard.checkpoint.CheckpointStore or ShardedCheckpointStore")
+                      f"{', '.join(missing)})",
+                      fix="pass a lossguard.checkpoint.CheckpointStore or ShardedCheckpointStore")

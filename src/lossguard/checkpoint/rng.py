@@ -62,7 +62,8 @@ def restore_rng(state: dict[str, Any]) -> None:
             number of devices than this machine has.
     """
     if not isinstance(state, dict) or "python" not in state or "numpy" not in state:
-        raise CheckpointError(f"not an RNG snapshot (keys: {sorted(state) if isinstance(state, dict) else type(state).__name__})",
+        keys = sorted(state) if isinstance(state, dict) else type(state).__name__
+        raise CheckpointError(f"not an RNG snapshot (keys: {keys})",
                               fix="pass the 'rng' entry of a TrainState checkpoint")
     py = state["python"]
     # torch.save turns the tuple into a tuple again, but JSON or other round trips give lists.

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import CheckpointError
 from .rng import capture_rng, restore_rng
-from .sharded import SHARDED_FORMAT
+from .sharded_layout import SHARDED_FORMAT
 from .state import StateParts
 
 __all__ = ["ShardedTrainState"]

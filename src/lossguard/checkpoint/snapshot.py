@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import copy
 import io
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointError, ConfigError
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["HostSnapshot"]
 
@@ -33,11 +36,11 @@ class _Slot:
     """One snapshot: host copies of the tensors, the param-group settings, the small state."""
 
     def __init__(self) -> None:
-        self.step: int | None = None
-        self.host: list = []
+        self.step = -1  # set when the snapshot is taken, before the slot is held
+        self.host: list[torch.Tensor] = []
         self.groups: list[dict] = []
         self.small = b""
-        self.event = None
+        self.event: torch.cuda.Event | None = None
 
 
 class HostSnapshot:
@@ -62,7 +65,7 @@ class HostSnapshot:
             raise ConfigError(f"keep must be an int >= 1, got {keep!r}", fix="keep at least one snapshot")
         self.state, self.every, self.keep = state, every, keep
         self._slots: list[_Slot] = []  # oldest first
-        self._stream = None
+        self._stream: torch.cuda.Stream | None = None
 
     @property
     def steps(self) -> list[int]:
@@ -88,7 +91,7 @@ class HostSnapshot:
     def discard_after(self, step: int) -> None:
         """Forget the snapshots newer than ``step`` (a rollback to ``step`` abandoned them); their
         buffers are dropped, and re-allocated by the next :meth:`take` that needs one."""
-        self._slots = [s for s in self._slots if s.step is None or s.step <= int(step)]
+        self._slots = [s for s in self._slots if s.step <= int(step)]
 
     def maybe_take(self, step: int) -> bool:
         """Take a snapshot if ``step`` is a multiple of ``every``; returns whether it did."""
@@ -115,7 +118,7 @@ class HostSnapshot:
                 self._stream = torch.cuda.Stream()
             self._stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(self._stream):
-                for h, t in zip(slot.host, tensors):
+                for h, t in zip(slot.host, tensors, strict=True):
                     h.copy_(t, non_blocking=True)
             slot.event = self._stream.record_event()
             # The next kernels on the training stream (the optimizer step) wait for the copy on the
@@ -123,7 +126,7 @@ class HostSnapshot:
             torch.cuda.current_stream().wait_event(slot.event)
         else:
             with torch.no_grad():
-                for h, t in zip(slot.host, tensors):
+                for h, t in zip(slot.host, tensors, strict=True):
                     h.copy_(t)
         slot.groups = [{k: copy.deepcopy(v) for k, v in g.items() if k != "params"}
                        for g in self.state.optimizer.param_groups]
@@ -164,9 +167,9 @@ class HostSnapshot:
         if slot.event is not None:
             torch.cuda.current_stream().wait_event(slot.event)
         with torch.no_grad():
-            for h, t in zip(slot.host, tensors):
+            for h, t in zip(slot.host, tensors, strict=True):
                 t.copy_(h, non_blocking=t.is_cuda)
-        for group, saved in zip(self.state.optimizer.param_groups, slot.groups):
+        for group, saved in zip(self.state.optimizer.param_groups, slot.groups, strict=True):
             group.update(copy.deepcopy(saved))
         small = torch.load(io.BytesIO(slot.small), weights_only=False)
         if hasattr(self.state, "load_rank_state_dict"):

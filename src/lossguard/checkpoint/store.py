@@ -11,11 +11,12 @@ the directory is fsynced, then it is renamed to its final name (rename is atomic
 parent is fsynced. A process killed at any moment therefore leaves either the complete checkpoint
 under its final name or nothing under that name; the manifest's size and CRC-32 additionally catch
 a payload damaged after the fact (disk, copy, truncation). Only rank 0 should write under
-torch.distributed.
+torch.distributed. The parts: :mod:`.manifest` (what a valid checkpoint lists), :mod:`.payload`
+(``torch.save`` / ``torch.load``), :mod:`.retention` (what pruning keeps).
 """
 from __future__ import annotations
 
-import json
+import builtins  # the method list() hides the builtin inside the class
 import os
 import shutil
 import time
@@ -23,13 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError, ConfigError, raise_all
-from .files import CheckpointInfo, Checksum, HashingFile, entry_matches, fsync_dir, pid_alive
+from .files import CheckpointInfo, Checksum, fsync_dir, pid_alive
+from .manifest import FORMAT, PAYLOAD, inspect_checkpoint, write_manifest
 from .names import STORE_NAME, STORE_SIDE, store_name
+from .payload import load_payload, write_payload
+from .retention import kept_steps, retention_problems
 
 __all__ = ["CheckpointInfo", "CheckpointStore"]
 
 _NAME, _SIDE = STORE_NAME, STORE_SIDE  # the store's own names (checkpoint/names.py)
-PAYLOAD, MANIFEST, FORMAT = "state.pt", "manifest.json", 1
 
 
 class CheckpointStore:
@@ -47,13 +50,7 @@ class CheckpointStore:
 
     def __init__(self, directory: str | os.PathLike, *, keep_last: int = 3, keep_every: int | None = None,
                  min_keep_steps_back: int | None = None) -> None:
-        problems = []
-        if not isinstance(keep_last, int) or keep_last < 1:
-            problems.append(f"keep_last must be an int >= 1, got {keep_last!r}")
-        if keep_every is not None and (not isinstance(keep_every, int) or keep_every < 1):
-            problems.append(f"keep_every must be None or an int >= 1, got {keep_every!r}")
-        if min_keep_steps_back is not None and (not isinstance(min_keep_steps_back, int) or min_keep_steps_back < 0):
-            problems.append(f"min_keep_steps_back must be None or an int >= 0, got {min_keep_steps_back!r}")
+        problems = retention_problems(keep_last, keep_every, min_keep_steps_back)
         raise_all(problems, error=ConfigError, fix="fix the CheckpointStore arguments")
         self.directory = Path(directory)
         self.keep_last, self.keep_every, self.min_keep_steps_back = keep_last, keep_every, min_keep_steps_back
@@ -72,52 +69,27 @@ class CheckpointStore:
     # ------------------------------------------------------------------ paths and listing
     sharded = False
     """One ``torch.save`` payload per step (:class:`~lossguard.checkpoint.protocol.GuardStore`)."""
-    asynchronous = False
-    """Saves are synchronous (:class:`~lossguard.checkpoint.protocol.GuardStore`)."""
+
+    @property
+    def asynchronous(self) -> bool:
+        """False: saves are synchronous (:class:`~lossguard.checkpoint.protocol.GuardStore`)."""
+        return False
 
     def agreed_steps(self) -> list[int]:
         """:meth:`steps`: every rank keeps its own store, so its own listing is the agreed one."""
         return self.steps()
 
-    def wait(self) -> None:
-        """Nothing to wait for: every save is synchronous."""
+    def wait(self) -> Path | None:
+        """Nothing to wait for: every save is synchronous (returns None, as a sharded store with no
+        save in flight does)."""
+        return None
 
     def path_of(self, step: int) -> Path:
         """The directory a checkpoint of ``step`` has (whether or not it exists)."""
         return self.directory / store_name(step)
 
     def _inspect(self, step: int, path: Path, *, checksum: bool) -> CheckpointInfo:
-        def bad(reason: str, size: int = 0) -> CheckpointInfo:
-            return CheckpointInfo(step, path, False, reason, size, step in self._protected)
-
-        try:
-            manifest = json.loads((path / MANIFEST).read_text())
-            files = manifest["files"]
-            if not isinstance(files, dict) or not files:
-                return bad(f"{MANIFEST} lists no files")
-            if manifest.get("step") != step:
-                return bad(f"manifest says step {manifest.get('step')!r}, directory says {step}")
-        except FileNotFoundError:
-            return bad(f"{MANIFEST} is missing (an incomplete or foreign checkpoint)")
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            return bad(f"{MANIFEST} is unreadable ({exc})")
-        # Every file the manifest lists: state.pt alone for a whole-model checkpoint; the .distcp
-        # shards, DCP's .metadata and the per-rank files for a sharded one (checkpoint/sharded.py).
-        total = 0
-        for name, expected in sorted(files.items()):
-            try:
-                size = (path / name).stat().st_size
-            except OSError:
-                return bad(f"{name} is missing", total)
-            total += size
-            if not isinstance(expected, dict) or size != expected.get("size"):
-                recorded = expected.get("size") if isinstance(expected, dict) else None
-                return bad(f"{name} has {size} bytes, the manifest recorded {recorded}", total)
-        if checksum:
-            for name, expected in sorted(files.items()):
-                if not entry_matches(path / name, expected):  # CRC-32, or a sharded store's CRC-32C
-                    return bad(f"{name} does not match its CRC-32 in {MANIFEST} (corrupted)", total)
-        return CheckpointInfo(step, path, True, "", total, step in self._protected)
+        return inspect_checkpoint(step, path, checksum=checksum, protected=step in self._protected)
 
     def list(self, *, checksum: bool = False) -> list[CheckpointInfo]:
         """Every checkpoint directory, oldest first, with its validity.
@@ -133,7 +105,7 @@ class CheckpointStore:
                 found.append(self._inspect(int(match.group(1)), entry, checksum=checksum))
         return sorted(found, key=lambda info: info.step)
 
-    def steps(self) -> list[int]:
+    def steps(self) -> builtins.list[int]:
         """Steps of the valid checkpoints (manifest and size checked), oldest first."""
         return [info.step for info in self.list() if info.valid]
 
@@ -142,7 +114,7 @@ class CheckpointStore:
         older = [s for s in self.steps() if s <= step]
         return older[-1] if older else None
 
-    def validate(self) -> list[CheckpointInfo]:
+    def validate(self) -> builtins.list[CheckpointInfo]:
         """Check every checkpoint fully (manifest, size, CRC-32); returns the full listing."""
         return self.list(checksum=True)
 
@@ -155,19 +127,11 @@ class CheckpointStore:
         """Let pruning consider ``step`` again."""
         self._protected.discard(int(step))
 
-    def _keep(self, steps: list[int]) -> set[int]:
-        keep = set(steps[-self.keep_last:]) | (self._protected & set(steps))
-        if self.keep_every:
-            keep |= {s for s in steps if s % self.keep_every == 0}
-        if self.min_keep_steps_back is not None and steps:
-            horizon = steps[-1] - self.min_keep_steps_back
-            keep |= {s for s in steps if s > horizon}
-            older = [s for s in steps if s <= horizon]
-            if older:
-                keep.add(older[-1])
-        return keep
+    def _keep(self, steps: builtins.list[int]) -> set[int]:
+        return kept_steps(steps, keep_last=self.keep_last, keep_every=self.keep_every,
+                          min_keep_steps_back=self.min_keep_steps_back, protected=self._protected)
 
-    def prune(self) -> list[int]:
+    def prune(self) -> builtins.list[int]:
         """Delete valid checkpoints the retention rules do not keep; returns the deleted steps.
 
         The newest valid checkpoint is always kept; invalid ones are left for the user to inspect
@@ -180,7 +144,7 @@ class CheckpointStore:
             deleted.append(step)
         return deleted
 
-    def supersede_after(self, step: int) -> list[int]:
+    def supersede_after(self, step: int) -> builtins.list[int]:
         """Remove every checkpoint newer than ``step`` (valid or damaged): a rollback to ``step``
         abandoned the timeline they belong to, so :meth:`load` must never find them again.
 
@@ -191,7 +155,7 @@ class CheckpointStore:
         Returns:
             The removed steps, newest first.
         """
-        removed = []
+        removed: builtins.list[int] = []
         for info in reversed(self.list()):
             if info.step > int(step):
                 self._discard(info.path, "trash")
@@ -203,7 +167,8 @@ class CheckpointStore:
     def _discard(self, path: Path, kind: str) -> None:
         # Rename first so a half-deleted directory never carries a checkpoint's name.
         self._counter += 1
-        step = _NAME.match(path.name).group(1)
+        match = _NAME.match(path.name)
+        step = match.group(1) if match else path.name
         side = self.directory / f".{kind}-step-{step}-{os.getpid()}-{self._counter}"
         os.rename(path, side)
         if kind == "trash":
@@ -232,14 +197,7 @@ class CheckpointStore:
 
         A separate method so tests can slow it down and kill the process in the middle of a write.
         """
-        import torch
-
-        with open(path, "wb") as raw:
-            hashing = HashingFile(raw)
-            torch.save(state, hashing)
-            raw.flush()
-            os.fsync(raw.fileno())
-        return hashing.size, hashing.crc.hexdigest()
+        return write_payload(path, state)
 
     def save(self, step: int, state: dict[str, Any]) -> Path:
         """Write ``state`` as the checkpoint of ``step`` atomically, then prune.
@@ -265,10 +223,7 @@ class CheckpointStore:
             size, crc = self._write_payload(tmp / PAYLOAD, state)
             manifest = {"format": FORMAT, "step": step, "created": time.time(),
                         "files": {PAYLOAD: {"size": size, Checksum.NAME: crc}}}
-            with open(tmp / MANIFEST, "w") as fh:
-                json.dump(manifest, fh, indent=1)
-                fh.flush()
-                os.fsync(fh.fileno())
+            write_manifest(tmp, manifest)
             final = self._publish(tmp, step)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -315,7 +270,7 @@ class CheckpointStore:
             for info in reversed(infos):
                 full = self._inspect(info.step, info.path, checksum=True)
                 if full.valid:
-                    return self._torch_load(full.path / PAYLOAD, map_location, weights_only)
+                    return load_payload(full.path / PAYLOAD, map_location, weights_only)
                 import warnings
 
                 warnings.warn(f"{full.path}: {full.reason}; loading an older checkpoint", stacklevel=2)
@@ -328,25 +283,4 @@ class CheckpointStore:
         if not info.valid:
             raise CheckpointError(info.reason, path=info.path,
                                   fix=f"delete {info.path} and load an older step (valid: {self.steps()})")
-        return self._torch_load(info.path / PAYLOAD, map_location, weights_only)
-
-    @staticmethod
-    def _torch_load(path: Path, map_location: Any, weights_only: bool | None) -> dict:
-        import pickle
-
-        import torch
-
-        if not path.exists():  # a sharded (DCP) checkpoint has no single payload to load
-            raise CheckpointError(f"{path.parent.name} is a sharded checkpoint (no {PAYLOAD})", path=path.parent,
-                                  fix="load it with lossguard.checkpoint.ShardedCheckpointStore on every rank")
-
-        try:
-            return torch.load(path, map_location=map_location, weights_only=weights_only is not False)
-        except pickle.UnpicklingError as exc:
-            if weights_only is True:
-                raise CheckpointError(f"the payload holds objects weights_only=True refuses ({exc})".splitlines()[0],
-                                      path=path, fix="load with weights_only=False if you trust the file") from exc
-        except (RuntimeError, EOFError, OSError) as exc:
-            raise CheckpointError(f"torch.load failed: {str(exc).splitlines()[0]}", path=path,
-                                  fix="the file is damaged; delete it and load an older step") from exc
-        return torch.load(path, map_location=map_location, weights_only=False)
+        return load_payload(info.path / PAYLOAD, map_location, weights_only)

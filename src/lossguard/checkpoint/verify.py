@@ -41,7 +41,7 @@ def read_steps(path: Path) -> dict[int, tuple[float, list[int] | None]]:
                 continue
             try:
                 rec = json.loads(line)
-            except ValueError as exc:
+            except json.JSONDecodeError as exc:
                 raise LogFormatError(f"not JSON ({exc.msg})", path=path, where=f"line {n}",
                                      fix="write one JSON object per line") from exc
             if not isinstance(rec, dict) or "event" in rec or "loss" not in rec:
@@ -136,7 +136,8 @@ def _invoke(cmd: list[str], env: dict[str, str], label: str, timeout: float) -> 
         done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                               timeout=timeout)
     except FileNotFoundError as exc:
-        raise LossguardError(f"cannot run {cmd[0]!r}: not found", fix="give the full training command after --") from exc
+        raise LossguardError(f"cannot run {cmd[0]!r}: not found",
+                             fix="give the full training command after --") from exc
     except subprocess.TimeoutExpired as exc:
         raise LossguardError(f"the {label} run did not finish within {timeout:g} s",
                              fix="raise --timeout or make the script's run shorter") from exc

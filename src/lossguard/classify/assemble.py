@@ -82,7 +82,7 @@ def log_interval(steps: np.ndarray) -> int:
 
 
 def _stream_names(log: RunLog, metric: str) -> list[str]:
-    return [M.stream_of(m) for m in log.metrics if M.stream_of(m) is not None and m != metric]
+    return [s for m in log.metrics if (s := M.stream_of(m)) is not None and m != metric]
 
 
 def _context(log: RunLog, cfg: AnalyzeConfig) -> Context:

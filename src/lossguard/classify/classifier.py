@@ -19,6 +19,8 @@ it was, by the rules below, and writes the reason in words.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..detect.episode import Excursion
@@ -97,8 +99,8 @@ def spike_incident(ev: SeriesEvents, ep: Excursion, metric: str, cfg: AnalyzeCon
     onset = refine_onset(ev, ep, 1.0, 10)
     excess, sigma = _magnitude(ep)
     rel = excess / abs(ep.base) if ep.base else float("inf")
-    details = {"relative": rel, "ratio": ep.peak_value / ep.base if ep.base else None, "status": ep.status,
-               "detected_at": int(st[ep.onset]), "closed_at": int(st[ep.closed])}
+    details: dict[str, Any] = {"relative": rel, "ratio": ep.peak_value / ep.base if ep.base else None,
+                               "status": ep.status, "detected_at": int(st[ep.onset]), "closed_at": int(st[ep.closed])}
     what = f"rose {rel:.0%} ({sigma:.1f} sigma) above its pre-event level {ep.base:.4g} at step {int(st[ep.peak])}"
     settled_higher = None
     end = ep.end
@@ -129,7 +131,7 @@ def spike_incident(ev: SeriesEvents, ep: Excursion, metric: str, cfg: AnalyzeCon
             else:
                 d = max(10, cfg.settle_steps // interval)
                 level = float(np.median(seg[:d]))
-                settled_higher = (level, float(expected_level(ev, ep, int(st[min(len(st) - 1, ep.end + d // 2)]))))
+                settled_higher = (level, float(expected_level(ev, ep, int(st[min(len(st) - 1, end + d // 2)]))))
                 if level - settled_higher[1] <= cfg.settled_rel * abs(ep.base):
                     settled_higher = None  # within the extrapolation's own error: call it recovered
         details["online_end"] = int(st[ep.end])
@@ -149,7 +151,9 @@ def spike_incident(ev: SeriesEvents, ep: Excursion, metric: str, cfg: AnalyzeCon
                         f"{int(st[ep.peak + 1] - st[ep.peak])} steps later: a one-point outlier (recovery cannot be "
                         "resolved below the logging interval).")
         else:
-            evidence = f"The {metric} {what} and was back on its pre-event trend {rec} steps later ({'within' if fast else 'beyond'} the {cfg.fast_steps}-step fast budget)."
+            budget = "within" if fast else "beyond"
+            evidence = (f"The {metric} {what} and was back on its pre-event trend {rec} steps later "
+                        f"({budget} the {cfg.fast_steps}-step fast budget).")
         sev = Severity.WARNING if (not fast or rel >= 0.5) else Severity.INFO
         return Incident(kind=kind, metric=metric, onset=int(st[onset]), peak=int(st[ep.peak]), end=int(st[end]),
                         baseline=ep.base, peak_value=ep.peak_value, magnitude=excess, magnitude_sigma=sigma,
@@ -267,7 +271,8 @@ def divergence_incident(ev: SeriesEvents, d: Divergence, metric: str, lag: int,
     return Incident(kind=K.DIVERGENCE, metric=metric, onset=int(st[onset]), peak=int(st[peak]),
                     end=None if d.end is None else int(st[d.end]), baseline=d.minimum, peak_value=float(x[peak]),
                     magnitude=rise_total, magnitude_sigma=sigma, streams=streams,
-                    severity=Severity.CRITICAL if d.end is None else Severity.WARNING, evidence=evidence, details=details)
+                    severity=Severity.CRITICAL if d.end is None else Severity.WARNING, evidence=evidence,
+                    details=details)
 
 
 def running_median(y: np.ndarray, h: int = 9) -> np.ndarray:

@@ -29,7 +29,9 @@ def stream_spikes(log: RunLog, metric: str, dcfg, cfg: AnalyzeConfig, k: int, ou
     """Spikes on one stream of a mix (and not on the others) are stream spikes."""
     # Every stream of the mix, the analysed one included when the log has no mixed loss (then the
     # "loss" analysed is its first stream, and a spike there is still a spike on one stream).
-    names = [m for m in log.metrics if M.stream_of(m) is not None and (m != metric or M.stream_of(metric))]
+    stream = {m: sn for m, sn in ((m, M.stream_of(m)) for m in log.metrics)
+              if sn is not None and (m != metric or M.stream_of(metric))}
+    names = list(stream)
     if len(names) < 2:
         return
     found = {}
@@ -45,21 +47,23 @@ def stream_spikes(log: RunLog, metric: str, dcfg, cfg: AnalyzeConfig, k: int, ou
             single = e.end is not None and e.end - e.onset <= dcfg.spike.settle // 2 + 1
             if single and (e.peak_value - e.base) < cfg.stream_single_z * e.noise:
                 continue  # one noisy point of a noisier per-stream loss, not a data-specific spike
-            others = [o for o in names if o != name and any(_overlap(a - tol, z + tol, a2, z2) for a2, z2, _, _ in found[o])]
+            others = [o for o in names
+                      if o != name and any(_overlap(a - tol, z + tol, a2, z2) for a2, z2, _, _ in found[o])]
             if len(others) + 1 == len(names):
                 continue  # every stream spiked: the loss incident covers it
-            if any(M.stream_of(o) < M.stream_of(name) for o in others):
+            if any(stream[o] < stream[name] for o in others):
                 continue  # reported once, under the first stream of the group
-            group = sorted([M.stream_of(name)] + [M.stream_of(o) for o in others])
+            group = sorted([stream[name]] + [stream[o] for o in others])
             spike = spike_incident(sev, e, name, cfg, k, group)
-            quiet = [M.stream_of(o) for o in names if M.stream_of(o) not in group]
+            quiet = [stream[o] for o in names if stream[o] not in group]
             inc = replace(spike, kind=K.STREAM_SPIKE, details={**spike.details, "recovery": spike.kind.value},
                           evidence=spike.evidence + f" Only stream(s) {', '.join(group)} spiked; "
                                                     f"{', '.join(quiet)} did not.")
             # The mixed loss may show the same event: fold it in.
             for other in list(out):
                 if other.metric == metric and other.kind in (K.SPIKE_FAST, K.SPIKE_SLOW, K.SPIKE_NO_RECOVERY) \
-                        and _overlap(inc.onset - tol, (inc.end or inc.peak) + tol, other.onset, other.end or other.peak):
+                        and _overlap(inc.onset - tol, (inc.end or inc.peak) + tol,
+                                     other.onset, other.end or other.peak):
                     out.remove(other)
             out.append(inc)
 
@@ -70,8 +74,8 @@ def grad_norm_spikes(log: RunLog, dcfg, cfg: AnalyzeConfig, k: int, out: list[In
         return
     s, v = log.live(M.GRAD_NORM)
     # A norm is >= 0 by definition: its level is its scale, so the near-zero abstention does not apply.
-    gev = detect_series(s, v, replace(dcfg, outlier=replace(dcfg.outlier, rel_threshold=cfg.grad_norm_rel, min_snr=0.0)),
-                        dips=False, trend=False)
+    gcfg = replace(dcfg, outlier=replace(dcfg.outlier, rel_threshold=cfg.grad_norm_rel, min_snr=0.0))
+    gev = detect_series(s, v, gcfg, dips=False, trend=False)
     lead = cfg.grad_lead_points * k
     for e in gev.spikes:
         a, z = int(gev.steps[e.onset]), int(gev.steps[e.closed])
@@ -79,9 +83,11 @@ def grad_norm_spikes(log: RunLog, dcfg, cfg: AnalyzeConfig, k: int, out: list[In
                       and _overlap(a, z, i.onset - lead, (i.end if i.end is not None else i.peak) + lead)), None)
         excess = e.peak_value - e.base
         if owner is not None:
-            owner.details.setdefault("grad_norm", {"onset": a, "peak": int(gev.steps[e.peak]), "ratio": e.peak_value / e.base})
+            peak_step = int(gev.steps[e.peak])
+            owner.details.setdefault("grad_norm", {"onset": a, "peak": peak_step, "ratio": e.peak_value / e.base})
             if a < owner.onset:
-                owner.evidence += f" The grad norm rose first, at step {a} ({e.peak_value / e.base:.1f}x at step {int(gev.steps[e.peak])})."
+                owner.evidence += (f" The grad norm rose first, at step {a} "
+                                   f"({e.peak_value / e.base:.1f}x at step {peak_step}).")
             continue
         spike = spike_incident(gev, e, M.GRAD_NORM, cfg, k, [])
         out.append(replace(spike, kind=K.GRAD_NORM_SPIKE, magnitude=excess,
@@ -151,7 +157,8 @@ def loss_scale_collapses(log: RunLog, cfg: AnalyzeConfig, out: list[Incident]) -
         else:
             halvings = int(round(np.log2(c.peak_scale / c.min_scale)))
             what = (f"halved {halvings} times between steps {int(steps[onset - 1])} and {int(steps[c.stop])} "
-                    f"({c.stop - onset + 1} logged steps), {c.peak_scale:.4g} -> {c.min_scale:.4g}, without growing back")
+                    f"({c.stop - onset + 1} logged steps), {c.peak_scale:.4g} -> {c.min_scale:.4g}, "
+                    "without growing back")
         out.append(Incident(kind=K.LOSS_SCALE_COLLAPSE, metric=M.LOSS_SCALE, onset=a, peak=int(steps[c.trigger]),
                             end=int(steps[c.stop + 1]) if c.recovered else None, baseline=float(c.peak_scale),
                             peak_value=c.min_scale, magnitude=c.min_scale - c.peak_scale,

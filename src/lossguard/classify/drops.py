@@ -43,7 +43,8 @@ def drop_incident(ev: SeriesEvents, ep: Excursion, metric: str, cfg: DropConfig,
                 f"{ep.base:.4g} within {int(st[peak] - st[onset])} steps, after a slow stretch, and stayed down.")
     return Incident(kind=K.SUDDEN_DROP, metric=metric, onset=int(st[onset]), peak=int(st[peak]), end=int(st[peak]),
                     baseline=ep.base, peak_value=float(x[peak]), magnitude=-fall, magnitude_sigma=-sigma,
-                    recovery_steps=int(st[peak] - st[onset]), streams=streams, severity=Severity.INFO, evidence=evidence,
+                    recovery_steps=int(st[peak] - st[onset]), streams=streams, severity=Severity.INFO,
+                    evidence=evidence,
                     details={"relative": -fall / abs(ep.base) if ep.base else None, "detected_at": int(st[ep.onset])})
 
 
@@ -65,5 +66,6 @@ def wide_drop_incident(ev: SeriesEvents, w: WideDrop, metric: str, streams: list
                 f"stretch before, and stayed down: a drop wider than the {w.scale}-point scale it was measured on.")
     return Incident(kind=K.SUDDEN_DROP, metric=metric, onset=int(st[onset]), peak=int(st[peak]), end=int(st[peak]),
                     baseline=w.level_before, peak_value=float(x[peak]), magnitude=-fall, magnitude_sigma=-sigma,
-                    recovery_steps=int(st[peak] - st[onset]), streams=streams, severity=Severity.INFO, evidence=evidence,
+                    recovery_steps=int(st[peak] - st[onset]), streams=streams, severity=Severity.INFO,
+                    evidence=evidence,
                     details={"relative": -fall / abs(w.level_before), "scale_points": w.scale, "test": "wide drop"})

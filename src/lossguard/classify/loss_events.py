@@ -135,7 +135,7 @@ def _wide_drops(ctx: Context, first: int) -> None:
             continue  # the way back down from a spike or shift, or a drop already found
         inc = wide_drop_incident(ev, d, ctx.metric, ctx.streams)
         ctx.incidents.append(inc)
-        claims.events.append((inc.onset, inc.end))
+        claims.events.append((inc.onset, inc.end if inc.end is not None else inc.peak))  # a drop has an end
 
 
 def shift_pass(ctx: Context) -> None:
@@ -150,7 +150,8 @@ def shift_pass(ctx: Context) -> None:
                 or ctx.boundary_near(sh.at, SHIFT_BOUNDARY_WINDOWS * ctx.cfg.resume.level_points) is not None:
             continue  # (a step right at a resume belongs to the resume; one a window later does not)
         onset = sh.at
-        while onset > 0 and ev.values[onset - 1] - sh.level_before > 0.5 * sh.jump and sh.at - onset < SHIFT_ONSET_LOOKBACK:
+        while (onset > 0 and ev.values[onset - 1] - sh.level_before > 0.5 * sh.jump
+               and sh.at - onset < SHIFT_ONSET_LOOKBACK):
             onset -= 1
         ctx.incidents.append(Incident(
             kind=K.LEVEL_SHIFT, metric=ctx.metric, onset=int(st[onset]), peak=int(st[sh.at]), end=None,

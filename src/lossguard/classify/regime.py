@@ -70,8 +70,8 @@ def _zero_loss(ctx: Context) -> Incident | None:
     level = float(np.median(x[first_nonzero:a])) if a > first_nonzero else float("nan")
     n = int(zero[a:].sum())
     evidence = (f"The {ctx.metric} is exactly 0.0 at {n} logged point(s) from step {ctx.step(a)} (before: "
-                f"{level:.4g}). No training loss is exactly zero: the loss was masked out, reduced over an empty batch, "
-                f"or replaced after an overflow; {PLAN_HINT}.")
+                f"{level:.4g}). No training loss is exactly zero: the loss was masked out, "
+                f"reduced over an empty batch, or replaced after an overflow; {PLAN_HINT}.")
     return Incident(kind=K.REGIME_CHANGE, metric=ctx.metric, onset=ctx.step(a), peak=ctx.step(a), end=None,
                     baseline=level, peak_value=0.0, magnitude=-level, magnitude_sigma=float("-inf"),
                     streams=ctx.streams, severity=Severity.CRITICAL, evidence=evidence,

@@ -154,9 +154,9 @@ def _climb(ctx: Context, m: int, p: int) -> Incident:
     x, st = ctx.ev.values, ctx.st
     rise = float(x[p] - x[m])
     evidence = (f"The {ctx.metric} climbed from {x[m]:.4g} (step {int(st[m])}) to {x[p]:.4g} (step {int(st[p])}), "
-                f"+{rise / abs(x[m]):.0%} over {p - m + 1} logged points, no single step carrying half the rise: a climb, not a "
-                f"jump; the last point is {x[-1]:.4g}. Judged by the relative rule ({len(x)} points give no noise "
-                "estimate).")
+                f"+{rise / abs(x[m]):.0%} over {p - m + 1} logged points, no single step carrying half the rise: "
+                f"a climb, not a jump; the last point is {x[-1]:.4g}. Judged by the relative rule "
+                f"({len(x)} points give no noise estimate).")
     return Incident(kind=K.DIVERGENCE, metric=ctx.metric, onset=int(st[m]), peak=int(st[p]), end=None,
                     baseline=float(x[m]), peak_value=float(x[p]), magnitude=rise, magnitude_sigma=float("nan"),
                     streams=ctx.streams, severity=Severity.CRITICAL, evidence=evidence,
@@ -258,7 +258,7 @@ def short_pass(ctx: Context) -> None:
     drop = _short_drop(ctx)
     if drop is not None:
         ctx.incidents.append(drop)
-        ctx.claims.events.append((drop.onset, drop.end))
+        ctx.claims.events.append((drop.onset, drop.end if drop.end is not None else drop.peak))  # a drop has an end
     x = ctx.ev.values
     n = len(x)
     if not MIN_JUDGED_POINTS <= n < SHORT_LOG_POINTS:

@@ -18,6 +18,8 @@ doubled) of that level that no other pass explains, and says how they ended:
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..detect.outlier import DIFF_TO_SIGMA
@@ -33,8 +35,8 @@ median of a whole window would still hold the run's first, much higher, steps)."
 TREND_POINTS = 16
 """The trend a spike must come back to is the decline of up to this many points before it (Theil-Sen
 slope against log(step), the gentler of its two halves, never a rise, as
-:func:`.classifier.expected_level` extrapolates), from the level: a loss that kept falling before the spike should keep falling after it, and a spike back at
-the old level is still above that trend."""
+:func:`.classifier.expected_level` extrapolates), from the level: a loss that kept falling before the
+spike should keep falling after it, and a spike back at the old level is still above that trend."""
 EARLY_POINTS = 3
 """The peak is the largest of this many points from the jump."""
 LOSS_KINDS = frozenset({K.SPIKE_FAST, K.SPIKE_SLOW, K.SPIKE_NO_RECOVERY, K.DIVERGENCE, K.LEVEL_SHIFT,
@@ -72,9 +74,11 @@ def _incident(ctx: Context, i: int, level: float, noise: float) -> tuple[Inciden
     expected = level + slope * (lt[after] - centre)
     back = np.flatnonzero(x[after] - expected <= band)
     what = (f"The {ctx.metric} jumped from {level:.4g} (median of the {LEVEL_POINTS} points before) to {x[peak]:.4g} "
-            f"at step {int(st[peak])} (+{height / abs(level):.0%}, {height / noise:.0f} sigma of the whole log's noise)")
-    common = dict(metric=ctx.metric, onset=int(st[i]), peak=int(st[peak]), baseline=level, peak_value=float(x[peak]),
-                  magnitude=height, magnitude_sigma=height / noise, streams=ctx.streams)
+            f"at step {int(st[peak])} (+{height / abs(level):.0%}, "
+            f"{height / noise:.0f} sigma of the whole log's noise)")
+    common: dict[str, Any] = dict(metric=ctx.metric, onset=int(st[i]), peak=int(st[peak]), baseline=level,
+                                  peak_value=float(x[peak]), magnitude=height, magnitude_sigma=height / noise,
+                                  streams=ctx.streams)
     details = {"relative": height / abs(level), "rule": "short log, whole-log noise", "points": n}
     if len(back):
         j = peak + 1 + int(back[0])
@@ -83,7 +87,8 @@ def _incident(ctx: Context, i: int, level: float, noise: float) -> tuple[Inciden
         fast = rec <= cfg.fast_steps or pts <= 1
         resumed = ctx.boundary_near(i, cfg.resume.spike_points) is not None
         kind = K.RESUME_SPIKE if resumed else K.SPIKE_FAST if fast else K.SPIKE_SLOW
-        sev = Severity.INFO if resumed else Severity.WARNING if (not fast or height >= 0.5 * abs(level)) else Severity.INFO
+        big = not fast or height >= 0.5 * abs(level)
+        sev = Severity.INFO if resumed else Severity.WARNING if big else Severity.INFO
         evidence = (f"{what}; it was back within {band:.3g} of that level's trend at step {int(st[j])}, {rec} steps "
                     f"({pts} logged point(s)) after its peak" + (", right after a resume." if resumed else "."))
         return Incident(kind=kind, end=int(st[j]), recovery_steps=rec, severity=sev, evidence=evidence,
@@ -99,7 +104,8 @@ def _incident(ctx: Context, i: int, level: float, noise: float) -> tuple[Inciden
                 "above the trend before it"
                 + (" (a new level)." if shift else "."))
     return Incident(kind=K.LEVEL_SHIFT if shift else K.SPIKE_NO_RECOVERY, end=None,
-                    severity=Severity.WARNING if shift else Severity.CRITICAL, evidence=evidence, details=details, **common), n - 1
+                    severity=Severity.WARNING if shift else Severity.CRITICAL, evidence=evidence, details=details,
+                    **common), n - 1
 
 
 def short_spike_pass(ctx: Context) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import metrics as M
 from ..detect.stall import Stall, StallConfig, find_stalls
+from ..recovery.severity import Severity
 from .context import Context
 from .incident import Incident, IncidentKind as K
 
@@ -61,4 +62,4 @@ def stall_pass(ctx: Context, cfg: StallConfig | None = None) -> None:
             end=st.resumed_at, baseline=st.expected, peak_value=st.level, magnitude=gap,
             magnitude_sigma=gap / st.tol * 3.0 if st.tol > 0 else float("nan"),
             recovery_steps=None if st.resumed_at is None else st.resumed_at - st.end,
-            severity="warning", evidence=_evidence(st, ctx.metric), details=details))
+            severity=Severity.WARNING, evidence=_evidence(st, ctx.metric), details=details))

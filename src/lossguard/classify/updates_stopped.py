@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import metrics as M
 from ..detect.updates_stopped import STALL_STEPS, StallCause, consecutive_mask, find_stalls, flat_mask, sentinel_mask
+from ..recovery.severity import Severity
 from ..runlog import RunLog
 from .incident import Incident, IncidentKind as K
 
@@ -26,8 +27,8 @@ _WHY = {
 }
 
 
-def _candidates(log: RunLog, metric: str) -> list[tuple[StallCause, np.ndarray, np.ndarray, float]]:
-    """(cause, steps, mask, a typical value) per trace the log has."""
+def _candidates(log: RunLog, metric: str) -> list[tuple[StallCause, np.ndarray, np.ndarray, np.ndarray]]:
+    """(cause, steps, mask, values) per trace the log has (the values name a typical one in the evidence)."""
     out = []
     if M.GRAD_NORM in log.series:
         steps, values = log.live(M.GRAD_NORM)
@@ -57,7 +58,7 @@ def stalled_updates(log: RunLog, metric: str, out: list[Incident], *, min_steps:
             found.append(Incident(
                 kind=K.UPDATES_STOPPED, metric=M.GRAD_NORM if cause is StallCause.SKIP_SENTINEL else metric,
                 onset=onset, peak=onset, end=None if ongoing else stop, baseline=math.nan, peak_value=v,
-                magnitude=math.nan, magnitude_sigma=math.nan, severity="critical",
+                magnitude=math.nan, magnitude_sigma=math.nan, severity=Severity.CRITICAL,
                 evidence=(f"No update was applied for {n} steps ({onset}-{stop}, {st.points} logged points"
                           f"{', to the end of the log' if ongoing else ''}): " + _WHY[cause].format(v=v) + "."),
                 details={"cause": cause.value, "steps": n, "points": st.points, "last_step": stop}))

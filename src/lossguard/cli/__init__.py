@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
+from typing import NoReturn
 
-from .. import __version__
+from ..version import __version__
 from ..errors import LossguardError
 
 # Verb modules, in the order `lossguard --help` lists them. A verb whose module is missing is
@@ -20,7 +22,7 @@ EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits 2 on usage errors; keep its message short
+    def error(self, message: str) -> NoReturn:  # argparse exits 2 on usage errors; keep its message short
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
@@ -45,6 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``lossguard`` console script; returns the exit code."""
+    # The library logs its warnings (a failing hook, a halt) on per-module loggers and adds no
+    # handler; the command is the application, so it configures logging: bare messages on stderr,
+    # as logging's last-resort handler would show them. A no-op when logging is already configured
+    # (a caller running main() in-process keeps its own set-up).
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -8,6 +8,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -45,7 +49,9 @@ class _Progress:
     """A rich progress bar per run on a terminal; otherwise a plain line every 10% of a run."""
 
     def __init__(self, enabled: bool) -> None:
-        self.enabled, self.rich, self.task, self.total, self.name, self.next_pct = enabled, None, None, 0, "", 0
+        self.enabled, self.total, self.name, self.next_pct = enabled, 0, "", 0
+        self.rich: Progress | None = None
+        self.task: TaskID | None = None
         if enabled and sys.stderr.isatty():
             try:
                 from rich.console import Console
@@ -74,7 +80,8 @@ class _Progress:
         if not self.enabled:
             return
         if self.rich is not None:
-            self.rich.update(self.task, completed=step + 1, loss=f"loss {loss:.3f}")
+            if self.task is not None:  # phase() added it
+                self.rich.update(self.task, completed=step + 1, loss=f"loss {loss:.3f}")
             return
         pct = 100 * (step + 1) // max(self.total, 1)
         if pct >= self.next_pct:

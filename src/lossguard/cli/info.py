@@ -8,6 +8,7 @@ installed and plain aligned text otherwise.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import sys
@@ -41,7 +42,8 @@ def _read_with_progress(args: argparse.Namespace):
     paths = args.paths
 
     def note() -> None:
-        print(f"lossguard: reading {', '.join(paths[:3])}{' ...' if len(paths) > 3 else ''} (large logs take a few seconds)",
+        more = " ..." if len(paths) > 3 else ""
+        print(f"lossguard: reading {', '.join(paths[:3])}{more} (large logs take a few seconds)",
               file=sys.stderr, flush=True)
 
     timer = threading.Timer(SLOW_READ_SECONDS, note)
@@ -97,11 +99,13 @@ def explain(log) -> str:
     out = [f"\nexplain: {doc['lines']:,} lines, {doc['numeric_lines']:,} with labelled numbers",
            f"  step: {doc['step']} ({doc['step_rule']})"
            + (f"; other counters: {', '.join(doc['other_steps'])}" if doc["other_steps"] else ""),
-           f"  loss: {doc['loss']}" + (f"; other losses: {', '.join(doc['other_losses'])}" if doc["other_losses"] else ""),
+           f"  loss: {doc['loss']}"
+           + (f"; other losses: {', '.join(doc['other_losses'])}" if doc["other_losses"] else ""),
            "  templates (most frequent first; * = read):"]
     for t in doc["templates"]:
         out.append(f"  {'*' if t['read'] else ' '} {t['rows']:>8,}  {t['example'][:110]}")
-        out.append(f"              columns: {', '.join(c if c and not c.startswith(' ') else '(counter)' + c for c in t['columns'])}")
+        cols = ", ".join(c if c and not c.startswith(" ") else "(counter)" + c for c in t["columns"])
+        out.append(f"              columns: {cols}")
     out.append("  override: --step-key LABEL (or 'order', 'epoch*batch'), --loss-key LABEL")
     return "\n".join(out) + "\n"
 
@@ -233,7 +237,9 @@ def render(log) -> str:
     return console.export_text(styles=sys.stdout.isatty())
 
 
-class _Null:
+class _Null(io.StringIO):
+    """A text stream that drops what it is given (the console records it instead)."""
+
     def write(self, _: str) -> int:
         return 0
 
@@ -249,6 +255,6 @@ def _term_width() -> int:
 
 def _plain(head: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     return "\n".join(lines) + "\n"

@@ -31,7 +31,8 @@ def register(subparsers) -> None:
     p.add_argument("--rtol", type=float, default=0.0, help="relative loss tolerance (default 0: bitwise)")
     p.add_argument("--atol", type=float, default=0.0, help="absolute loss tolerance (default 0)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds allowed per script run")
-    p.add_argument("--workdir", type=Path, default=None, help="keep logs and checkpoints here (default: a temp dir, removed)")
+    p.add_argument("--workdir", type=Path, default=None,
+                   help="keep logs and checkpoints here (default: a temp dir, removed)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the training command")
     p.set_defaults(handler=run)

@@ -22,6 +22,7 @@ from ..classify.incident import IncidentKind
 from ..errors import LossguardError
 from ..recovery.severity import Severity
 from .analyze import parse_fail_on
+from .inputs import add_grammar_options
 
 
 def _positive(text: str) -> float:
@@ -112,6 +113,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="checkpoint directory or comma list of steps; plans roll back to one that exists")
     p.add_argument("--metric", default=None, metavar="NAME", help="the loss to follow (default: loss)")
     p.add_argument("--format", default=None, metavar="NAME", help="force a reader instead of sniffing the format")
+    add_grammar_options(p)
     p.add_argument("--sweep", action=argparse.BooleanOptionalAction, default=None,
                    help="treat the one directory given as a directory of runs (default: detected)")
     p.set_defaults(handler=run)
@@ -127,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
     from ..watch.events import EventKind, WatchEvent
     from ..watch.loop import LoopConfig, follow
     from ..watch.session import RunWatch
+    from ..watch.text import GrammarKeys
     from ..watch.sweep import Sweep, run_dirs
 
     kinds, severity = parse_fail_on(args.fail_on)
@@ -146,8 +149,9 @@ def run(args: argparse.Namespace) -> int:
         raise LossguardError("not a directory of runs (it needs two or more sub-directories with files)",
                              path=args.paths[0], fix="name one run's files or directory without --sweep")
     loop = LoopConfig(every=args.every, until_idle=args.until_idle, stall_after=args.stall_after)
-    source = (Sweep(args.paths[0], config, format=args.format) if sweep_runs
-              else RunWatch(" ".join(args.paths), args.paths, config, format=args.format))
+    keys = GrammarKeys(step_key=args.step_key, loss_key=args.loss_key)
+    source = (Sweep(args.paths[0], config, format=args.format, keys=keys) if sweep_runs
+              else RunWatch(" ".join(args.paths), args.paths, config, format=args.format, keys=keys))
 
     def emit(events: list[WatchEvent], *, show: bool = True) -> None:
         for ev in events:

@@ -19,6 +19,7 @@ tie to high-learning-rate divergence.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from lossguard.errors import raise_all, require
 
@@ -126,7 +127,7 @@ class TinyGPT(nn.Module):
         super().__init__()
         self.cfg = cfg
         if cfg.embedding_layernorm:
-            self.wte = EmbeddingLayerNorm(cfg.vocab_size, cfg.n_embd, bias=cfg.bias)
+            self.wte: nn.Module = EmbeddingLayerNorm(cfg.vocab_size, cfg.n_embd, bias=cfg.bias)
         else:
             self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
@@ -177,4 +178,4 @@ def attention_logit_max(model: TinyGPT) -> list[float]:
     Wortsman et al. 2023 track this maximum (it grows positive without bound before the attention
     entropy collapses); returned as host floats, one per layer.
     """
-    return torch.stack([b.attn.last_max_logit for b in model.h]).tolist()
+    return torch.stack([cast(_Block, b).attn.last_max_logit for b in model.h]).tolist()

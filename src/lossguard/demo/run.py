@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import ConfigError, raise_all
-from .scenarios import SCENARIOS, Scenario
+from .scenario import Scenario
+from .scenarios import SCENARIOS
 from .summary import RUNS, _index_html, describe, summary_dict
 from .train import TrainResult, demo_guard_config, train
 
@@ -87,7 +88,7 @@ class DemoConfig:
                              "eval_every": max(1, min(sc.eval_every, n // 5))}
             p = sc.pocket
             if p is not None and p.start + p.length >= n:
-                from .scenarios import Pocket
+                from .scenario import Pocket
                 changes["pocket"] = Pocket(start=n // 2, length=max(1, min(p.length, n // 10)), kind=p.kind)
             if sc.lr_jumps:
                 changes["lr_jumps"] = tuple((at if at < n else n // 2, f) for at, f in sc.lr_jumps)
@@ -163,7 +164,7 @@ def run_demo(cfg: DemoConfig, *, on_step: Callable[[str, int, float], None] | No
     t0 = time.perf_counter()
     out = prepare_out(cfg.out)
     sc = cfg.scenario_obj()
-    results: dict[str, TrainResult | None] = {"clean": None}
+    results: dict[str, TrainResult] = {}
     plan = [("clean", cfg.clean_obj(), False)] if cfg.clean_reference else []
     plan += [("unguarded", sc, False), ("guarded", sc, True)]
     gcfg = demo_guard_config(sc, **({} if cfg.watch_grad_norm else {"grad_norm": None}))
@@ -173,7 +174,7 @@ def run_demo(cfg: DemoConfig, *, on_step: Callable[[str, int, float], None] | No
         cb = (lambda step, loss, _n=name: on_step(_n, step, loss)) if on_step is not None else None
         results[name] = train(s, guarded=guarded, log_path=out / f"{name}.jsonl", ckpt_dir=out / "ckpt",
                               guard_config=gcfg if guarded else None, on_step=cb)
-    res = DemoResult(scenario=sc, clean=results["clean"], unguarded=results["unguarded"],
+    res = DemoResult(scenario=sc, clean=results.get("clean"), unguarded=results["unguarded"],
                      guarded=results["guarded"], out=out)
     if on_phase is not None:
         on_phase("report", 0)

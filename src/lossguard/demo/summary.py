@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .run import DemoResult
@@ -50,10 +50,11 @@ def describe(res: DemoResult) -> list[str]:
     if not acts:
         acts.append("took no action")
     if g.halted:
-        halt = next((e for e in reversed(g.events) if e.get("event") == "halt"), {})
+        halt: dict[str, Any] = next((e for e in reversed(g.events) if e.get("event") == "halt"), {})
         why = "; ".join(halt.get("reasons", [])[1:] or halt.get("reasons", []))
+        diagnosis = Path(halt["diagnosis"]).name if halt.get("diagnosis") else "-"
         tail = (f"halted at step {halt.get('step', g.steps)} ({why}); resume from checkpoint "
-                f"{halt.get('resume_from')}, diagnosis in {Path(halt['diagnosis']).name if halt.get('diagnosis') else '-'}"
+                f"{halt.get('resume_from')}, diagnosis in {diagnosis}"
                 f"; held-out loss at the halt {_f(g.final_val)}{_gap(res, g)}")
     else:
         tail = f"final held-out loss {_f(g.final_val)}{_gap(res, g)}"
@@ -109,7 +110,9 @@ def _collapse(items: list[str]) -> list[str]:
 
 def _ranges(steps: list[int]) -> str:
     """``[250, 251, 252, 300]`` -> ``"250-252, 300"`` (steps in log order, a rollback may repeat them)."""
-    parts, start, prev = [], None, None
+    parts: list[str] = []
+    start: int | None = None
+    prev = 0  # the last step of the current range (meaningful once start is set)
     for s in steps:
         if start is not None and s == prev + 1:
             prev = s

@@ -23,10 +23,12 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from ..errors import require
-from .scenarios import CorpusBatches, Scenario, build_optimizer, held_out_loss, load_corpus
+from .corpus import CorpusBatches, load_corpus
+from .scenario import Scenario
+from .unguarded import build_optimizer, held_out_loss
 
 
 @dataclass
@@ -103,9 +105,9 @@ def demo_guard_config(sc: Scenario, **overrides):
     names = {f.name for f in fields(RecoveryRecipe)}
     # The demo scales the recipe to its short run itself (one checkpoint interval, 10% of the run),
     # so the default cap on the margin (max_skip_fraction, 5%) is lifted: its README numbers stand.
-    recipe = {"rollback_distance": every, "skip_margin": every, "max_skip_fraction": 1.0}
+    recipe: dict[str, Any] = {"rollback_distance": every, "skip_margin": every, "max_skip_fraction": 1.0}
     recipe.update({k: v for k, v in overrides.items() if k in names})
-    base = dict(checkpoint_every=every, recipe=RecoveryRecipe(**recipe))
+    base: dict[str, Any] = dict(checkpoint_every=every, recipe=RecoveryRecipe(**recipe))
     base.update({k: v for k, v in overrides.items() if k not in names})
     return GuardConfig(**base)
 

@@ -151,7 +151,8 @@ class OnlineDropGate:
     def __init__(self, ocfg: OutlierConfig, cfg: DropConfig) -> None:
         self.ocfg, self.cfg = ocfg, cfg
         self._last: deque = deque(maxlen=cfg.smooth_points)
-        self._smooth: deque = deque(maxlen=(cfg.slow_spans + 1) * cfg.span_points + 1)
+        self._window = (cfg.slow_spans + 1) * cfg.span_points + 1
+        self._smooth: deque[float] = deque(maxlen=self._window)
 
     def update(self, value: float, base: float, noise: float, warm: bool) -> bool:
         """Take a finite value with its trailing baseline/noise; True when it belongs to a steep drop."""
@@ -176,7 +177,7 @@ class OnlineDropGate:
         rel = o.rel_threshold * o.warmup_rel_factor if warm else o.rel_threshold
         if not base - s >= max(o.z_threshold * se, rel * max(scale, 1e-12)):
             return False
-        if len(self._smooth) < self._smooth.maxlen:
+        if len(self._smooth) < self._window:
             return False
         s0, s1 = self._smooth[0], self._smooth[-1 - self.cfg.span_points]
         return bool(s1 - s > self.cfg.steep_ratio * max(s0 - s1, 0.0) / self.cfg.slow_spans

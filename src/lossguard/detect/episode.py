@@ -78,7 +78,8 @@ class EpisodeConfig:
 
 @dataclass
 class Excursion:
-    """One excursion of a series away from its baseline (one event), in finite-point indices of the series it was found on.
+    """One excursion of a series away from its baseline (one event), in finite-point indices of the series it
+    was found on.
 
     Attributes:
         onset: index of the first outlier point.
@@ -205,7 +206,7 @@ class OnlineEpisodes:
         # point is committed to the peak only once it is more than `lag` points old.
         lag = cfg.settle - 1 - cfg.settle // 2
         if k - lag - 1 >= 1:
-            self._commit(i - lag - 1, self._tail[-(lag + 2)], sign)
+            self._commit(ep, i - lag - 1, self._tail[-(lag + 2)], sign)
         if k >= cfg.settle:
             last = [self._tail[-j] for j in range(cfg.settle, 0, -1)]
             if (float(np.median(last)) - ep.base) * sign <= _band(cfg, ep.base, ep.noise):
@@ -216,22 +217,22 @@ class OnlineEpisodes:
                 self._active = None
                 return ep
         if k >= cfg.budget_points:
-            return self._close_unrecovered("none")
+            return self._close_unrecovered(ep, "none")
         return None
 
-    def _commit(self, j: int, value: float, sign: float) -> None:
-        ep = self._active
+    @staticmethod
+    def _commit(ep: Excursion, j: int, value: float, sign: float) -> None:
         if (value - ep.peak_value) * sign > 0:
             ep.peak, ep.peak_value = j, float(value)
 
-    def _close_unrecovered(self, status: str) -> Excursion:
+    def _close_unrecovered(self, ep: Excursion, status: str) -> Excursion:
+        """Close ``ep`` (the active episode) without a recovery."""
         cfg = self.config
-        ep = self._active
         sign = 1.0 if cfg.side == "up" else -1.0
         i = self._i
         lag = cfg.settle - 1 - cfg.settle // 2
         for j in range(max(ep.onset + 1, i - lag), i + 1):  # the points not yet committed
-            self._commit(j, self._tail[j - i - 1], sign)
+            self._commit(ep, j, self._tail[j - i - 1], sign)
         ep.closed = i
         ep.status = status
         ep.settled, ep.tail_rise = _tail_stats(np.asarray(self._tail, dtype=np.float64), sign)
@@ -241,4 +242,4 @@ class OnlineEpisodes:
 
     def finish(self) -> Excursion | None:
         """Close and return the episode still open at the end of the log (status ``"open"``)."""
-        return self._close_unrecovered("open") if self._active is not None else None
+        return self._close_unrecovered(self._active, "open") if self._active is not None else None

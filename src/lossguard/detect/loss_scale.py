@@ -105,7 +105,7 @@ def find_collapses(scale: np.ndarray, cfg: LossScaleConfig | None = None) -> lis
     starts, stops = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1
     at_max = np.flatnonzero(scale >= runmax)
     out = []
-    for a, b in zip(starts, stops):
+    for a, b in zip(starts, stops, strict=True):
         before = at_max[at_max < a]
         onset = int(before[-1]) + 1 if len(before) else 0
         out.append(Collapse(onset, int(a), int(b), float(runmax[a]), float(np.nanmin(scale[a:b + 1])),

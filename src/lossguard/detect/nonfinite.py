@@ -38,7 +38,7 @@ def find_nonfinite(values: np.ndarray) -> list[NonFiniteRun]:
     stops = np.flatnonzero(edges == -1) - 1
     nan_cum = np.concatenate([[0], np.cumsum(np.isnan(values))])
     return [NonFiniteRun(int(a), int(b), int(nan_cum[b + 1] - nan_cum[a]), bool(b + 1 < len(values)))
-            for a, b in zip(starts, stops)]
+            for a, b in zip(starts, stops, strict=True)]
 
 
 class OnlineNonFinite:

@@ -29,9 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import raise_all
+from .robust import DIFF_TO_SIGMA, window_stats
 
-MAD_TO_SIGMA = 1.4826  # 1 / Phi^-1(3/4): MAD -> standard deviation for Gaussian noise
-DIFF_TO_SIGMA = MAD_TO_SIGMA / np.sqrt(2.0)  # median |x[t] - x[t-1]| -> sigma (a difference has sqrt(2) sigma)
 
 
 @dataclass(kw_only=True)
@@ -146,7 +145,7 @@ def score_finite(x: np.ndarray, cfg: OutlierConfig, *, down: bool = False) -> Fi
     dn = np.zeros(m, dtype=bool) if down else None
     if m > cfg.min_points:
         refresh = refresh_counts(m, cfg)
-        med, sig = _window_stats(x, refresh, cfg)
+        med, sig = window_stats(x, refresh, window=cfg.window, rel_noise_floor=cfg.rel_noise_floor)
         thr = thresholds(cfg, med, sig, refresh < cfg.window)
         counts = np.diff(np.append(refresh, m))
         f = int(refresh[0])
@@ -155,7 +154,7 @@ def score_finite(x: np.ndarray, cfg: OutlierConfig, *, down: bool = False) -> Fi
         t = np.repeat(thr, counts)
         dev = x[f:] - base[f:]
         up[f:] = (dev > 0) & (dev >= t)
-        if down:
+        if dn is not None:  # (asked for with ``down``)
             dn[f:] = (dev < 0) & (-dev >= t)
     return FiniteScores(base, noise, up, dn)
 
@@ -171,7 +170,10 @@ def score(values: np.ndarray, cfg: OutlierConfig | None = None) -> OutlierScores
     allf = bool(finite.all())
     x = values if allf else values[finite]
     fs = score_finite(x, cfg, down=cfg.side != "up")
-    flags = fs.up if cfg.side == "up" else (fs.down if cfg.side == "down" else fs.up | fs.down)
+    if cfg.side == "up" or fs.down is None:  # (down is computed whenever the side is not "up")
+        flags = fs.up
+    else:
+        flags = fs.down if cfg.side == "down" else fs.up | fs.down
     with np.errstate(divide="ignore", invalid="ignore"):
         z = (x - fs.baseline) / fs.noise
     if allf:
@@ -182,49 +184,6 @@ def score(values: np.ndarray, cfg: OutlierConfig | None = None) -> OutlierScores
     baseline[finite], noise[finite], zz[finite] = fs.baseline, fs.noise, z
     outlier[finite] = flags
     return OutlierScores(baseline, noise, zz, outlier)
-
-
-def _median_rows_inplace(a: np.ndarray) -> np.ndarray:
-    """Row medians via one in-place partition (``a`` is a scratch copy; np.median would copy again)."""
-    k = a.shape[1]
-    if k % 2:
-        a.partition(k // 2, axis=1)
-        return a[:, k // 2].copy()
-    a.partition([k // 2 - 1, k // 2], axis=1)
-    return 0.5 * (a[:, k // 2 - 1] + a[:, k // 2])
-
-
-def _prefix_medians(v: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """np.median(v[:L]) for every L in ``lengths`` (all >= 1), from one sort of +inf-padded prefixes."""
-    top = int(lengths.max())
-    pad = np.full((len(lengths), top), np.inf)
-    cols = np.arange(top)
-    mask = cols[None, :] < lengths[:, None]
-    pad[mask] = np.broadcast_to(v[:top], pad.shape)[mask]
-    pad.sort(axis=1)
-    rows = np.arange(len(lengths))
-    return 0.5 * (pad[rows, (lengths - 1) // 2] + pad[rows, lengths // 2])
-
-
-def _window_stats(x: np.ndarray, refresh: np.ndarray, cfg: OutlierConfig) -> tuple[np.ndarray, np.ndarray]:
-    """Median and robust sigma of x[max(0, r - window):r] for every refresh count r."""
-    W = cfg.window
-    med = np.empty(len(refresh))
-    sig = np.empty(len(refresh))
-    full = refresh >= W
-    if full.any():
-        starts = refresh[full] - W
-        med[full] = _median_rows_inplace(np.lib.stride_tricks.sliding_window_view(x, W)[starts])
-        absd = np.abs(np.diff(x))
-        sig[full] = DIFF_TO_SIGMA * _median_rows_inplace(
-            np.lib.stride_tricks.sliding_window_view(absd, W - 1)[starts])
-    part = ~full
-    if part.any():  # the growing windows x[:r] while the window fills (fewer than `window` of them)
-        r = refresh[part]
-        med[part] = _prefix_medians(x, r)
-        sig[part] = DIFF_TO_SIGMA * _prefix_medians(np.abs(np.diff(x[:int(r.max())])), r - 1)
-    sig = np.maximum(sig, cfg.rel_noise_floor * np.abs(med))
-    return med, sig
 
 
 @dataclass

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import raise_all
-from .outlier import MAD_TO_SIGMA
+from .robust import MAD_TO_SIGMA
 
 D2_TO_SIGMA = MAD_TO_SIGMA / np.sqrt(6.0)
 """median |second difference| -> sigma (a second difference of white noise has sqrt(6) sigma)."""

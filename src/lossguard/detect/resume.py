@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import raise_all
 from ..runlog import RunLog
-from .outlier import MAD_TO_SIGMA
+from .robust import MAD_TO_SIGMA
 
 SAMPLE_ID_NAMES = ("sample_id", "first_sample_id", "batch_hash", "data_hash", "batch_id", "sample_hash")
 """Metric names that identify the data a step saw (a repeat means repeated data)."""
@@ -93,7 +93,7 @@ class BoundaryFinding:
 
 def boundary_indices(log: RunLog, steps: np.ndarray) -> list[tuple[int, int, str]]:
     """(segment, index of its first live point in ``steps``, kind) for every resume / rollback."""
-    out = []
+    out: list[tuple[int, int, str]] = []
     for g in log.segments[1:]:
         i = int(np.searchsorted(steps, g.first_step))
         if 0 < i < len(steps) and (not out or out[-1][1] != i):

@@ -12,8 +12,8 @@ second difference of non-overlapping window medians::
 is declared where ``J`` exceeds ``z`` standard errors and ``rel`` of the level, the level one window
 further on is still as high against the extrapolated trend (it *stays*), and the curve is not still
 climbing (that would be a divergence), and somewhere near it the median of 16 points rose by at least
-half the jump over the 16 before (a step, not a decline that stopped). Whole-log only: it needs a window of the future, and the
-guard does not act on a level shift before it has persisted anyway.
+half the jump over the 16 before (a step, not a decline that stopped). Whole-log only: it needs a window of the
+future, and the guard does not act on a level shift before it has persisted anyway.
 """
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ class Stall:
 def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
     """(first, last) indices of each run of True."""
     edges = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
-    return list(zip(np.flatnonzero(edges == 1).tolist(), (np.flatnonzero(edges == -1) - 1).tolist()))
+    return list(zip(np.flatnonzero(edges == 1).tolist(), (np.flatnonzero(edges == -1) - 1).tolist(), strict=True))
 
 
 def sentinel_mask(grad_norm: np.ndarray) -> np.ndarray:

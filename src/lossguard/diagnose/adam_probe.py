@@ -168,8 +168,8 @@ class AdamProbe:
         if self._pending:
             rows = [(step, n) for step, stats in self._pending for n in stats]
             values = torch.stack([t for _, stats in self._pending for t in stats.values()]).tolist()
-            for (step, n), v in zip(rows, values):
-                s = dict(zip(STATS, v))
+            for (step, n), v in zip(rows, values, strict=True):
+                s = dict(zip(STATS, v, strict=True))
                 self._history.setdefault(n, deque(maxlen=self.config.history)).append((step, s))
             last_step = self._pending[-1][0]
             self._last = {n: s for n, dq in self._history.items() for step, s in [dq[-1]]

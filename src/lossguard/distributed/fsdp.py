@@ -66,7 +66,11 @@ def local_grad_sq(parameters: Iterable[torch.Tensor], *, world_size: int | None 
             is not initialised).
     """
     world = world_size or (dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1)
-    grads = [p.grad for p in parameters if p.grad is not None]
+    return _local_sq([p.grad for p in parameters if p.grad is not None], world)
+
+
+def _local_sq(grads: list[torch.Tensor], world: int) -> torch.Tensor:
+    """This rank's share of the sum of squares of ``grads`` (local shards of DTensors, or plain)."""
     # Group the local shards by (device, dtype, share): one fused foreach kernel per group instead
     # of one norm kernel per parameter (thousands on a real model). Each tensor's norm is taken in
     # float32 (float64 for float64 grads; bf16/fp16 are accumulated in float32, never in their own
@@ -106,13 +110,6 @@ class StepStats:
     param_norm: torch.Tensor | None = None
 
 
-class _AsGrad:
-    """Presents a parameter's data as its ``.grad`` so :func:`local_grad_sq` measures the parameter."""
-
-    def __init__(self, p) -> None:
-        self.grad = p.detach()
-
-
 def reduce_step_stats(loss: torch.Tensor, parameters: Iterable[torch.Tensor], *,
                       group: dist.ProcessGroup | None = None, param_norm: bool = False) -> StepStats:
     """Global loss, gradient norm and non-finite flag from ONE all-reduce of a float64[3] tensor.
@@ -133,7 +130,7 @@ def reduce_step_stats(loss: torch.Tensor, parameters: Iterable[torch.Tensor], *,
     bad = ~(torch.isfinite(x) & torch.isfinite(sq))
     parts = [x, sq, bad.to(torch.float64)]
     if param_norm:
-        parts.append(local_grad_sq([_AsGrad(p) for p in params], world_size=world).to(sq.device))
+        parts.append(_local_sq([p.detach() for p in params], world).to(sq.device))  # the parameters' norm
     packed = torch.stack(parts)
     if on and world > 1:
         dist.all_reduce(packed, op=dist.ReduceOp.SUM, group=group)

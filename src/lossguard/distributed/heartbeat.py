@@ -5,8 +5,9 @@ stopped answering) waits until the collective timeout of its process group -- 10
 30 by default for gloo -- or forever where no timeout applies. The heartbeat bounds that wait: the
 training loop calls :meth:`Heartbeat.beat` once per step (one float store, no lock, no system call,
 no device work), and a daemon thread wakes every ``check_every_s`` seconds and compares the time of
-the last beat with ``timeout_s``. When the rank has been silent for longer, the thread writes every
-thread's Python stack to stderr (``faulthandler``), and ends the process with
+the last beat with ``timeout_s``. When the rank has been silent for longer, the thread logs an error
+on this module's logger, writes every thread's Python stack to stderr (``faulthandler``, which
+needs a real file, so not through logging), and ends the process with
 :attr:`ExitCode.HANG` through ``os._exit`` -- the only exit that works while the main thread is
 blocked inside C++. ``torchrun`` sees a failed worker, stops the others and restarts the job; the
 restarted script resumes from the newest checkpoint.
@@ -19,6 +20,7 @@ pauses in :meth:`Heartbeat.paused`. Detection latency is at most ``timeout_s + c
 from __future__ import annotations
 
 import faulthandler
+import logging
 import os
 import sys
 import threading
@@ -31,6 +33,8 @@ from ..errors import ConfigError, raise_all
 from .restart import ExitCode
 
 __all__ = ["Heartbeat", "HeartbeatConfig"]
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,7 +75,7 @@ class Heartbeat:
         config: timeouts and exit code.
         rank: this process's rank, for the message.
         on_hang: called (in the watchdog thread) just before the process exits, e.g. to write a
-            note beside the checkpoints; its exceptions are printed and ignored. Tests replace
+            note beside the checkpoints; its exceptions are logged and ignored. Tests replace
             the exit with ``exit=`` instead.
         exit: the function that ends the process (``os._exit``); replaceable for tests.
 
@@ -137,9 +141,9 @@ class Heartbeat:
             silent = time.monotonic() - self._last
             if self._paused or silent <= cfg.timeout_s:
                 continue
-            print(f"lossguard heartbeat: rank {self.rank} made no progress for {silent:.1f} s "
-                  f"(timeout {cfg.timeout_s:g} s); exiting with code {cfg.exit_code} for the launcher "
-                  "to restart the job. Stacks of every thread follow.", file=sys.stderr, flush=True)
+            _log.critical("lossguard heartbeat: rank %d made no progress for %.1f s (timeout %g s); exiting "
+                          "with code %d for the launcher to restart the job. Stacks of every thread follow.",
+                          self.rank, silent, cfg.timeout_s, cfg.exit_code)
             try:
                 faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
             except (OSError, ValueError):  # stderr closed or not a real file
@@ -148,7 +152,7 @@ class Heartbeat:
                 try:
                     self._on_hang(silent)
                 except Exception as exc:  # noqa: BLE001 - the exit must happen regardless
-                    print(f"lossguard heartbeat: on_hang failed: {exc!r}", file=sys.stderr, flush=True)
+                    _log.error("lossguard heartbeat: on_hang failed: %r", exc)
             self.fired.set()
             self._exit(cfg.exit_code)
             return

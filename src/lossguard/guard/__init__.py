@@ -10,10 +10,8 @@ from ..recovery.policy import RecoveryPolicy
 from ..recovery.verdict import Verdict
 from .config import GuardConfig
 
-StepRecord = Verdict  # the old name
-
 __all__ = ["Action", "Decision", "GuardConfig", "NameMethod", "RecoveryPolicy", "SampleAttribution", "SkipStepAdamW",
-           "StabilityGuard", "StepRecord", "TrainingHalted", "Verdict"]
+           "StabilityGuard", "TrainingHalted", "Verdict"]
 
 _LAZY = {"SkipStepAdamW": ".gate", "StabilityGuard": ".guard", "TrainingHalted": ".executor"}
 

@@ -20,10 +20,13 @@ head's query and key weights are (:meth:`AttentionProbe.qk_slices`, used by
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from ..techniques.attention import CausalSelfAttention
 
 HEAD_MAX_ATTR = "_lossguard_head_max"
 """Attribute where a module's per-head largest logit of its last forward pass is kept."""
@@ -111,7 +114,7 @@ class AttentionProbe:
         """Per-head largest logit of the last forward pass, shape ``(n_head,)``, on the device."""
         m = self.module
         if self.kind == "shipped":
-            return m.last_head_max
+            return cast("CausalSelfAttention", m).last_head_max
         return getattr(m, HEAD_MAX_ATTR)
 
     def _hook(self, module, args, kwargs, output) -> None:
@@ -123,7 +126,7 @@ class AttentionProbe:
         setattr(module, HEAD_MAX_ATTR, head)
 
     def _mha(self, args, kwargs) -> torch.Tensor:
-        m: nn.MultiheadAttention = self.module
+        m = cast(nn.MultiheadAttention, self.module)  # kind "mha"
         q_in = args[0] if args else kwargs["query"]
         k_in = args[1] if len(args) > 1 else kwargs["key"]
         if not m.batch_first and q_in.dim() == 3:
@@ -155,7 +158,7 @@ class AttentionProbe:
         return _masked_max(scores, keep)
 
     def _gpt2(self, args, kwargs) -> torch.Tensor:
-        m = self.module
+        m: Any = self.module  # HF's GPT2Attention, read by attribute name (transformers is optional)
         hidden = args[0] if args else kwargs["hidden_states"]
         q, k, _ = m.c_attn(hidden.detach()).split(m.split_size, dim=2)
         B, T, _ = q.shape
@@ -169,7 +172,8 @@ class AttentionProbe:
         """Where head ``head``'s query and key projections live: ``(tensor, dim, index)`` triples
         (weights and biases) such that scaling ``tensor.narrow(dim, ...)`` by ``s`` scales that
         head's q (or k) by ``s``. Empty for a kind whose layout is unknown (``recorded``)."""
-        m, kind = self.module, self.kind
+        m: Any = self.module  # its layout depends on the kind: attributes are read by name
+        kind = self.kind
         if kind == "shipped":
             e, hd = m.c_proj.in_features, m.head_dim
             out = [(m.c_attn.weight, 0, slice(o + head * hd, o + (head + 1) * hd)) for o in (0, e)]

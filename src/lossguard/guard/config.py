@@ -83,7 +83,8 @@ class GuardConfig(PolicyConfig):
             p.append(f"max_grad_norm must be > 0 or None, got {self.max_grad_norm}")
         if self.loss_scale_reset_to is not None and not self.loss_scale_reset_to > 0:
             p.append(f"loss_scale_reset_to must be > 0 or None, got {self.loss_scale_reset_to}")
-        if self.checkpoint_every is not None and (not isinstance(self.checkpoint_every, int) or self.checkpoint_every < 1):
+        every = self.checkpoint_every
+        if every is not None and (not isinstance(every, int) or every < 1):
             p.append(f"checkpoint_every must be an integer >= 1 or None, got {self.checkpoint_every!r}")
         if self.max_withheld_streak is not None and (not isinstance(self.max_withheld_streak, int)
                                                      or isinstance(self.max_withheld_streak, bool)

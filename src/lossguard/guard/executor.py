@@ -151,9 +151,9 @@ class RecoveryExecutor:
             for f in self.policy.rolled_back(d, d.step):
                 self.emit(f)
             return Outcome()
-        if r.halts:
-            return self._halt(r.decision)
         target = r.target
+        if r.halts or target is None:  # a halt has no target
+            return self._halt(r.decision)
         if not self.in_process_rollback:
             return self._rollback_by_restart(d, target)
         from_memory = self.snapshot is not None and target in self.snapshot.steps
@@ -231,7 +231,8 @@ class RecoveryExecutor:
             f"Data ranges skipped (batch indices, half-open): {[r.to_json() for r in led.skip_ranges] or 'none'}.",
             (f"Resume from checkpoint step {resume}: {self.store.path_of(resume)}" if resume is not None
              else "No checkpoint before the episode is available."),
-            "Before resuming: lower the LR, check the data around the episode's batches, or raise rollbacks_per_incident / max_rollbacks."]
+            "Before resuming: lower the LR, check the data around the episode's batches, "
+            "or raise rollbacks_per_incident / max_rollbacks."]
         self.diagnosis = "\n".join(lines)
         path = None if self.config.shadow else self.diagnosis_file
         if path is not None and self.write_files:

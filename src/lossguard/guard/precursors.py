@@ -18,7 +18,7 @@ stacks them into ONE tensor, so a loop (or the guard) reads them in one transfer
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -69,14 +69,13 @@ class PrecursorMonitor:
     """
 
     def __init__(self, model: nn.Module, optimizer=None, *, attention: bool = True,
-                 output: nn.Module | bool | None = None, update_ratio: bool = True, every: int = 1,
+                 output: nn.Module | Literal[False] | None = None, update_ratio: bool = True, every: int = 1,
                  diagnostic_every: int = DIAGNOSTIC_EVERY) -> None:
         base = getattr(model, "module", model)
         self.optimizer = optimizer
         self.params = [p for p in base.parameters() if p.requires_grad]
         self.probes: list[AttentionProbe] = find_attention(base, every=every) if attention else []
-        self.output: nn.Module | None = (_find_output(base) if output is None or output is True
-                                         else (output or None))
+        self.output: nn.Module | None = _find_output(base) if output is None else (output or None)
         device = self.params[0].device if self.params else torch.device("cpu")
         nan = torch.full((), math.nan, device=device)
         self._out_max, self._out_lse = nan, nan

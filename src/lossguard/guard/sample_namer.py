@@ -228,7 +228,8 @@ class SampleNamer:
                 fs, cost, energy = gradient_findings(self.module, batch, len(losses), cfg.per_sample_loss,
                                                      select=batch.selector(cfg.select) if micro else cfg.select,
                                                      groups=cfg.groups, ratio=cfg.ratio, min_share=cfg.min_share,
-                                                     max_suspects=cfg.max_suspects, top=batch.ranges() if micro else None)
+                                                     max_suspects=cfg.max_suspects,
+                                                     top=batch.ranges() if micro else None)
                 allf = self._gather((fs, energy))
                 total = sum(e for _, e in allf) or 1.0
                 by_grad = sorted([((r, f.row), Finding(f.row, min(1.0, f.score ** 2 / total) if math.isfinite(f.score)

@@ -93,7 +93,7 @@ class FrameworkCheckpoints:
         """
         import shutil
 
-        removed = []
+        removed: list[int] = []
         if not self.directory.is_dir():
             return removed
         for entry in sorted(self.directory.iterdir()):

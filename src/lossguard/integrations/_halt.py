@@ -1,18 +1,21 @@
-"""Loud halts for the framework callbacks: print the diagnosis, say where the data is, and raise.
+"""Loud halts for the framework callbacks: log the diagnosis, say where the data is, and raise.
 
 A guard that halts a Lightning or HF run silently (``fit()`` returns at step 58 of 100 with
 nothing printed) is worse than none: the job "finishes" and nobody looks. So when the guard halted,
 the callback's end-of-training hook calls :func:`halt_loudly`: the diagnosis (why, which test
-fired, the checkpoint to resume from) is printed to stderr with the **loader positions** of the
+fired, the checkpoint to resume from) is logged as an error on this module's logger -- on stderr
+unless the application routes logging elsewhere -- with the **loader positions** of the
 episode -- epoch and batch index within the epoch, as the framework's own loader counts them,
 not the guard's step numbers -- and :class:`TrainingHalted` is raised out of ``fit()`` /
 ``train()``, so a script ends with a non-zero exit status. ``GuardConfig(halt_raises=False)``
-keeps the print and returns normally instead (as the plain loop's ``batches()`` does).
+keeps the message and returns normally instead (as the plain loop's ``batches()`` does).
 """
 from __future__ import annotations
 
-import sys
+import logging
 from typing import Any
+
+_log = logging.getLogger(__name__)
 
 
 class LoaderPositions:
@@ -60,10 +63,9 @@ class LoaderPositions:
         return lines
 
 
-def halt_loudly(guard, positions: LoaderPositions | None, *, raises: bool = True, exit_code: bool = False,
-                stream=None) -> None:
-    """If ``guard`` halted: print its diagnosis and the loader positions, then raise
-    :class:`TrainingHalted` (``raises=False``: print only). Does nothing otherwise.
+def halt_loudly(guard, positions: LoaderPositions | None, *, raises: bool = True, exit_code: bool = False) -> None:
+    """If ``guard`` halted: log its diagnosis and the loader positions (an error), then raise
+    :class:`TrainingHalted` (``raises=False``: log only). Does nothing otherwise.
 
     ``exit_code``: the callback runs the restart protocol (it ends the process with
     ``ExitCode.ROLLBACK`` for a rollback), so it owns the exit: a halt ends the process with
@@ -76,7 +78,7 @@ def halt_loudly(guard, positions: LoaderPositions | None, *, raises: bool = True
     text = guard.diagnosis or "lossguard halted the run."
     if halts and positions is not None:
         text = text + "\n" + "\n".join(positions.describe(halts[-1]))
-    print(text, file=stream or sys.stderr, flush=True)
+    _log.error("%s", text)
     if raises:
         err = TrainingHalted(text, path=guard.executor.diagnosis_file,
                              fix="fix the cause named above, then resume from the checkpoint it names, "
@@ -95,13 +97,13 @@ def exit_halted(err, *, exit_code: bool) -> None:
     raise err
 
 
-def build_guard(make, *, exit_code: bool, stream=None):
+def build_guard(make, *, exit_code: bool):
     """``make()`` (the callback's guard, built and restored), or, on a halted ledger (a relaunch
-    after a halt), print why it refuses and :func:`exit_halted`."""
+    after a halt), log why it refuses (an error) and :func:`exit_halted`."""
     from ..guard.executor import TrainingHalted
 
     try:
         return make()
     except TrainingHalted as err:
-        print(str(err), file=stream or sys.stderr, flush=True)
+        _log.error("%s", err)
         exit_halted(err, exit_code=exit_code)

@@ -5,20 +5,20 @@ run after a recurrence or a loss-rising rollback: the optimizer, not the data, i
 plain loop applies ``policy.lr_factor(step)`` around its own ``optimizer.step()``; a framework calls
 ``optimizer.step()`` itself, so its callback scales the param groups' LRs right before the step and
 puts them back right after it, before the framework steps its scheduler -- the same
-:func:`~lossguard.guard.guard.scale_lr` / :func:`~lossguard.guard.guard.restore_lr` pair as the
+:func:`~lossguard.guard.lr_scale.scale_lr` / :func:`~lossguard.guard.lr_scale.restore_lr` pair as the
 plain loop, so the cut sits on top of whatever the scheduler set for that step and never compounds
 (chainable schedulers such as ``ExponentialLR`` step from the unscaled value). A relaunched run
 (the restart path) reads the ledger at start, so the cut booked before the restart is in force
 from its ``start_step`` on.
 
 The booking itself is recorded by the ledger and the guard's event log; this only announces once,
-on stderr through the ``lossguard`` logger, when a cut starts being applied in this process.
+as a warning on this module's logger, when a cut starts being applied in this process.
 """
 from __future__ import annotations
 
 import logging
 
-_log = logging.getLogger("lossguard")
+_log = logging.getLogger(__name__)
 
 
 class LrCutApplier:
@@ -37,7 +37,7 @@ class LrCutApplier:
     def apply(self, guard, step: int) -> float:
         """Scale ``guard.optimizer``'s LRs by the ledger's factor at ``step`` (call right before the
         framework's optimizer step). Returns the factor (1.0: nothing changed)."""
-        from ..guard.guard import scale_lr
+        from ..guard.lr_scale import scale_lr
 
         self.restore()  # a scale must never outlive its step (defensive: the hooks pair up)
         factor = float(guard.policy.lr_factor(step))
@@ -53,7 +53,7 @@ class LrCutApplier:
         the extra arguments let it serve as a torch optimizer step hook)."""
         if self._saved is None:
             return
-        from ..guard.guard import restore_lr
+        from ..guard.lr_scale import restore_lr
 
         restore_lr(self._optimizer, self._saved)
         self._saved, self._optimizer = None, None

@@ -20,14 +20,20 @@ def guard_state(guard) -> dict[str, Any]:
 
 
 def restore_guard(guard, state: dict[str, Any] | None) -> None:
-    """Load :func:`guard_state` output (also the pre-ledger format: the guard's state dict alone)."""
+    """Load :func:`guard_state` output.
+
+    Raises:
+        CheckpointError: ``state`` is not :func:`guard_state` output (no ``timeline`` and ``ledger``).
+    """
     if not state:
         return
+    from ..errors import CheckpointError
     from ..recovery.ledger import RunLedger
 
-    if "timeline" not in state:  # a checkpoint written before the ledger existed
-        guard.load_state_dict(state)
-        return
+    if not isinstance(state, dict) or "timeline" not in state or "ledger" not in state:
+        raise CheckpointError("the checkpoint's lossguard callback state has no 'timeline' and 'ledger' "
+                              f"(keys: {sorted(state) if isinstance(state, dict) else type(state).__name__})",
+                              fix="resume from a checkpoint saved by this lossguard version's callback")
     guard.load_state_dict(state["timeline"])
     path = guard.ledger.path
     if path is not None and Path(path).exists():

@@ -44,7 +44,7 @@ cut from the ledger, so it does not train at the full LR again.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import require
 from ..guard.config import GuardConfig
@@ -53,10 +53,16 @@ from ._halt import LoaderPositions, build_guard, halt_loudly
 from ._lr_cut import LrCutApplier
 from ._state import exit_for_restart, guard_state, restore_guard, resume_ledger
 
+if TYPE_CHECKING:
+    from ..guard.guard import StabilityGuard
+
 transformers = require("transformers", "hf", "The Hugging Face integration")
+# transformers is optional: its base classes are known at run time only
+_TrainerCallback: Any = transformers.TrainerCallback
+_ExportableState: Any = transformers.trainer_callback.ExportableState
 
 
-class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callback.ExportableState):
+class StabilityCallback(_TrainerCallback, _ExportableState):
     """Skip bad steps in a ``Trainer`` run and stop it with a diagnosis when skipping is not enough.
 
     Args:
@@ -89,7 +95,7 @@ class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callb
         self.restart_on_rollback = bool(restart_on_rollback)
         self.attribution = attribution
         self._batch_hook = None
-        self.guard = None
+        self.guard: StabilityGuard | None = None
         self._owns_exit = False  # the restart protocol is in force: a halt exits with ExitCode.HALT
         self.restored_state: dict[str, Any] | None = None
         """Guard state from a resumed checkpoint, loaded into the guard at train begin."""
@@ -146,29 +152,38 @@ class StabilityCallback(transformers.TrainerCallback, transformers.trainer_callb
     def _keep_batch(self, module, args, kwargs) -> None:
         import torch
 
-        if module.training and torch.is_grad_enabled():
-            self.guard.hold_batch(dict(kwargs))  # the Trainer calls model(**inputs)
+        guard = self.guard  # built at train begin, before the first forward pass
+        if module.training and torch.is_grad_enabled() and guard is not None:
+            guard.hold_batch(dict(kwargs))  # the Trainer calls model(**inputs)
+
+    @property
+    def _live(self) -> StabilityGuard:
+        """The guard :meth:`on_train_begin` built (the step hooks all run after it)."""
+        if self.guard is None:
+            raise RuntimeError("StabilityCallback: a step hook ran before on_train_begin() built the guard")
+        return self.guard
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         import torch
 
         # The ledger's LR cut on top of the scheduled LR for this step; undone at on_optimizer_step.
-        self._lr_cut.apply(self.guard, self.guard.step_count)
+        self._lr_cut.apply(self._live, self._live.step_count)
         if not self._losses:
             return  # no loss seen (a model that returns tuples): nothing to judge
         loss, self._losses = torch.stack(self._losses).mean(), []
-        step = self.guard.step_count
-        if not self.guard.before_optimizer_step(loss) or self.guard.halted:
+        step = self._live.step_count
+        if not self._live.before_optimizer_step(loss) or self._live.halted:
             loader = kwargs.get("train_dataloader")
             try:
-                self.positions.batches_per_epoch = len(loader)
+                if loader is not None:
+                    self.positions.batches_per_epoch = len(loader)
             except TypeError:  # an iterable loader without a length
                 pass
             self.positions.accumulation = max(1, int(args.gradient_accumulation_steps))
             pos = self.positions.of(step)
             if pos is not None:
                 self.positions.note(step, *pos)
-        if self.guard.halted:
+        if self._live.halted:
             control.should_training_stop = True
 
     def on_optimizer_step(self, args, state, control, **kwargs):

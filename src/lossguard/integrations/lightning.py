@@ -30,7 +30,7 @@ relaunched run reads the cut from the ledger, so it does not train at the full L
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import require
 from ..guard.config import GuardConfig
@@ -39,10 +39,14 @@ from ._halt import LoaderPositions, build_guard, halt_loudly
 from ._lr_cut import LrCutApplier
 from ._state import exit_for_restart, guard_state, restore_guard, resume_ledger
 
+if TYPE_CHECKING:
+    from ..guard.guard import StabilityGuard
+
 pl = require("lightning.pytorch", "lightning", "The Lightning integration")
+_Callback: Any = pl.Callback  # lightning is optional: its base class is known at run time only
 
 
-class StabilityCallback(pl.Callback):
+class StabilityCallback(_Callback):
     """Skip bad steps in a Lightning run and stop it with a diagnosis when skipping is not enough.
 
     Args:
@@ -66,7 +70,7 @@ class StabilityCallback(pl.Callback):
         self.log_path, self.store = log_path, store
         self.restart_on_rollback = bool(restart_on_rollback)
         self.attribution = attribution
-        self.guard = None
+        self.guard: StabilityGuard | None = None
         self._owns_exit = False  # the restart protocol is in force: a halt exits with ExitCode.HALT
         self._loss = None
         self._pending_state: dict[str, Any] | None = None
@@ -81,9 +85,10 @@ class StabilityCallback(pl.Callback):
         scaler = getattr(trainer.precision_plugin, "scaler", None)
         store = self.store
         ckpt = getattr(trainer, "checkpoint_callback", None)
-        if store is None and self.restart_on_rollback and getattr(ckpt, "dirpath", None):
+        dirpath = getattr(ckpt, "dirpath", None)
+        if store is None and self.restart_on_rollback and dirpath:
             from ._checkpoints import FrameworkCheckpoints
-            store = FrameworkCheckpoints(ckpt.dirpath, "lightning")
+            store = FrameworkCheckpoints(dirpath, "lightning")
         self._owns_exit = self.restart_on_rollback and store is not None
 
         def make():
@@ -98,35 +103,42 @@ class StabilityCallback(pl.Callback):
         # so the LR cut is undone by a torch step post-hook: right after the update, before them.
         self._lr_hook = trainer.optimizers[0].register_step_post_hook(self._lr_cut.restore)
 
+    @property
+    def _live(self) -> StabilityGuard:
+        """The guard :meth:`on_fit_start` built (the training hooks all run after it)."""
+        if self.guard is None:
+            raise RuntimeError("StabilityCallback: a training hook ran before on_fit_start() built the guard")
+        return self.guard
+
     def on_train_start(self, trainer, pl_module) -> None:
         # The loops' progress (global_step) is restored from ckpt_path after on_fit_start.
-        self.guard.step_count = trainer.global_step
-        resume_ledger(self.guard, trainer.global_step)
+        self._live.step_count = trainer.global_step
+        resume_ledger(self._live, trainer.global_step)
         total = trainer.estimated_stepping_batches  # inf for an unbounded run
         if total == total and total != float("inf") and total > 0:
-            self.guard.policy.run_steps = int(total)  # bounds the skip margin
+            self._live.policy.run_steps = int(total)  # bounds the skip margin
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if self.guard.namer is not None:
+        if self._live.namer is not None:
             from ._samples import attach_skiplist
-            attach_skiplist(self.guard.namer, getattr(trainer, "train_dataloader", None))
-            self.guard.hold_batch(batch)
+            attach_skiplist(self._live.namer, getattr(trainer, "train_dataloader", None))
+            self._live.hold_batch(batch)
 
     def on_before_backward(self, trainer, pl_module, loss) -> None:
         self._loss = loss.detach()
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
-        step = self.guard.step_count
+        step = self._live.step_count
         # The ledger's LR cut on top of the scheduled LR for this step (undone by the post-hook).
-        self._lr_cut.apply(self.guard, step)
-        if not self.guard.before_optimizer_step(self._loss) or self.guard.halted:
+        self._lr_cut.apply(self._live, step)
+        if not self._live.before_optimizer_step(self._loss) or self._live.halted:
             # The update is dropped: undo the cut now, since an fp16 overflow also makes the
             # GradScaler skip optimizer.step(), and then the post-hook would never run.
             self._lr_cut.restore()
             acc = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
             batch = int(getattr(trainer.fit_loop.epoch_loop, "batch_idx", step)) - (acc - 1)
             self.positions.note(step, trainer.current_epoch, max(batch, 0))
-        if self.guard.halted:
+        if self._live.halted:
             trainer.should_stop = True
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:

@@ -3,7 +3,7 @@
 Each reader is a module ``lossguard.io.<name>`` with ``NAME``, ``sniff(path, head) -> bool`` (``head``
 is the file's first 64 KiB) and ``read(path, *, root=None) -> RunLog`` (unstitched). :func:`read_log`
 asks the readers in :data:`READERS` order, so specific formats win over the generic CSV/JSONL ones.
-Which files of a directory are read, and when its parts are one run, is :mod:`lossguard.io._runs`.
+Which files of a directory are read, and when its parts are one run, is :mod:`lossguard.io.runs`.
 """
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import importlib
 import os
 from pathlib import Path
 from types import ModuleType
-from typing import Iterable, Sequence, Union
+from typing import Any, Iterable, Sequence, Union
 
 from ..errors import LogFormatError, LossguardError, UnknownFormatError
 from ..runlog import RunLog, merge
 from ..stitch import stitch
 from . import _stdin
-from . import _runs
+from . import runs as run_files
 from ._wandb_history import EmptyRunError
 
 READERS = ("tensorboard", "hf_trainer_state", "pasted", "megatron", "wandb", "lightning", "jsonl", "csv", "text")
@@ -47,6 +47,15 @@ def reader(name: str) -> ModuleType | None:
     return _loaded[name]
 
 
+def require_reader(name: str) -> ModuleType:
+    """The reader module called ``name``; a clear error when it is not part of this install."""
+    mod = reader(name)
+    if mod is None:
+        raise UnknownFormatError(f"the {name!r} reader is not part of this install",
+                                 fix=f"use one of: {', '.join(available_formats())}")
+    return mod
+
+
 def available_formats() -> list[str]:
     """Names of the readers present, in sniffing order."""
     return [n for n in READERS if reader(n) is not None]
@@ -67,7 +76,7 @@ def detect_format(path: str | os.PathLike, head: bytes | None = None) -> str | N
     head = _head(path) if head is None else head
     for name in available_formats():
         try:
-            if reader(name).sniff(path, head):
+            if require_reader(name).sniff(path, head):
                 return name
         except Exception:  # noqa: BLE001 - a sniffer must never crash the read; treat as "not mine"
             continue
@@ -101,7 +110,7 @@ def _expand(paths: PathArg, only: Sequence[str] = ()) -> list[tuple[Path, Path |
             if not files:
                 raise LossguardError("the directory holds no files", path=str(p),
                                      fix="point lossguard at a run directory that contains log files")
-            picked = [f for f in files if _runs.selected(f, p, only)]
+            picked = [f for f in files if run_files.selected(f, p, only)]
             if not picked:
                 raise LossguardError(f"no file matches --only {' '.join(only)}", path=str(p),
                                      fix="the globs match file names or paths relative to the directory, "
@@ -129,7 +138,7 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
     Files given by name must be recognised; files found by walking a directory that no reader
     recognises (checkpoints, configs), and the side files writers put beside their logs
     (``hparams.yaml``, W&B's debug logs), are skipped and listed in ``metadata["skipped"]``.
-    The parts must be one run (see :mod:`lossguard.io._runs`): the same points written by two
+    The parts must be one run (see :mod:`lossguard.io.runs`): the same points written by two
     writers (HF's TensorBoard events and ``trainer_state.json``) are read from one of them, and
     logs that look like separate runs are an error that names them.
 
@@ -168,7 +177,7 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
     event_roots: set[Path] = set()  # run directories whose event files are read in one call
     expanded = _expand(paths, only)
     for path, root in expanded:
-        if root is not None and format is None and _runs.is_side_file(path):
+        if root is not None and format is None and run_files.is_side_file(path):
             skipped.append(str(path))
             continue
         head = _head(path)
@@ -180,8 +189,9 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
             # those files must join the launch they belong to, not look like restarts at step 0.
             if root not in event_roots:
                 event_roots.add(root)
-                events = [f for f, r in expanded if r == root and reader(name).is_event_file(f)]
-                logs.append(reader(name).read(root, root=root, files=events if only else None))
+                tb = require_reader(name)
+                events = [f for f, r in expanded if r == root and tb.is_event_file(f)]
+                logs.append(tb.read(root, root=root, files=events if only else None))
             continue
         if name is None:
             if root is not None:
@@ -190,19 +200,22 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
             if not head.strip():
                 raise LogFormatError("the file is empty", path=str(path),
                                      fix="point lossguard at a log that has at least one logged step")
-            if reader("text") is not None:
-                explained = reader("text").explain_unreadable(path)
+            text = reader("text")
+            if text is not None:
+                explained = text.explain_unreadable(path)
                 if explained is not None:
                     raise explained
             raise UnknownFormatError(
                 "no reader recognises this file", path=str(path),
                 fix=f"pass --format with one of: {', '.join(available_formats())}; CSV needs a header "
                     "naming a step column, JSONL one JSON object per line")
-        extra = {"logging_steps": logging_steps} if name == "pasted" and logging_steps is not None else {}
+        extra: dict[str, Any] = {}
+        if name == "pasted" and logging_steps is not None:
+            extra = {"logging_steps": logging_steps}
         if name == "text" and (step_key is not None or loss_key is not None):
             extra = {"step_key": step_key, "loss_key": loss_key}
         try:
-            logs.append(reader(name).read(path, root=root, **extra))
+            logs.append(require_reader(name).read(path, root=root, **extra))
         except EmptyRunError as exc:
             if root is None:
                 raise
@@ -211,7 +224,7 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
     if not logs and warnings:  # only launches killed before they logged anything
         raise LogFormatError(warnings[0], fix="the run was killed before it logged a step: there is nothing to analyse")
     if not logs:
-        explained = _runs.explain_unreadable(skipped)
+        explained = run_files.explain_unreadable(skipped)
         if explained is not None:
             raise explained
         raise UnknownFormatError(
@@ -221,12 +234,13 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
     hf = [g for g in logs if g.format == "hf_trainer_state"]
     hf_sources = [src for g in hf for src in g.sources]
     if len(hf) > 1:  # every HF checkpoint repeats the whole history: keep each point once
-        logs = [g for g in logs if g.format != "hf_trainer_state"] + reader("hf_trainer_state").collapse(hf)
-    logs, duplicates = _runs.one_run(logs)
+        logs = [g for g in logs if g.format != "hf_trainer_state"] + require_reader("hf_trainer_state").collapse(hf)
+    logs, duplicates = run_files.one_run(logs)
     log = stitch(merge(logs))
-    extra = [e for d in duplicates for e in d.events]
-    if extra:  # the guard's decisions in a log whose points another source already gave
-        log.events = sorted(log.events + extra, key=lambda e: e["step"] if isinstance(e.get("step"), (int, float)) else 0)
+    guard_events = [e for d in duplicates for e in d.events]
+    if guard_events:  # the guard's decisions in a log whose points another source already gave
+        log.events = sorted(log.events + guard_events,
+                            key=lambda e: e["step"] if isinstance(e.get("step"), (int, float)) else 0)
     if skipped:
         log.metadata["skipped"] = skipped
     if duplicates:
@@ -237,7 +251,8 @@ def read_log(paths: PathArg, *, format: str | None = None, only: Sequence[str] |
         kept_formats = {g.format for g in logs}
         copies = [src for d in duplicates if d.format in kept_formats for src in d.sources]
         if copies:  # a file copied twice into a directory: say so, it is not a resume
-            warnings.append(f"{', '.join(copies)}: the same points as another {'file' if len(copies) == 1 else 'set of files'} "
+            other = "file" if len(copies) == 1 else "set of files"
+            warnings.append(f"{', '.join(copies)}: the same points as another {other} "
                             "of this run (a copy): read once")
     if warnings:
         log.metadata["warnings"] = list(log.metadata.get("warnings", [])) + warnings
@@ -266,4 +281,4 @@ def read_each(paths: Iterable[str | os.PathLike]) -> list[RunLog]:
     return [read_log(p) for p in paths]
 
 
-__all__ = ["READERS", "available_formats", "detect_format", "read_log", "read_each", "reader"]
+__all__ = ["READERS", "available_formats", "detect_format", "read_log", "read_each", "reader", "require_reader"]

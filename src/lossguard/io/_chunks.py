@@ -160,8 +160,8 @@ def join_pieces(pieces: list[Piece], names: list[str], table: Table, *, keep_tex
             table.numeric[name] = values
             table.present[name] = np.broadcast_to(np.True_, total) if present.all() else present
         else:
-            parts = [(off, p.cells_of(name)) for off, p in zip(offsets, pieces)]
-            parts = [(off, c) for off, c in parts if c is not None]
+            cells = [(off, p.cells_of(name)) for off, p in zip(offsets, pieces, strict=True)]
+            parts = [(off, c) for off, c in cells if c is not None]
             idx = np.concatenate([c[0] + off for off, c in parts]) if parts else np.zeros(0, dtype=np.int64)
             vals = np.concatenate([c[1] for _, c in parts]) if parts else np.zeros(0)
             store_numeric(table, name, idx, vals, total)
@@ -180,11 +180,12 @@ def join_pieces(pieces: list[Piece], names: list[str], table: Table, *, keep_tex
 def _joined_lines(pieces: list[Piece], offsets: list[int], total: int) -> np.ndarray:
     """The pieces' line numbers as one array: one ``arange`` when they are consecutive ranges."""
     ranges = [p.lines for p in pieces if isinstance(p.lines, range)]
-    if len(ranges) == len(pieces) and all(a.stop == b.start for a, b in zip(ranges, ranges[1:])):
+    if len(ranges) == len(pieces) and all(a.stop == b.start for a, b in zip(ranges, ranges[1:], strict=False)):
         return np.arange(ranges[0].start, ranges[0].start + total, dtype=np.int64)
     lines = np.empty(total, dtype=np.int64)
-    for off, p in zip(offsets, pieces):  # filled piece by piece: no second full-length copy
-        lines[off:off + p.rows] = p.lines
+    for off, p in zip(offsets, pieces, strict=True):  # filled piece by piece: no second full-length copy
+        if p.lines is not None:  # always: the caller joins only pieces that all have their lines
+            lines[off:off + p.rows] = p.lines
         p.lines = None
     return lines
 
@@ -195,7 +196,7 @@ def _first_text_cell(pieces: list[Piece], offsets: list[int], name: str, table: 
     Chunks the parser left as text but whose cells all parse as numbers are converted in place.
     """
     numbers_before = False
-    for off, p in zip(offsets, pieces):
+    for off, p in zip(offsets, pieces, strict=True):
         if name in p.text:
             idx, cells = p.text.pop(name)
             scratch = Table(names=[])
@@ -239,12 +240,12 @@ def _dense_cells(pieces: list[Piece], name: str) -> list[str]:
         part = [""] * p.rows
         if name in p.text:
             idx, strings = p.text[name]
-            for i, c in zip(idx.tolist(), strings):
+            for i, c in zip(idx.tolist(), strings, strict=True):
                 part[i] = c
         else:
             got = p.cells_of(name)
             if got is not None:
-                for i, v in zip(got[0].tolist(), got[1].tolist()):
+                for i, v in zip(got[0].tolist(), got[1].tolist(), strict=True):
                     part[i] = "%g" % v
         cells.extend(part)
     return cells

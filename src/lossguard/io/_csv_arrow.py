@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import LogFormatError
 from ._chunks import Piece, chunks, join_pieces, text_cells
-from ._table import MAX_COLUMNS, Table, normalise
+from ._table import MAX_COLUMNS, Table, normalise, pandas_index
 
 
 def arrow_column(col, pa) -> tuple[np.ndarray, np.ndarray] | None:
@@ -31,6 +31,7 @@ def arrow_column(col, pa) -> tuple[np.ndarray, np.ndarray] | None:
     if not (pa.types.is_integer(typ) or pa.types.is_floating(typ)):
         return None
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    dtype: np.dtype
     if pa.types.is_int64(arr.type):
         dtype = np.dtype(np.int64)
     else:
@@ -66,8 +67,6 @@ def read_arrow(path: Path, delimiter: str, limit: int | None = None, *,
 def _arrow_table(path: Path, delimiter: str, limit: int | None, keep_text: tuple[str, ...]) -> Table | None:
     import pyarrow as pa
     import pyarrow.csv as pacsv
-
-    from .csv import pandas_index  # (csv imports this module)
 
     # Parsed in 4 MB chunks of whole lines (read into one reused buffer, column names given once),
     # so that peak memory stays nearer the output arrays than one read_csv of the whole file. Where
@@ -105,7 +104,7 @@ def _arrow_table(path: Path, delimiter: str, limit: int | None, keep_text: tuple
         if bad_rows:
             _raise_ragged(path, chunk, bad_rows[0], len(names))
         piece = Piece(rows=t.num_rows, lines=chunk.row_lines(t.num_rows))
-        for name, col in zip(names, t.columns):
+        for name, col in zip(names, t.columns, strict=True):
             parsed = arrow_column(col, pa)
             if parsed is None:
                 piece.text[name] = text_cells(col.to_pylist())

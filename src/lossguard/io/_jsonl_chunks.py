@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import LogFormatError
 from ._chunks import Piece, chunks, join_pieces, text_cells
 from ._table import MAX_COLUMNS, Table, gather_columns
-from .jsonl import EVENT_KEY, _cell, _note, parse_lines, starts_segment
+from .jsonl_records import EVENT_KEY, cell_text, parse_lines, segment_note, starts_segment
 
 
 def read_chunked(path: Path, limit: int | None):
@@ -77,7 +77,7 @@ def _arrow_table(path: Path, limit: int | None):
     for i, rec in events:
         if starts_segment(rec):
             boundaries.append(i)
-            notes.append(_note(rec))
+            notes.append(segment_note(rec))
     seg = np.searchsorted(np.asarray(boundaries, dtype=np.int64), rows) if boundaries else None
     return table, seg, notes, [rec for _, rec in events]
 
@@ -106,7 +106,7 @@ def _arrow_piece(chunk, row0: int, pa):
         is_event = t.column(EVENT_KEY).is_valid().to_numpy(zero_copy_only=False)
         if is_event.any():
             idx = np.flatnonzero(is_event)
-            for i, rec in zip(idx.tolist(), t.take(pa.array(idx)).to_pylist()):
+            for i, rec in zip(idx.tolist(), t.take(pa.array(idx)).to_pylist(), strict=True):
                 events.append((row0 + i, {k: v for k, v in rec.items() if v is not None}))
             keep = ~is_event
             t = t.filter(pa.array(keep))
@@ -114,13 +114,13 @@ def _arrow_piece(chunk, row0: int, pa):
     rows = np.arange(row0, row0 + n, dtype=np.int64)
     piece = Piece(rows=t.num_rows, lines=None if lines is None else
                   (lines if keep is None else np.arange(lines.start, lines.stop, dtype=np.int64)[keep]))
-    for name, col in zip(t.column_names, t.columns):
+    for name, col in zip(t.column_names, t.columns, strict=True):
         typ = col.type
         parsed = arrow_column(col, pa)
         if parsed is not None:
             piece.numeric[name], piece.present[name] = parsed
         elif pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_boolean(typ):
-            piece.text[name] = text_cells([None if v is None else _cell(v) for v in col.to_pylist()])
+            piece.text[name] = text_cells([None if v is None else cell_text(v) for v in col.to_pylist()])
         elif not pa.types.is_nested(typ):
             return None
     return piece, (rows if keep is None else rows[keep]), events, n
@@ -143,7 +143,7 @@ def _records_piece(records: list[dict], lines: list[int], warnings: list[str]) -
                 continue
             except OverflowError:
                 pass
-        piece.text[k] = (rows, [_cell(v) for v in vals])
+        piece.text[k] = (rows, [cell_text(v) for v in vals])
     return piece
 
 
@@ -151,7 +151,7 @@ def _exact_piece(path: Path, chunk, row0: int, warnings: list[str]):
     """The same from the stdlib ``json``: exact lines, and a bad line named from this chunk alone."""
     records, lines = parse_lines(path, chunk.data.obj, first_line=chunk.first_line, end=len(chunk.data))
     events, rows, row_lines = [], [], []
-    for i, (rec, line) in enumerate(zip(records, lines)):
+    for i, (rec, line) in enumerate(zip(records, lines, strict=True)):
         if rec.get(EVENT_KEY) is not None:
             events.append((row0 + i, rec))
         else:

@@ -32,7 +32,7 @@ from functools import lru_cache
 
 from ..metrics import EPOCH, ITER_TIME, LOSS, LOSS_SCALE, LR, VAL_LOSS, canonical_name
 from ..runlog import finite_or_nan
-from . import megatron
+from . import megatron_lines
 
 _NUM = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[Nn][Aa][Nn]|[Ii]nfinity|[Ii][Nn][Ff])"
 NUMBER = re.compile(_NUM)
@@ -79,7 +79,7 @@ class PastedLine:
     metrics: dict[str, float] = field(default_factory=dict)
     tool: str = ""
     rank: int = 0
-    overflow: megatron.Overflow | None = None
+    overflow: megatron_lines.Overflow | None = None
     per_epoch: int | None = None
 
 
@@ -134,7 +134,7 @@ def parse_line(line: str) -> PastedLine | None:
 
 
 def _overflow(line: str) -> PastedLine | None:
-    ov = megatron.parse_overflow(line)
+    ov = megatron_lines.parse_overflow(line)
     if ov is None:
         return None
     return PastedLine(kind=LineKind.OVERFLOW, step=None, metrics={LOSS_SCALE: ov.reduced}, tool="deepspeed",
@@ -173,7 +173,7 @@ def _hf_name(key: str) -> str:
 
 
 def _megatron(line: str) -> PastedLine | None:
-    hit = megatron.parse_iteration(line) or megatron.parse_validation(line)
+    hit = megatron_lines.parse_iteration(line) or megatron_lines.parse_validation(line)
     if hit is None:
         return None
     return PastedLine(kind=LineKind.STEPPED, step=hit.step, metrics=hit.metrics, tool="megatron")

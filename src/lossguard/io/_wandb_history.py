@@ -60,7 +60,7 @@ def _records(path: Path):
         with open(os.path.join(scratch, "stderr.txt"), "w+", encoding="utf-8", errors="replace") as errf, \
                 subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, stdin=subprocess.DEVNULL, cwd=scratch,
                                  env=env, text=True, encoding="utf-8", errors="replace") as proc:
-            for line in proc.stdout:
+            for line in proc.stdout or ():  # stdout=PIPE: never None
                 if line.startswith("{"):
                     try:
                         yield json.loads(line)
@@ -139,8 +139,9 @@ def read(path: Path) -> RunLog:
         raise EmptyRunError("the W&B run holds no numeric history record", path=path,
                              fix="the run logged nothing yet (wandb.log was never called), or logged only media")
     builder = RunLogBuilder("wandb", unit="record")
-    note = f"W&B run {run_facts.get('run_id', '?')}" + (
-        " (no exit record: killed or still running)" if not finished else f" (exit code {exit_code})" if exit_code else "")
+    ending = (" (no exit record: killed or still running)" if not finished
+              else f" (exit code {exit_code})" if exit_code else "")
+    note = f"W&B run {run_facts.get('run_id', '?')}" + ending
     segment = builder.start_segment(str(path), start_time=first_time, note=note)
     taken: dict[str, str] = {}
     for key in columns:

@@ -20,8 +20,9 @@ import numpy as np
 from ..errors import LogFormatError
 from ._csv_arrow import read_arrow
 from ._columns import add_text_columns
-from ._table import Table, densify, find_step_column, limit_columns, normalise, to_runlog
+from ._table import Table, densify, find_step_column, limit_columns, normalise, pandas_index
 from ._tail import cut_partial_last_line, with_warnings
+from .tabular import to_runlog
 
 NAME = "csv"
 SEGMENT_COLUMN = "segment"
@@ -103,7 +104,7 @@ def read_table(path: Path, *, fast: bool = True) -> Table:
     table = read_arrow(path, delimiter, limit, keep_text=(SEGMENT_COLUMN,)) if fast else None
     if table is None:
         data = read_bytes(path)
-        table = _read_exact(path, data if limit is None else data[:limit], delimiter)
+        table = read_exact(path, data if limit is None else data[:limit], delimiter)
     table.warnings.extend(warnings)
     return table
 
@@ -115,7 +116,15 @@ def _cells_in(line: bytes, delimiter: str) -> int:
         return -1
 
 
-def _read_exact(path: Path, data: bytes, delimiter: str) -> Table:
+def read_exact(path: Path, data: bytes, delimiter: str) -> Table:
+    """The table of CSV bytes ``data`` (a header line, then rows) by the stdlib parser: exact line
+    numbers in every error. The exact path of :func:`read_table`, and what ``lossguard watch`` parses
+    the new lines of a growing CSV with (behind the header it read first).
+
+    Raises:
+        LogFormatError: bytes that are not UTF-8, a bad header, a row whose cells do not match the
+            header, or malformed quoting.
+    """
     src = str(path)
     try:
         text = data.decode("utf-8-sig")
@@ -159,19 +168,6 @@ def _read_exact(path: Path, data: bytes, delimiter: str) -> Table:
     return table
 
 
-PANDAS_INDEX = "_index"
-"""Name given to the unnamed first column ``DataFrame.to_csv()`` writes (the row index); the
-leading ``_`` makes it bookkeeping (:func:`lossguard.metrics.is_bookkeeping`), never a metric."""
-
-
-def pandas_index(names: list[str]) -> list[str]:
-    """Header names with pandas' unnamed leading index column named :data:`PANDAS_INDEX`
-    (``run.history().to_csv(path)`` writes one)."""
-    if len(names) > 1 and names[0] == "" and PANDAS_INDEX not in names:
-        return [PANDAS_INDEX] + names[1:]
-    return names
-
-
 def _check_header(names: list[str], src: str) -> None:
     seen: set[str] = set()
     for i, name in enumerate(names):
@@ -191,10 +187,12 @@ def segments_of(table: Table) -> tuple[np.ndarray | None, list[str] | None]:
         return None, None
     densify(table, col)  # a label column that few rows fill may have been stored sparse
     if col in table.text:
-        cells = table.text[col][0]
+        stored = table.text[col][0]
+        # (a CSV's text columns are dense lists; the sparse {row: cell} form comes from JSON records)
+        cells = stored if isinstance(stored, list) else [stored.get(r, "") for r in range(table.rows)]
     else:
         vals, present = table.numeric[col], table.present[col]
-        cells = [("%g" % v) if p else "" for v, p in zip(vals.tolist(), present.tolist())]
+        cells = [("%g" % v) if p else "" for v, p in zip(vals.tolist(), present.tolist(), strict=True)]
     labels: dict[str, int] = {}
     ids = np.fromiter((labels.setdefault(c, len(labels)) for c in cells), dtype=np.int64, count=len(cells))
     table.text.pop(col, None)

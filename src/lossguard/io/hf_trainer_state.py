@@ -17,9 +17,10 @@ import json
 from pathlib import Path
 
 from ..errors import LogFormatError
-from ._table import to_runlog
+from ..runlog import RunLog
+from .tabular import to_runlog
 from .csv import read_bytes
-from .jsonl import records_table
+from .jsonl_records import records_table
 
 NAME = "hf_trainer_state"
 _SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos")
@@ -47,7 +48,8 @@ def read(path: Path, *, root: Path | None = None):
     except (ValueError, RecursionError) as exc:
         where = f"line {exc.lineno}" if hasattr(exc, "lineno") else None
         raise LogFormatError(f"not valid JSON ({exc})", path=src, where=where,
-                             fix="the file may be truncated; use the trainer_state.json of an intact checkpoint") from None
+                             fix="the file may be truncated; use the trainer_state.json of an intact checkpoint"
+                             ) from None
     if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
         raise LogFormatError("no 'log_history' list in this JSON", path=src,
                              fix="point lossguard at the trainer_state.json the HF Trainer writes in each checkpoint")
@@ -96,7 +98,8 @@ def collapse(logs: list) -> list:
         return logs
 
     def points(log) -> set[tuple[str, int, float]]:
-        return {(m, int(s), float(v)) for m, ser in log.series.items() for s, v in zip(ser.steps, ser.values)}
+        return {(m, int(s), float(v)) for m, ser in log.series.items()
+                for s, v in zip(ser.steps, ser.values, strict=True)}
 
     def mtime(log) -> float:
         try:
@@ -108,7 +111,7 @@ def collapse(logs: list) -> list:
     keep = [i for i in range(len(logs))
             if not any(j != i and sets[i] <= sets[j] and (sets[i] != sets[j] or j < i) for j in range(len(logs)))]
     keep.sort(key=lambda i: (mtime(logs[i]), logs[i].metadata.get("global_step") or 0))
-    out = []
+    out: list[RunLog] = []
     seen: set[tuple[str, int, float]] = set()
     for i in keep:
         log = logs[i]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ._table import to_runlog
+from .tabular import to_runlog
 from .csv import _first_line, delimiter_of, read_table
 
 NAME = "lightning"

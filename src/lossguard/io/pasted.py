@@ -23,15 +23,14 @@ from __future__ import annotations
 
 import heapq
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import LogFormatError
-from ..metrics import EPOCH, LOSS_SCALE, SKIPPED_ITERS
 from ..runlog import RunLog, RunLogBuilder
 from . import megatron
-from ._paste_lines import LineKind, PastedLine, parse_line
-from ._text_lines import MAX_LINE, text_lines
+from ._paste_lines import LineKind, parse_line
+from ._paste_steps import PasteState, finish, take
+from .text.lines import MAX_LINE, text_lines
 
 NAME = "pasted"
 """Registry name of this reader."""
@@ -84,6 +83,9 @@ def sniff(path: Path, head: bytes) -> bool:
         if hit is not None:
             kinds.add(hit.kind)
     if len(head) < 64 * 1024:
+        if kinds and kinds <= {LineKind.OVERFLOW, LineKind.SCALE_AT_MINIMUM}:
+            from . import text  # overflow lines beside loss lines of a shape this reader does not know:
+            return not text.head_claims(head)  # the grammar reads both (text/overflow.py)
         return bool(kinds)
     if kinds and not kinds <= {LineKind.OVERFLOW, LineKind.SCALE_AT_MINIMUM}:
         return True
@@ -130,41 +132,6 @@ def _first_deciding_line(path: Path, start: int, *, paste: bool) -> str | None:
     return None
 
 
-@dataclass
-class _Segment:
-    """Points of one launch: metric -> step -> (value, line)."""
-
-    note: str
-    points: dict[str, dict[int, tuple[float, int]]] = field(default_factory=dict)
-    last_step: int | None = None
-
-    def put(self, metric: str, step: int, value: float, line: int) -> None:
-        self.points.setdefault(metric, {})[step] = (value, line)
-
-
-@dataclass
-class _State:
-    """Everything carried from one line to the next while reading."""
-
-    logging_steps: int
-    segments: list[_Segment] = field(default_factory=lambda: [_Segment("start of paste")])
-    hf_count: int = 0
-    hf_epoch: float | None = None
-    pending: list[tuple[megatron.Overflow, int]] = field(default_factory=list)  # overflows waiting for a step
-    overflows: list[tuple[megatron.Overflow, int]] = field(default_factory=list)  # all, for a stepless paste
-    events: list[dict] = field(default_factory=list)
-    tools: dict[str, None] = field(default_factory=dict)
-    first_epoch: int | None = None  # the first epoch in view, for lines numbered (epoch - 1) x N + batch
-
-    @property
-    def seg(self) -> _Segment:
-        return self.segments[-1]
-
-    def restart(self, note: str) -> _Segment:
-        self.segments.append(_Segment(note))
-        return self.seg
-
-
 def read(path: Path, *, root: Path | None = None, logging_steps: int | None = None) -> RunLog:
     """Read pasted or captured training output as an unstitched RunLog.
 
@@ -184,11 +151,11 @@ def read(path: Path, *, root: Path | None = None, logging_steps: int | None = No
     warnings: list[str] = []
     try:
         shown = logging_steps or _logging_steps_in(path)
-        state = _State(logging_steps=shown or 1)
+        state = PasteState(logging_steps=shown or 1)
         for number, line in text_lines(path):
             parsed = parse_line(line)
             if parsed is not None:
-                _take(state, parsed, number)
+                take(state, parsed, number)
     except OSError as exc:
         raise LogFormatError(f"cannot read the file: {exc.strerror or exc}", path=path,
                              fix="check the path and its permissions") from None
@@ -198,7 +165,7 @@ def read(path: Path, *, root: Path | None = None, logging_steps: int | None = No
             return counted
         warnings.append("HF Trainer's printed dicts carry no step: they are numbered 1, 2, 3, ... in order; "
                         "pass --logging-steps N (TrainingArguments.logging_steps) to number them as the Trainer did")
-    _finish(state, warnings)
+    finish(state, warnings)
     if not any(seg.points for seg in state.segments):
         raise LogFormatError(
             "no training progress line found (HF Trainer dicts, nanoGPT/llm.c/mlx_lm/mmengine/Megatron "
@@ -253,85 +220,3 @@ def _logging_steps_in(path: Path) -> int | None:
                 return int(m.group(1))
             carry = block[-64:]
     return None
-
-
-def _take(state: _State, parsed: PastedLine, number: int) -> None:
-    state.tools.setdefault(parsed.tool, None)
-    kind = parsed.kind
-    if kind is LineKind.OVERFLOW:
-        state.pending.append((parsed.overflow, number))
-        state.overflows.append((parsed.overflow, number))
-        return
-    if kind is LineKind.SCALE_AT_MINIMUM:
-        step = state.seg.last_step
-        state.events.append({"step": 0 if step is None else step, "event": "loss_scale_at_minimum", "line": number})
-        return
-    if kind is LineKind.HF_SUMMARY:
-        return
-    if kind is LineKind.HF_TRAIN:
-        step = _hf_step(state, parsed, number)
-    elif kind in (LineKind.HF_EVAL, LineKind.UNSTEPPED):
-        step = state.seg.last_step if state.seg.last_step is not None else 0
-    else:
-        step = parsed.step
-        if parsed.per_epoch and EPOCH in parsed.metrics:
-            # Epochs count from the first one in view (the text grammar's rule, the corpus' numbering).
-            epoch = int(parsed.metrics[EPOCH])
-            if state.first_epoch is None:
-                state.first_epoch = epoch
-            step -= (state.first_epoch - 1) * parsed.per_epoch
-        last = state.seg.last_step
-        if last is not None and step < last:
-            state.restart(f"step {step} after {last} at line {number}")
-    seg = state.seg
-    seg.last_step = step if seg.last_step is None else max(seg.last_step, step)
-    _flush(state, step)
-    for name, value in parsed.metrics.items():
-        seg.put(name, step, value, number)
-
-
-def _hf_step(state: _State, parsed: PastedLine, number: int) -> int:
-    """The step of the next HF training dict: its order times logging_steps (or where its epoch puts it)."""
-    epoch = parsed.metrics.get("epoch")
-    if epoch is not None and state.hf_epoch is not None and epoch < state.hf_epoch and state.hf_count:
-        # A resumed run printing from an earlier epoch: place it where that epoch was (the run's pace so far).
-        per_dict = state.hf_epoch / state.hf_count
-        state.hf_count = max(0, round(epoch / per_dict) - 1) if per_dict > 0 else 0
-        state.restart(f"epoch {epoch:g} after {state.hf_epoch:g} at line {number}")
-    if epoch is not None:
-        state.hf_epoch = epoch
-    state.hf_count += 1
-    return state.hf_count * state.logging_steps
-
-
-def _flush(state: _State, step: int) -> None:
-    """Count the overflows since the last logged step into ``step`` (the interval they happened in)."""
-    if not state.pending:
-        return
-    counted = megatron.count_overflows(state.pending, step)
-    state.events.extend(counted.events)
-    state.seg.put(SKIPPED_ITERS, step, counted.skipped, counted.line)
-    state.seg.put(LOSS_SCALE, step, counted.scale, counted.line)
-    state.pending = []
-
-
-def _finish(state: _State, warnings: list[str]) -> None:
-    """Place overflows still pending: after the last step, or, in a paste without steps, by order."""
-    if not state.pending:
-        return
-    if any(seg.last_step is not None for seg in state.segments):
-        last = state.seg.last_step
-        _flush(state, (last if last is not None else 0) + 1)  # the step in progress when the paste ends
-        return
-    lowest = min(ov.rank for ov, _ in state.overflows)
-    order = [(ov, n) for ov, n in state.overflows if ov.rank == lowest]
-    for k, (ov, number) in enumerate(order, start=1):
-        state.seg.put(LOSS_SCALE, k, ov.reduced, number)
-        state.seg.put(SKIPPED_ITERS, k, 1.0, number)
-        state.events.append(megatron.overflow_event(ov, step=k, line=number))
-    for event in state.events:  # a give-up line numbered against the overflows it followed
-        if event["event"] == "loss_scale_at_minimum":
-            event["step"] = sum(1 for _, n in order if n < event["line"]) + 1
-    state.pending = []
-    warnings.append("the paste has DeepSpeed overflow lines but no step numbers: each overflow is numbered "
-                    "by order (1, 2, 3, ...), one skipped step each")

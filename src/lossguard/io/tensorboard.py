@@ -5,10 +5,10 @@ Written by ``torch.utils.tensorboard``, ``tensorboardX``, Lightning's ``TensorBo
 ``EventAccumulator`` this reader keeps every point (no 10,000-per-tag reservoir), keeps step 0
 (proto3 leaves ``step`` out when it is 0), checks both CRCs of every record, and is fast:
 
-1. :func:`lossguard.io._tfrecord.frame` finds the records (a short Python loop that predicts the
+1. :func:`lossguard.io.tfevents.record.frame` finds the records (a short Python loop that predicts the
    writer's cycle of record lengths and verifies it with array operations).
 2. Records are grouped by length. Within a group, one record is parsed in full
-   (:mod:`lossguard.io._event_proto`) and becomes a *template*; every record whose bytes equal the
+   (:mod:`lossguard.io.tfevents.proto`) and becomes a *template*; every record whose bytes equal the
    template outside the wall-time, step and value bytes has the same layout, so those fields are
    decoded for the whole group with numpy, and so is the data CRC (CRC32C is affine, so only the
    varying bytes need a table lookup). Anything unusual takes the per-record slow path.
@@ -46,10 +46,11 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import LogFormatError
-from ..metrics import canonical_name, is_main
+from ..metrics import canonical_name
 from ..runlog import RunLog, RunLogBuilder
-from . import _tfrecord as tfr
-from ._event_batch import Decoded, corrupt, decode
+from .tfevents import record as tfr
+from .tfevents.batch import Decoded, corrupt, decode
+from .tfevents.rules import judges_restarts, restart_records, stream_name, wall_time_at
 
 NAME = "tensorboard"
 """Registry name of this reader."""
@@ -94,7 +95,8 @@ def read(path: Path, *, root: Path | None = None, files: list[Path] | None = Non
         loaded = []
         for f in files:
             if f.stat().st_size == 0:
-                builder.metadata.setdefault("warnings", []).append(f"{f}: empty event file skipped (writer not flushed yet)")
+                builder.metadata.setdefault("warnings", []).append(
+                    f"{f}: empty event file skipped (writer not flushed yet)")
                 continue
             loaded.append((f, _load(f, builder)))
     else:
@@ -103,7 +105,7 @@ def read(path: Path, *, root: Path | None = None, files: list[Path] | None = Non
     # add_scalars writes each stream with its own writer, concurrently with the main one: those
     # files join the segment of the main file that was being written when they started, instead of
     # looking like a second launch that restarted at step 0.
-    streams = [(f, d) for f, d in loaded if d.tags and all(_stream_name(f, root, t) for t in d.tags)]
+    streams = [(f, d) for f, d in loaded if d.tags and all(stream_name(f, root, t) for t in d.tags)]
     mains = [(f, d) for f, d in loaded if (f, d) not in streams] if len(streams) < len(loaded) else []
     main_segments: list[tuple[float, int]] = []
     for f, d in mains or loaded:
@@ -161,25 +163,6 @@ def _releaser(buf: mmap.mmap):
     return release
 
 
-def _stream_name(path: Path, root: Path, tag: str) -> str | None:
-    """The stream metric of a tag in an ``add_scalars`` sub-directory of either writer, else None."""
-    try:
-        rel = path.parent.resolve().relative_to(root.resolve()).as_posix()
-    except (ValueError, OSError):
-        return None
-    if rel in (".", ""):
-        return None
-    parts, tag_parts = rel.split("/"), tag.split("/")
-    # tensorboardX: <logdir>/<main_tag>/<key>/ holds tag main_tag
-    if len(parts) > len(tag_parts) and parts[-1 - len(tag_parts):-1] == tag_parts:
-        return canonical_name(f"{tag}/{parts[-1]}")
-    # torch.utils.tensorboard: <logdir>/<main_tag with '/' -> '_'>_<key>/ holds tag main_tag
-    prefix = tag.replace("/", "_") + "_"
-    if parts[-1].startswith(prefix) and len(parts[-1]) > len(prefix):
-        return canonical_name(f"{tag}/{parts[-1][len(prefix):]}")
-    return None
-
-
 def _add_points(path: Path, root: Path, builder: RunLogBuilder, names: dict[tuple[str, str], str],
                 d: Decoded, *, join: list[tuple[float, int]] | None) -> list[tuple[float, int]]:
     """Add one file's points; returns its segments as ``(start_time, index)``.
@@ -192,10 +175,10 @@ def _add_points(path: Path, root: Path, builder: RunLogBuilder, names: dict[tupl
     if not d.parts:
         return []  # only non-scalar records (graphs, histograms, the file header)
     tags = {tid: d.take(tid) for tid in d.tags.values()}  # tag id -> (record, step, value)
-    boundaries = _restarts({tid: tags[tid] for tid in _judged_tags(d.tags)})
+    boundaries = restart_records({tid: tags[tid] for tid in _judged_tags(d.tags)})
     seg_ids, made = [], []
     for i, first_rec in enumerate([0] + boundaries):
-        start = _time(d.wall, first_rec)
+        start = wall_time_at(d.wall, first_rec)
         target = _latest_before(join, start) if join else None
         if target is None:
             note = (f"event file {path.name}" if i == 0 else
@@ -207,7 +190,7 @@ def _add_points(path: Path, root: Path, builder: RunLogBuilder, names: dict[tupl
     for tag_name, tid in d.tags.items():
         key = (str(path.parent), tag_name)
         if key not in names:
-            metric = _stream_name(path, root, tag_name) or canonical_name(tag_name)
+            metric = stream_name(path, root, tag_name) or canonical_name(tag_name)
             if metric in used and not any(k[1] == tag_name for k, m in names.items() if m == metric):
                 metric = tag_name.strip()  # a second tag with the same canonical name keeps its own
             names[key] = metric
@@ -238,13 +221,8 @@ def _judged_tags(tag_ids: dict[str, int]) -> list[int]:
     Bookkeeping tags (epoch, runtime, samples per second) are written whenever a framework logs
     anything, at whatever step it is at, so their steps say nothing about a restart.
     """
-    main = [tid for tag, tid in tag_ids.items() if _is_main(canonical_name(tag))]
+    main = [tid for tag, tid in tag_ids.items() if judges_restarts(canonical_name(tag))]
     return main or list(tag_ids.values())
-
-
-def _is_main(metric: str) -> bool:
-    """True for a canonical metric that judges restarts (the watch follower uses the same rule)."""
-    return is_main(metric)
 
 
 def _last_per_step(rec: np.ndarray, steps: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -259,23 +237,3 @@ def _last_per_step(rec: np.ndarray, steps: np.ndarray, values: np.ndarray) -> tu
     s = steps[order]
     last = np.r_[s[1:] != s[:-1], True]
     return s[last], values[order][last]
-
-
-def _restarts(tags: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list[int]:
-    """Records at which some tag's step goes strictly backwards: restarts inside one file."""
-    pairs: list[tuple[int, int]] = []
-    for rec, steps, _ in tags.values():
-        cand = np.flatnonzero(steps[1:] < steps[:-1]) + 1
-        pairs += zip(rec[cand].tolist(), rec[cand - 1].tolist())
-    accepted: list[int] = []
-    for at, prev in sorted(pairs):
-        # A later tag going back at the same restart is already covered by the boundary found.
-        if (not accepted or accepted[-1] <= prev) and at > prev:
-            accepted.append(at)
-    return accepted
-
-
-def _time(wall: np.ndarray, record: int) -> float | None:
-    if record < len(wall) and np.isfinite(wall[record]) and wall[record] > 0:
-        return float(wall[record])
-    return None

@@ -25,8 +25,9 @@ from pathlib import Path
 from ..errors import LogFormatError
 from ..metrics import canonical_name, is_bookkeeping
 from . import _wandb_history, jsonl
-from ._table import to_runlog
+from .jsonl_records import records_table, split_events
 from .csv import _first_line, check_file, delimiter_of, read_bytes, read_table
+from .tabular import to_runlog
 
 NAME = "wandb"
 _RUN_COLUMN = re.compile(r"^(?P<run>.+?) - (?P<metric>.+?)(?P<agg>__MIN|__MAX)?$")
@@ -98,8 +99,8 @@ def _read_json_array(path: Path, data: bytes):
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
         raise LogFormatError("expected a JSON array of history records", path=str(path),
                              fix='dump run.history() with to_json(orient="records") or list(run.scan_history())')
-    rows, lines, seg, notes, events = jsonl.split_events(records, list(range(len(records))))
-    table = jsonl.records_table(rows, lines, unit="record")
+    rows, lines, seg, notes, events = split_events(records, list(range(len(records))))
+    table = records_table(rows, lines, unit="record")
     return to_runlog(table, path=path, format=NAME, rename=_history_rename, events=events, dedupe=True,
                      segments=seg if len(notes) > 1 else None, segment_notes=notes)
 

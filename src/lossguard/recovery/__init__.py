@@ -12,6 +12,8 @@ Torch-free. One concept per module:
 - :class:`Decision` (``decision``): one decision with reasons and numbers;
 - :class:`PolicyConfig` (``config``), :class:`RecoveryPolicy` (``policy``): the ladder -- the one
   decision function of the guard, ``simulate`` and the analyser's plans;
+- the policy's rules, one each: the rise rule (``loss_rise``), the LR cut a rollback brings
+  (``lr_cuts``), recurrence (``recurrence``);
 - :func:`resolve_rollback` (``resolve``): a rollback's target, or the halt it becomes (executor and simulate);
 - :class:`Suspect` (``suspect``): the cause a decision names; :class:`LrRamp` (``lr_phase``): is the LR ramping?;
 - :class:`WholeLogFinding` (``finding``): evidence only the whole log has (the one documented

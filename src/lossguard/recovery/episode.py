@@ -79,7 +79,8 @@ class Episode:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Episode":
         """The inverse of :meth:`to_dict`."""
-        ep = cls(**{k: int(d[k]) for k in ("onset_step", "onset_batch", "last_step", "last_batch", "count")})
+        ep = cls(onset_step=int(d["onset_step"]), onset_batch=int(d["onset_batch"]), last_step=int(d["last_step"]),
+                 last_batch=int(d["last_batch"]), count=int(d["count"]))
         # Checkpoints from before the signs were kept: assume the loss showed it (the old ladder).
         ep.loss_symptom = bool(d.get("loss_symptom", True))
         ep.outside_ramp = bool(d.get("outside_ramp", True))

@@ -36,7 +36,10 @@ from .config import PolicyConfig
 from .decision import Decision
 from .episode import Episode
 from .finding import WholeLogFinding
-from .ledger import LrCut, RunLedger
+from .ledger import RunLedger
+from .loss_rise import fresh_level, loss_rising
+from .lr_cuts import lr_cut_after_rollback
+from .recurrence import recurrence_of, recurrence_reason
 from .suspect import Suspect
 from .verdict import Verdict
 
@@ -64,7 +67,7 @@ class RecoveryPolicy:
         """The open episode (timeline state)."""
         self.overflow_streak = 0
         """Overflow steps in a row (timeline state)."""
-        self.level = {"seen": 0, "best": None, "best_step": None}
+        self.level = fresh_level()
         """The loss baseline's lowest value so far and its step (timeline state; the rise rule)."""
         self.episode_tests: dict[str, int] = {}
         """Which judge tests fired in the open episode, with counts: a rollback or a halt names them,
@@ -96,40 +99,7 @@ class RecoveryPolicy:
 
     def lr_cut_after_rollback(self, decision: Decision, to_step: int) -> Decision | None:
         """The LR cut a carried-out rollback brings (booked in the ledger), or None."""
-        cfg, led = self.config, self.ledger
-        if decision.numbers.get("cause") == "loss_rising":
-            old = led.cut("loss_rising")
-            factor = (old.factor if old else 1.0) * cfg.recurrence_lr_factor
-            # From (just before) the lowest point on, where the loss stopped coming down -- not from
-            # the rollback target: the steps replayed up to there were healthy at the scheduled LR.
-            start = max(int(to_step), int(decision.numbers["onset"]) - cfg.loss_rise_lead)
-            led.set_lr_cut(LrCut(start_step=start, until_step=None, factor=factor, cause="loss_rising"))
-            return Decision(Action.LR_CUT, to_step, [
-                f"the loss did not come back (rising on new data since step {decision.numbers['onset']}): optimizer "
-                f"instability suspected; LR x{cfg.recurrence_lr_factor:g} (recurrence_lr_factor) from step {start} "
-                f"for the rest of the run"],
-                {"factor": round(factor, 12), "cut": cfg.recurrence_lr_factor, "until_step": None,
-                 "cause": "loss_rising"})
-        if decision.numbers.get("suspect") == "optimizer" and cfg.recurrence_lr_factor < 1:
-            led.recurrences += 1
-            old = led.cut("recurrence")
-            factor = (old.factor if old else 1.0) * cfg.recurrence_lr_factor
-            until = None if cfg.recurrence_lr_steps is None else to_step + cfg.recurrence_lr_steps
-            led.set_lr_cut(LrCut(start_step=to_step, until_step=until, factor=factor, cause="recurrence"))
-            held = "for the rest of the run" if until is None else f"until step {until}"
-            return Decision(Action.LR_CUT, to_step, [
-                f"episode recurred at step {decision.numbers['onset']} after the rollback for the episode at "
-                f"step {decision.numbers.get('recurrence_of')} skipped its data: optimizer instability "
-                f"suspected; LR x{cfg.recurrence_lr_factor:g} (recurrence_lr_factor), {held}"],
-                {"factor": round(factor, 12), "cut": cfg.recurrence_lr_factor, "until_step": until,
-                 "cause": "recurrence", "recurrences": led.recurrences})
-        cut = cfg.recipe.lr_cut_factor
-        if cfg.lr_cut_from and led.rollbacks >= cfg.lr_cut_from and cut < 1:
-            until = to_step + cfg.lr_cut_steps
-            led.set_lr_cut(LrCut(start_step=to_step, until_step=until, factor=cut, cause="rollbacks"))
-            return Decision(Action.LR_CUT, to_step, [f"rollback number {led.rollbacks} (lr_cut_from={cfg.lr_cut_from})"],
-                            {"factor": cut, "until_step": until, "cause": "rollbacks"})
-        return None
+        return lr_cut_after_rollback(self.config, self.ledger, decision, to_step)
 
     # ---------------------------------------------------------------- decisions
     def observe(self, verdict: Verdict, *, transient: bool = False) -> list[Decision]:
@@ -146,9 +116,9 @@ class RecoveryPolicy:
             self.episode_tests = {}
         if verdict.bad:
             self.ledger.skips += 1
-            nums = {"batch_index": verdict.batch_index, "loss": verdict.loss, "grad_norm": verdict.grad_norm,
-                    "loss_z": verdict.loss_z, "grad_norm_z": verdict.grad_norm_z,
-                    "loss_baseline": verdict.loss_baseline}
+            nums: dict[str, Any] = {"batch_index": verdict.batch_index, "loss": verdict.loss,
+                                    "grad_norm": verdict.grad_norm, "loss_z": verdict.loss_z,
+                                    "grad_norm_z": verdict.grad_norm_z, "loss_baseline": verdict.loss_baseline}
             counts = self.is_episode_evidence(verdict, transient=transient)
             if transient:
                 self.ledger.transients += 1
@@ -164,14 +134,14 @@ class RecoveryPolicy:
                 ep.note(verdict)
                 nums["episode_bad_steps"] = ep.count
             reasons = verdict.reasons() or ["flagged"]
-            held = counts and self.needs_rollback(ep) and self.suspect_for(ep) is Suspect.LR_SCHEDULE
+            held = counts and ep is not None and self.needs_rollback(ep) and self.suspect_for(ep) is Suspect.LR_SCHEDULE
             if held:
                 nums["suspect"] = Suspect.LR_SCHEDULE.value
                 reasons = reasons + [f"no rollback: the grad norm alone blew up while the LR was ramping up (it rose "
                                      f"within the last {cfg.lr_ramp_window} steps): the LR schedule, not the data; "
                                      "the update is withheld (and clipped, with max_grad_norm), no data skipped"]
             out.append(Decision(Action.SKIP, verdict.step, reasons, nums))
-            if counts and not held and self.needs_rollback(ep):
+            if counts and ep is not None and not held and self.needs_rollback(ep):
                 out.append(self.escalate(verdict.step, f"{ep.count} bad steps within an episode "
                                                        f"(gap <= {cfg.episode_gap}) since step {ep.onset_step}"))
         if not any(d.action in (Action.ROLLBACK, Action.HALT) for d in out):
@@ -212,31 +182,7 @@ class RecoveryPolicy:
     def loss_rising(self, verdict: Verdict) -> Decision | None:
         """The rise rule (``loss_rise``): a rollback + decisive LR cut when the loss baseline stays more
         than ``loss_rise`` above its lowest value; None otherwise. Tracks the lowest value."""
-        cfg, lv = self.config, self.level
-        b = verdict.loss_baseline
-        if cfg.loss_rise is None or not (b == b and abs(b) != float("inf")) or verdict.bad:
-            return None
-        lv["seen"] += 1
-        if lv["seen"] < cfg.loss_rise_after:
-            return None
-        if lv["best"] is None or b < lv["best"]:
-            lv["best"], lv["best_step"] = b, verdict.step
-            return None
-        if not lv["best"] > 0 or b <= lv["best"] * (1.0 + cfg.loss_rise):
-            return None
-        led = self.ledger
-        done = sum(1 for h in led.history if h.get("event") == "rollback" and h.get("cause") == "loss_rising")
-        nums: dict[str, Any] = {"onset": int(lv["best_step"]), "rollbacks_done": led.rollbacks, "suspect": "optimizer",
-                                "cause": "loss_rising", "baseline": b, "lowest": lv["best"]}
-        reasons = [f"loss does not come back: its baseline (trailing median) {b:.4g} is "
-                   f"{100 * (b / lv['best'] - 1):.0f}% above its lowest value {lv['best']:.4g} (step {lv['best_step']}), "
-                   f"on new data (loss_rise={cfg.loss_rise:g}): an optimizer instability, not a bad batch"]
-        if done >= cfg.rollbacks_per_incident or led.rollbacks >= cfg.max_rollbacks:
-            led.halted = True
-            return Decision(Action.HALT, verdict.step, reasons + [
-                f"rollback budget spent ({done} rollbacks for a rising loss, rollbacks_per_incident="
-                f"{cfg.rollbacks_per_incident}; {led.rollbacks} in the run, max_rollbacks={cfg.max_rollbacks})"], nums)
-        return Decision(Action.ROLLBACK, verdict.step, reasons, nums)
+        return loss_rising(self.config, self.ledger, self.level, verdict)
 
     def escalate(self, step: int, why: str) -> Decision:
         """A rollback for the open episode (or from ``step`` if none), or a halt once the budget is spent."""
@@ -245,17 +191,12 @@ class RecoveryPolicy:
         reasons = [why]
         if ep is not None:
             nums["skip_batches"] = ep.skip_range(cfg.recipe.margin_for(self.run_steps)).to_json()
-            prev = self._recurrence_of(ep)
+            prev = recurrence_of(cfg, led.last_rollback, ep)
             if prev is not None:
                 n = int(prev.get("recurrence", 0)) + 1
                 nums["recurrence"], nums["recurrence_of"] = n, prev["onset"]
                 nums["suspect"] = self.suspect(n)
-                reasons.append(
-                    f"recurrence {n}: onset {ep.onset_step} is {abs(ep.onset_step - prev['onset'])} steps from the "
-                    f"onset {prev['onset']} of the previous rollback, which skipped batches {prev['skip_batches']}; "
-                    f"the spike came back on different data (batch {ep.onset_batch}): evidence against bad data, "
-                    + ("for an optimizer instability (LR too high for the weights there)" if nums["suspect"] == "optimizer"
-                       else f"not yet enough (recurrences_to_cut={cfg.recurrences_to_cut}): skipping data again"))
+                reasons.append(recurrence_reason(cfg, prev, ep, n, nums["suspect"]))
             else:
                 nums["suspect"] = self.suspect_for(ep).value
         if self.episode_tests:
@@ -274,25 +215,6 @@ class RecoveryPolicy:
             return Decision(Action.HALT, step, reasons + [f"rollback budget spent for the run ({led.rollbacks} of "
                                                           f"max_rollbacks={cfg.max_rollbacks})"], nums)
         return Decision(Action.ROLLBACK, step, reasons, nums)
-
-    def _recurrence_of(self, ep: Episode) -> dict[str, Any] | None:
-        """The previous rollback if ``ep`` is its recurrence (same place, its data skipped), else None.
-
-        "The same place" is either the previous onset's step, or the first batches after the
-        skipped data: where a framework cannot jump its loader (HF, Lightning) the skipped batches
-        are withheld updates, so an instability of the weights comes back once updates resume, the
-        length of the skip later (issue 10: HF runs with an LR fault rolled back 6 times, each a
-        "new" incident 23 steps after the last, and never got the decisive LR cut)."""
-        cfg, prev = self.config, self.ledger.last_rollback
-        if prev is None or prev.get("skip_batches") is None:
-            return None
-        window = cfg.episode_gap if cfg.recurrence_window is None else cfg.recurrence_window
-        a, b = prev["skip_batches"]
-        if a <= ep.onset_batch < b:
-            return None  # the same data again (not skipped after all): no evidence either way
-        same_step = abs(ep.onset_step - prev["onset"]) <= window
-        right_after_skip = 0 <= ep.onset_batch - b <= window
-        return prev if same_step or right_after_skip else None
 
     def rolled_back(self, decision: Decision, to_step: int) -> list[Decision]:
         """Book a rollback that was carried out (ledger); returns the follow-up decisions (LR cut)."""
@@ -323,7 +245,7 @@ class RecoveryPolicy:
         the in-process rollback would have left."""
         self.episode, self.overflow_streak, self.episode_tests = None, 0, {}
         if rollback is not None and rollback.get("cause") == "loss_rising":
-            self.level = {"seen": 0, "best": None, "best_step": None}  # watch the new, cut LR afresh
+            self.level = fresh_level()  # watch the new, cut LR afresh
 
     # ---------------------------------------------------------------- queries
     def lr_factor(self, step: int) -> float:

@@ -26,16 +26,16 @@ class Severity(str, enum.Enum):
         """0 for INFO, 1 for WARNING, 2 for CRITICAL."""
         return _RANK[self]
 
-    def __lt__(self, other: object) -> bool:  # type: ignore[override]
+    def __lt__(self, other: object) -> bool:
         return self.rank < Severity(other).rank
 
-    def __le__(self, other: object) -> bool:  # type: ignore[override]
+    def __le__(self, other: object) -> bool:
         return self.rank <= Severity(other).rank
 
-    def __gt__(self, other: object) -> bool:  # type: ignore[override]
+    def __gt__(self, other: object) -> bool:
         return self.rank > Severity(other).rank
 
-    def __ge__(self, other: object) -> bool:  # type: ignore[override]
+    def __ge__(self, other: object) -> bool:
         return self.rank >= Severity(other).rank
 
     @classmethod

@@ -104,7 +104,7 @@ class Verdict:
     def from_packed(cls, values: Sequence[float], *, step: int, batch_index: int,
                     loss_scale: float = math.nan, lr: float = math.nan) -> "Verdict":
         """Build from the judge's packed floats (layout :data:`PACKED_FIELDS`)."""
-        named = dict(zip(PACKED_FIELDS, (float(v) for v in values)))
+        named: dict[str, Any] = dict(zip(PACKED_FIELDS, (float(v) for v in values), strict=False))
         for k in _BOOLS:
             named[k] = bool(named[k])
         named["evidence"] = Evidence(int(named["evidence"]))

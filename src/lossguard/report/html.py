@@ -187,20 +187,21 @@ def report_data(analysis: Analysis, *, title: str | None = None, simulation=None
     main = log.series.get(M.LOSS) or next(iter(log.series.values()))
     interval = max(1, int(np.median(np.diff(main.steps[:10_000])))) if len(main) > 1 else 1  # logging period
     zooms = [_zoom(inc, first, last, interval) for inc in analysis.incidents]
-    windows = [_window(z, inc.peak) for z, inc in zip(zooms, analysis.incidents)]
+    windows = [_window(z, inc.peak) for z, inc in zip(zooms, analysis.incidents, strict=True)]
 
     named, unmatched = by_incident(suspect_records(analysis.guard_actions), analysis.incidents)
     incidents = []
     for i, inc in enumerate(analysis.incidents):
-        x0 = inc.onset
-        x1 = inc.end if inc.end is not None else last
+        x0: float = inc.onset
+        x1: float = inc.end if inc.end is not None else last
         if x1 - x0 < total * 0.004:  # make a one-step incident visible at full zoom
             mid, half = (x0 + x1) / 2, total * 0.002
             x0, x1 = mid - half, mid + half
         plans = [p for p in analysis.plans if p.incident == i]
         incidents.append({
             "index": i, "kind": inc.kind.value, "metric": inc.metric, "onset": int(inc.onset), "peak": int(inc.peak),
-            "end": None if inc.end is None else int(inc.end), "severity": inc.severity, "summary": incident_summary(inc),
+            "end": None if inc.end is None else int(inc.end), "severity": inc.severity,
+            "summary": incident_summary(inc),
             "evidence": str(inc.evidence), "span": [float(x0), float(x1)],
             "zoom": [float(z) for z in zooms[i]],
             "plan": [describe_plan(p) for p in plans], "reasons": [r for p in plans for r in p.reasons],
@@ -214,7 +215,7 @@ def report_data(analysis: Analysis, *, title: str | None = None, simulation=None
         "title": title or (Path(log.sources[0]).name if log.sources else "training run"),
         "headline": headline(analysis),
         # A log too short to judge is not "ok": its page is marked like an info finding.
-        "severity": (Severity.worst(severities).value if severities
+        "severity": (worst.value if (worst := Severity.worst(severities)) is not None  # None: no incident
                      else "info" if not_judged(analysis) else "ok"),
         "facts": run_facts(analysis),
         "range": [first, last] if last > first else [first - 1, first + 1],  # a one-step run still has an axis
@@ -231,7 +232,7 @@ def report_data(analysis: Analysis, *, title: str | None = None, simulation=None
 
 
 def _asset(name: str) -> str:
-    return resources.files("lossguard.report").joinpath("assets", name).read_text(encoding="utf-8")
+    return resources.files("lossguard.report").joinpath("assets").joinpath(name).read_text(encoding="utf-8")
 
 
 def plotly_bundle() -> str:

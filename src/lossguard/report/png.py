@@ -58,7 +58,7 @@ def _draw_chart(ax, spec: dict[str, Any], data: dict[str, Any], first: bool) -> 
             ax.scatter(x, y, marker="x", s=40, color=NAN, zorder=5, clip_on=False)
         elif role == "incident":
             colours = [kinds[data["incidents"][i]["kind"]]["colour"] for i in t["incident"]]
-            for xi, yi, c, p in zip(x, y, colours, t["point"]):
+            for xi, yi, c, p in zip(x, y, colours, t["point"], strict=False):
                 if p == "peak":
                     ax.scatter([xi], [yi], marker="D", s=36, color=c, zorder=6, clip_on=False)
                 else:
@@ -72,12 +72,13 @@ def _draw_chart(ax, spec: dict[str, Any], data: dict[str, Any], first: bool) -> 
             plain = FuncFormatter(lambda v, _: f"{v:.0f}" if v >= 1000 else f"{v:.4g}")  # "0.5", "65536"
             ax.yaxis.set_major_formatter(plain)
             if spec["metric"] != "loss_scale":
-                ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:.4g}" if str(f"{v:.1e}")[0] in "25" else ""))
+                minor = FuncFormatter(lambda v, _: f"{v:.4g}" if str(f"{v:.1e}")[0] in "25" else "")
+                ax.yaxis.set_minor_formatter(minor)
     if spec.get("fit_after") is not None:  # same y fit as the HTML: leave out the warm-up plunge
-        ys = [_xy(t) for t in spec["traces"] if t["role"] in ("live", "dead", "val", "incident")]
+        fitted = [t for t in spec["traces"] if t["role"] in ("live", "dead", "val", "incident")]
+        xys = [_xy(t) for t in fitted]
         y = np.concatenate([yy[(xx >= spec["fit_after"]) | (t["role"] == "incident")]
-                            for (xx, yy), t in zip(ys, [t for t in spec["traces"]
-                                                       if t["role"] in ("live", "dead", "val", "incident")])])
+                            for (xx, yy), t in zip(xys, fitted, strict=True)])
         y = y[np.isfinite(y)]
         if len(y) and ax.get_yscale() == "linear":
             pad = (y.max() - y.min()) * 0.06 or abs(y.max()) * 0.05 or 0.5

@@ -191,7 +191,10 @@ def render_text(analysis: Analysis, *, width: int = 80, ascii_only: bool = False
 def print_text(analysis: Analysis, file: IO[str] | None = None, *, width: int | None = None) -> None:
     """Print the summary; coloured with rich when it is installed and ``file`` is a terminal."""
     file = file or sys.stdout
-    width = width or min(os.get_terminal_size().columns if file.isatty() else 100, 120) if hasattr(file, "isatty") else 100
+    if hasattr(file, "isatty"):
+        width = width or min(os.get_terminal_size().columns if file.isatty() else 100, 120)
+    else:  # as before the line was split: a file without isatty() always gets 100
+        width = 100
     text = render_text(analysis, width=width)
     use_rich = file.isatty() and not os.environ.get("NO_COLOR")
     if use_rich:

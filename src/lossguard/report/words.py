@@ -207,7 +207,7 @@ def describe_plan(plan: RecoveryPlan) -> str:
         return "No action yet: keep watching this run."
     if plan.action == Action.HALT:
         return "Stop the run: there is no checkpoint to roll back to."
-    steps = []
+    steps: list[str] = []
     if plan.rollback_to_step is not None:
         where = ("checkpoint found" if plan.checkpoint_exists
                  else "use the newest checkpoint at or before this step")
@@ -285,8 +285,8 @@ def health(analysis: Analysis) -> Health:
         more = f", and {len(worst) - 2} more" if len(worst) > 2 else ""
         text = (f"UNHEALTHY: {len(worst)} incident(s) need action: "
                 + ", ".join(incident_summary(inc) for inc in worst[:2]) + more)
-    elif not_judged(analysis):
-        text = not_judged(analysis)
+    elif why := not_judged(analysis):
+        text = why
     else:
         bits = []
         if outliers:

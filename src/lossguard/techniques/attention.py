@@ -108,7 +108,7 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
         k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
         v = v.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None:  # both or neither
             q, k = self.q_norm(q), self.k_norm(k)
         mask = torch.full((T, T), float("-inf"), device=x.device, dtype=q.dtype).triu(1)
         if self.qk_prescale:

@@ -90,8 +90,9 @@ def apply_init(model, scheme: str, *, hidden: int, n_layers: int,
                 std = out_std if is_output_proj(name) else base
                 module.weight.normal_(0.0, std, generator=generator)
                 used[f"{name}.weight"] = std
-                if getattr(module, "bias", None) is not None:
-                    module.bias.zero_()
+                bias = getattr(module, "bias", None)  # nn.Embedding has none
+                if bias is not None:
+                    bias.zero_()
             elif isinstance(module, nn.LayerNorm):
                 if module.weight is not None:
                     module.weight.fill_(1.0)

@@ -19,8 +19,12 @@ it goes wrong in long runs:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from lossguard.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
 
 def reset_grad_scaler(scaler, scale: float | None = None) -> float:
     """Reset ``scaler`` as if freshly built with ``init_scale=scale``: scale AND growth tracker.
@@ -69,7 +73,7 @@ class LossScaleFloor:
             raise ConfigError(f"reset_to ({self.reset_to!r}) must be >= min_scale "
                               f"({self.min_scale!r})", where="field 'reset_to'",
                               fix="reset to a scale above the floor, e.g. 65536.0")
-        self._hits = None
+        self._hits: torch.Tensor | None = None
 
     def apply(self, scaler):
         """Enforce the floor on ``scaler``; returns a 0-d bool tensor: whether it was below."""

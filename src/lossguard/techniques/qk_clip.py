@@ -58,7 +58,7 @@ def qk_clip_(probes, head_max: list[list[float]], tau: float) -> list[HeadClip]:
         raise ValueError(f"tau must be > 0, got {tau!r}")
     done = []
     with torch.no_grad():
-        for li, (probe, heads) in enumerate(zip(probes, head_max)):
+        for li, (probe, heads) in enumerate(zip(probes, head_max, strict=True)):
             for h, m in enumerate(heads):
                 if not (math.isfinite(m) and m > tau):
                     continue

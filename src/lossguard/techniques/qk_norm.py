@@ -87,7 +87,8 @@ def add_qk_norm(model: nn.Module) -> list[str]:
             m.q_proj.register_forward_hook(lambda mod, a, out, n=m.qk_norm_q: n(out))
             m.k_proj.register_forward_hook(lambda mod, a, out, n=m.qk_norm_k: n(out))
             done.append(name)
-        elif type(m).__name__ == "GPT2Attention" and hasattr(m, "c_attn") and not getattr(m, "is_cross_attention", False):
+        elif (type(m).__name__ == "GPT2Attention" and hasattr(m, "c_attn")
+              and not getattr(m, "is_cross_attention", False)):
             m.qk_norm_q, m.qk_norm_k = _HeadNorm(m.num_heads, m.head_dim), _HeadNorm(m.num_heads, m.head_dim)
             m.c_attn.register_forward_hook(_gpt2_hook(m.qk_norm_q, m.qk_norm_k, m.split_size))
             done.append(name)

@@ -15,9 +15,12 @@ A loop uses it in three places::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import raise_all
+
+if TYPE_CHECKING:
+    import torch
 
 KINDS = ("nan_grad", "inf_grad", "nan_loss", "loss_spike", "bad_data")
 
@@ -74,7 +77,7 @@ class FaultInjector:
         for i, f in enumerate(self.faults):
             if f.kind != kind or (f.rank is not None and f.rank != self.rank):
                 continue
-            if f.step <= step < f.step + f.steps and not (f.once and (i, step) in self._done):
+            if f.step is not None and f.step <= step < f.step + f.steps and not (f.once and (i, step) in self._done):
                 self._done.add((i, step))
                 self.fired.append((kind, step))
                 out.append(f)
@@ -89,18 +92,12 @@ class FaultInjector:
         for f in self.faults:
             if f.kind != "bad_data" or (f.rank is not None and f.rank != self.rank):
                 continue
-            if f.batches[0] <= batch_index < f.batches[1]:
+            if f.batches is not None and f.batches[0] <= batch_index < f.batches[1]:
                 self.fired.append(("bad_data", step))
                 gen = torch.Generator().manual_seed(1_000_003 * batch_index + 17)
-
-                def bad(t):
-                    if not torch.is_tensor(t):
-                        return t
-                    if t.is_floating_point():
-                        return t * f.factor + f.factor
-                    hi = int(t.max()) + 1 if t.numel() else 1
-                    return torch.randint(0, max(hi, 2), t.shape, generator=gen, dtype=t.dtype)
-                return type(batch)(bad(t) for t in batch) if isinstance(batch, (tuple, list)) else bad(batch)
+                if isinstance(batch, (tuple, list)):
+                    return type(batch)(_garble(t, f.factor, gen) for t in batch)
+                return _garble(batch, f.factor, gen)
         return batch
 
     def loss(self, step: int, loss):
@@ -119,3 +116,16 @@ class FaultInjector:
                     if p.grad is not None:
                         p.grad.view(-1)[0] = value
                         break
+
+
+def _garble(t: Any, factor: float, gen: torch.Generator) -> Any:
+    """One bad-data item: floats scaled by ``factor`` plus ``factor``; integer tensors (token ids)
+    replaced by ids drawn from ``gen``; anything else unchanged."""
+    import torch
+
+    if not torch.is_tensor(t):
+        return t
+    if t.is_floating_point():
+        return t * factor + factor
+    hi = int(t.max()) + 1 if t.numel() else 1
+    return torch.randint(0, max(hi, 2), t.shape, generator=gen, dtype=t.dtype)

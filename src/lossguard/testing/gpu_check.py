@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 
 @dataclass
@@ -91,7 +91,7 @@ def check_skipstep_vs_adamw(device) -> Result:
 
     m1, m2 = _mlp(device), _mlp(device)
     o1 = SkipStepAdamW(m1.parameters(), lr=3e-3, weight_decay=0.1)
-    kw = {"capturable": True, "foreach": False} if device.type == "cuda" else {"foreach": False}
+    kw: dict[str, Any] = {"capturable": True, "foreach": False} if device.type == "cuda" else {"foreach": False}
     o2 = torch.optim.AdamW(m2.parameters(), lr=3e-3, weight_decay=0.1, **kw)
     gate = torch.tensor(True, device=device)
     for s in range(25):
@@ -100,7 +100,7 @@ def check_skipstep_vs_adamw(device) -> Result:
             o.zero_grad(set_to_none=True)
             torch.nn.functional.mse_loss(m(x), y).backward()
             o.step(gate=gate) if o is o1 else o.step()
-    pairs = list(zip(m1.parameters(), m2.parameters()))
+    pairs = list(zip(m1.parameters(), m2.parameters(), strict=True))
     if all(torch.equal(a, b) for a, b in pairs):
         return Result("skipstep_vs_adamw", "PASS", f"bitwise equal to AdamW({kw}) after 25 steps")
     worst = max(float((a - b).detach().abs().max()) for a, b in pairs)
@@ -125,7 +125,7 @@ def check_gate_closed(device) -> Result:
     for p in model.parameters():
         p.grad = torch.full_like(p, float("nan"))
     opt.step(gate=torch.tensor(False, device=device))
-    same = all(torch.equal(a, b) for a, b in zip(before, _all_tensors(model, opt)))
+    same = all(torch.equal(a, b) for a, b in zip(before, _all_tensors(model, opt), strict=True))
     return Result("skipstep_gate_closed", "PASS" if same else "FAIL",
                   "NaN gradients, gate closed: weights, moments and t unchanged" if same else "state changed")
 
@@ -164,7 +164,7 @@ def check_snapshot(device) -> Result:
     snap.restore()
     if device.type == "cuda":
         torch.cuda.synchronize()
-    same = all(torch.equal(a, b) for a, b in zip(saved, _all_tensors(model, opt)))
+    same = all(torch.equal(a, b) for a, b in zip(saved, _all_tensors(model, opt), strict=True))
     return Result("snapshot_roundtrip", "PASS" if same else "FAIL",
                   f"{snap.nbytes / 2**10:.0f} KiB host copy, restored bitwise" if same else "restore differs")
 

@@ -2,25 +2,29 @@
 
 Hooks run on a background thread with a bounded queue, so a slow or dead receiver never delays the
 following of the log. A hook that fails (non-zero exit, HTTP error, timeout, refused connection)
-is reported on stderr and retried with exponential backoff (``base * 2**attempt`` seconds, up to
+is reported through this module's logger (a warning: on stderr unless the application routes
+logging elsewhere) and retried with exponential backoff (``base * 2**attempt`` seconds, up to
 ``attempts`` tries); it never stops the watcher.
 """
 from __future__ import annotations
 
 import json
+import logging
 import queue
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from functools import partial
 from typing import IO, Callable
 
 from ..errors import raise_all
 from ..recovery.severity import Severity
 from .events import EventKind, WatchEvent
+
+_log = logging.getLogger(__name__)
 
 HOOKED = frozenset({EventKind.INCIDENT, EventKind.UPDATE, EventKind.WITHDRAWN, EventKind.STALLED})
 """Events that run ``--on-incident`` and ``--webhook``: decided incidents and a run that stopped
@@ -45,7 +49,10 @@ def render(ev: WatchEvent) -> str:
 
 
 class Printer:
-    """Prints events, as text or one JSON object per line, flushing each (a pipe sees it at once)."""
+    """Prints events, as text or one JSON object per line, flushing each (a pipe sees it at once).
+
+    This is the watch verb's output (the stream the caller passes, ``sys.stdout`` in the CLI), not
+    a diagnostic, so it is printed rather than logged."""
 
     def __init__(self, out: IO[str], *, as_json: bool) -> None:
         self.out = out
@@ -95,17 +102,23 @@ class HookConfig:
         raise_all(problems)
 
 
+def _warn(msg: str) -> None:
+    """The default hook-failure report: a warning, worded as the CLI has always shown it."""
+    _log.warning("lossguard watch: %s", msg)
+
+
 class HookRunner:
     """Runs the configured hooks for each event on one background thread.
 
     Args:
         config: the hooks and their retry policy.
-        report: called with a sentence when a try fails or an event is given up (default: stderr).
+        report: called with a sentence when a try fails or an event is given up (default: a
+            warning on this module's logger).
     """
 
     def __init__(self, config: HookConfig, report: Callable[[str], None] | None = None) -> None:
         self.config = config
-        self.report = report or (lambda msg: print(f"lossguard watch: {msg}", file=sys.stderr, flush=True))
+        self.report = report or _warn
         self._queue: queue.Queue = queue.Queue(maxsize=1000)
         self.delivered = 0
         self.failed = 0
@@ -135,9 +148,9 @@ class HookRunner:
             if ev is None:
                 return
             if self.config.command:
-                self._retry("--on-incident", lambda: self._run_command(ev), ev)
+                self._retry("--on-incident", partial(self._run_command, self.config.command, ev), ev)
             if self.config.webhook:
-                self._retry("--webhook", lambda: self._post(ev), ev)
+                self._retry("--webhook", partial(self._post, self.config.webhook, ev), ev)
 
     def _retry(self, name: str, action: Callable[[], None], ev: WatchEvent) -> None:
         cfg = self.config
@@ -156,17 +169,17 @@ class HookRunner:
                     time.sleep(wait)
         self.failed += 1
 
-    def _run_command(self, ev: WatchEvent) -> None:
+    def _run_command(self, command: str, ev: WatchEvent) -> None:
         data = json.dumps(ev.to_dict(), allow_nan=False).encode()
-        done = subprocess.run(self.config.command, shell=True, input=data, capture_output=True,
+        done = subprocess.run(command, shell=True, input=data, capture_output=True,
                               timeout=self.config.timeout)
         if done.returncode != 0:
             err = done.stderr.decode(errors="replace").strip().splitlines()
             raise RuntimeError(f"exit {done.returncode}" + (f": {err[-1][:200]}" if err else ""))
 
-    def _post(self, ev: WatchEvent) -> None:
+    def _post(self, url: str, ev: WatchEvent) -> None:
         body = json.dumps(slack_payload(ev), allow_nan=False).encode()
-        req = urllib.request.Request(self.config.webhook, data=body, method="POST",
+        req = urllib.request.Request(url, data=body, method="POST",
                                      headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=self.config.timeout) as resp:

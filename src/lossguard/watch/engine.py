@@ -139,7 +139,7 @@ class WatchEngine:
         if metric is None or metric not in pts.series:
             return
         steps, values = pts.series[metric]
-        for s, v in zip(np.asarray(steps).tolist(), np.asarray(values, dtype=np.float64).tolist()):
+        for s, v in zip(np.asarray(steps).tolist(), np.asarray(values, dtype=np.float64).tolist(), strict=True):
             self._since += 1
             if self._trigger is None:
                 self._warm.append(s)
@@ -161,7 +161,8 @@ class WatchEngine:
             want = self.config.settings.metric
             names = list(pts.series)
             if want is not None:
-                self.metric = want if want in names else (M.canonical_name(want) if M.canonical_name(want) in names else None)
+                canonical = M.canonical_name(want)
+                self.metric = want if want in names else (canonical if canonical in names else None)
             elif M.LOSS in names:
                 self.metric = M.LOSS
             else:
@@ -212,8 +213,8 @@ class WatchEngine:
         dcfg = self.config.settings.for_interval(k)
         horizon = (dcfg.spike.budget_points + dcfg.spike.settle) * k
         lead = (dcfg.spike.budget_points + 4 * dcfg.outlier.window) * k
-        kept = [self.history.first_kept_step(m) for m in self.history.metrics]
-        kept = [s for s in kept if s is not None]
+        firsts = [self.history.first_kept_step(m) for m in self.history.metrics]
+        kept = [s for s in firsts if s is not None]
         reliable = (max(kept) + lead) if kept else -math.inf
         live_steps = a.log.live(a.metric)[0]
         edge = int(live_steps[-1]) if len(live_steps) else 0
@@ -269,7 +270,7 @@ class WatchEngine:
     def _incident(self, kind: EventKind, inc: Incident, plan: RecoveryPlan | None,
                   previous: K | None = None) -> WatchEvent:
         what = incident_summary(inc)
-        if kind is EventKind.UPDATE:
+        if kind is EventKind.UPDATE and previous is not None:  # an update names the kind it replaces
             msg = f"now {inc.kind.value} (was {previous.value}): {what}"
         else:
             msg = what

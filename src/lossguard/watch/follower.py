@@ -17,19 +17,36 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from ..errors import LossguardError
-from ..io import HEAD_BYTES, detect_format, reader
-from ..io import _runs
+from ..io import HEAD_BYTES, detect_format, require_reader
+from ..io import runs as run_files
 from .history import Points
 from .lines import CsvDecoder, JsonlDecoder, MegatronDecoder
-from .text import TextDecoder
+from .text import GrammarKeys, TextDecoder
 from .tail import FileTail
 from .tfevents import EventFileDecoder
 from .wholefile import WholeFileDecoder
 
 LINE_DECODERS = {"csv": CsvDecoder, "jsonl": JsonlDecoder, "megatron": MegatronDecoder, "text": TextDecoder}
 """Formats followed by their new bytes; every other format is re-read whole when it changes."""
+
+class Decoder(Protocol):
+    """What the follower asks of a format's incremental decoder (line, event-file or whole-file)."""
+
+    @property
+    def partial(self) -> bytes:
+        """Bytes held back: the end of the file inside a line or record."""
+
+    def restart(self) -> None:
+        """The file was replaced or truncated: the next points are a new launch."""
+
+    def feed(self, data: bytes) -> list[Points]:
+        """The points decoded from the file's new bytes."""
+
+    def flush(self) -> list[Points]:
+        """The writer is gone: the points of an unterminated last line or record."""
 
 
 @dataclass
@@ -39,7 +56,7 @@ class Followed:
     path: str
     format: str
     tail: FileTail
-    decoder: object
+    decoder: Decoder
     root: Path | None
     broken: str | None = None  # why the file is no longer followed (corrupt)
     reported_partial: int = 0  # pending bytes already reported after the writer went quiet
@@ -60,12 +77,13 @@ class RunFollower:
     Args:
         paths: files or run directories (they must exist).
         format: force one reader for every file instead of sniffing.
+        keys: ``--step-key`` / ``--loss-key`` for text logs read by the grammar.
 
     Raises:
         LossguardError: a path that does not exist.
     """
 
-    def __init__(self, paths: list[str], *, format: str | None = None) -> None:
+    def __init__(self, paths: list[str], *, format: str | None = None, keys: GrammarKeys | None = None) -> None:
         for p in paths:
             if not os.path.exists(p):
                 raise LossguardError("no such file or directory", path=p,
@@ -73,6 +91,7 @@ class RunFollower:
                                          "has created its log or run directory)")
         self.paths = [str(p) for p in paths]
         self.format = format
+        self.keys = keys or GrammarKeys()
         self.files: dict[str, Followed] = {}
         self._waiting: dict[str, int] = {}  # unrecognised path -> size when last sniffed
         self._tb_names: dict[tuple[str, str], str] = {}
@@ -84,7 +103,7 @@ class RunFollower:
 
     # ---- discovery -----------------------------------------------------------------------------
     def _candidates(self) -> list[tuple[str, Path | None]]:
-        out = []
+        out: list[tuple[str, Path | None]] = []
         for p in self.paths:
             if os.path.isdir(p):
                 root = Path(p)
@@ -107,7 +126,8 @@ class RunFollower:
                 continue
             cached = self._listing.get(d)
             if cached is None or cached[0] != mtime:
-                names, subs = [], []
+                names: list[str] = []
+                subs: list[str] = []
                 try:
                     with os.scandir(d) as it:
                         for e in it:
@@ -135,7 +155,7 @@ class RunFollower:
                 continue
             if (st.st_dev, st.st_ino) in self._read_inodes:
                 continue  # a rotated file: already read under its old name
-            if root is not None and _runs.is_side_file(Path(path)):
+            if root is not None and run_files.is_side_file(Path(path)):
                 continue
             if st.st_size == 0 or self._waiting.get(path) == st.st_size:
                 continue
@@ -170,14 +190,17 @@ class RunFollower:
             return None  # not even one whole line yet
         if self.format is not None:  # a forced format applies to the directory's files it can read
             try:
-                return self.format if reader(self.format).sniff(Path(path), head) else None
+                return self.format if require_reader(self.format).sniff(Path(path), head) else None
             except Exception:  # noqa: BLE001 - a sniffer must never crash the watch; treat as "not mine"
                 return None
-        return detect_format(path, head)
+        found = detect_format(path, head)
+        if found is None and root is None and self.keys.given and b"\n" in head:
+            return "text"  # the user named the columns: the grammar reads the file with them, as analyze does
+        return found
 
     def _preferred(self, fmt: str, root: Path) -> bool:
         """False when the directory's files of a format read_log prefers are followed already."""
-        order = _runs.SOURCE_PREFERENCE
+        order = run_files.SOURCE_PREFERENCE
         rank = order.index(fmt) if fmt in order else len(order)
         others = [f.format for f in self.files.values() if f.root == root]
         if any((order.index(o) if o in order else len(order)) < rank for o in others):
@@ -187,9 +210,11 @@ class RunFollower:
                 del self.files[path]
         return True
 
-    def _decoder(self, path: str, fmt: str, root: Path | None):
+    def _decoder(self, path: str, fmt: str, root: Path | None) -> Decoder:
         if fmt == "tensorboard":
             return EventFileDecoder(path, root or Path(path).parent, self._tb_names)
+        if fmt == "text":
+            return TextDecoder(path, self.keys)
         if fmt in LINE_DECODERS:
             return LINE_DECODERS[fmt](path)
         return WholeFileDecoder(path, fmt, self._newest.setdefault(fmt, {}))
@@ -236,7 +261,7 @@ class RunFollower:
     def _joined(self, f: Followed, pts: list[Points]) -> list[Points]:
         if f.format != "tensorboard":
             return pts
-        if f.decoder.is_stream:
+        if isinstance(f.decoder, EventFileDecoder) and f.decoder.is_stream:  # tensorboard: always one
             for p in pts:
                 p.join = self._main_tb
         elif pts:

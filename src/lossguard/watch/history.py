@@ -120,7 +120,8 @@ class RunHistory:
         self._events.extend(pts.events)
         for metric, (steps, values) in pts.series.items():
             col = self._columns.setdefault(metric, _Column())
-            for s, v in zip(np.asarray(steps, dtype=np.int64).tolist(), np.asarray(values, dtype=np.float64).tolist()):
+            for s, v in zip(np.asarray(steps, dtype=np.int64).tolist(),
+                            np.asarray(values, dtype=np.float64).tolist(), strict=True):
                 seg = self._current[pts.source]
                 if len(col) and col.segment[-1] == seg and s <= col.steps[-1]:
                     if s == col.steps[-1]:  # the same step written again (a later line wins, as in readers)

@@ -13,9 +13,10 @@ import numpy as np
 
 from ..errors import LogFormatError
 from ..io import csv as csv_io
-from ..io import jsonl as jsonl_io
+from ..io import jsonl_records as jsonl_io
 from ..io import megatron as mg
-from ..io._table import to_runlog
+from ..io import megatron_launch as mgl
+from ..io.tabular import to_runlog
 from ..runlog import RunLog, RunLogBuilder
 from .history import Points
 
@@ -118,7 +119,7 @@ class CsvDecoder(LineDecoder):
             first_line += 1
             if not data.strip():
                 return []  # the rows to come start the file's first segment (``_started`` is False)
-        table = csv_io._read_exact(Path(self.path), self._header + data, self._delim)
+        table = csv_io.read_exact(Path(self.path), self._header + data, self._delim or ",")  # set with the header
         if not table.rows:
             return []
         table.lines = table.lines + (first_line - 2)  # numbered as in the file, not in this batch
@@ -177,7 +178,7 @@ class MegatronDecoder(LineDecoder):
         self._reset()
 
     def _reset(self) -> None:
-        self._segments: list[mg._Segment] = [mg._Segment("start of file")]
+        self._segments: list[mgl.Launch] = [mgl.Launch("start of file")]
         self._builder = RunLogBuilder(mg.NAME, unit="line")
         self._emitted: dict[tuple[int, str], tuple[int, float]] = {}  # (launch, metric) -> last (step, value)
         self._done = 0  # launches handed over before the current one
@@ -187,7 +188,7 @@ class MegatronDecoder(LineDecoder):
         before = len(self._segments)
         text = data.decode("utf-8", "replace")
         for n, line in enumerate(text.splitlines(keepends=True), first_line):
-            mg._read_line(line, n, self._segments, self._builder)
+            mgl.read_line(line, n, self._segments, self._builder)
         return self._emit(before, restart)
 
     def _emit(self, before: int, restart: bool) -> list[Points]:
@@ -223,5 +224,5 @@ class MegatronDecoder(LineDecoder):
         the reader does at the end of a file)."""
         out = super().flush()
         for seg in self._segments:
-            mg._flush_pending(seg, self._builder)
+            mgl.flush_pending(seg, self._builder)
         return out + self._emit(len(self._segments), False)

@@ -47,7 +47,7 @@ def follow(source: RunWatch | Sweep, cfg: LoopConfig, emit: Emit) -> tuple[list[
         The runs followed, and whether the user interrupted.
     """
     sweep = source if isinstance(source, Sweep) else None
-    runs = list(sweep.runs.values()) if sweep else [source]
+    runs: list[RunWatch] = list(source.runs.values()) if isinstance(source, Sweep) else [source]
     limit = cfg.until_idle or cfg.stall_after
     interrupted = False
     try:

@@ -15,6 +15,7 @@ from ..recovery.severity import Severity
 from .engine import WatchConfig, WatchEngine
 from .events import EventKind, WatchEvent
 from .follower import RunFollower
+from .text import GrammarKeys
 
 
 def severity_name(sev) -> str:
@@ -45,13 +46,14 @@ class RunWatch:
         paths: its files or directories.
         config: engine settings.
         format: force a reader.
+        keys: ``--step-key`` / ``--loss-key`` for text logs read by the grammar.
         clock: seconds, monotonic (tests pass a fake one).
     """
 
     def __init__(self, name: str, paths: list[str], config: WatchConfig | None = None, *,
-                 format: str | None = None, clock=time.monotonic) -> None:
+                 format: str | None = None, keys: GrammarKeys | None = None, clock=time.monotonic) -> None:
         self.name = name
-        self.follower = RunFollower(paths, format=format)
+        self.follower = RunFollower(paths, format=format, keys=keys)
         self.engine = WatchEngine(name, config)
         self.clock = clock
         self.last_growth = clock()

@@ -14,10 +14,11 @@ from pathlib import Path
 
 from ..checkpoint.names import looks_like_checkpoint
 from ..io import HEAD_BYTES, detect_format
-from ..io import _runs
+from ..io import runs as run_files
 from .engine import WatchConfig
 from .events import EventKind, WatchEvent
 from .session import RunWatch
+from .text import GrammarKeys
 
 def _holds_files(d: Path) -> bool:
     return any(f.is_file() for f in d.rglob("*") if not f.name.startswith("."))
@@ -25,7 +26,7 @@ def _holds_files(d: Path) -> bool:
 
 def _has_own_log(d: Path) -> bool:
     for f in d.iterdir():
-        if not f.is_file() or f.name.startswith(".") or _runs.is_side_file(f):
+        if not f.is_file() or f.name.startswith(".") or run_files.is_side_file(f):
             continue
         if "tfevents" in f.name:
             return True
@@ -57,12 +58,15 @@ class Sweep:
         path: the sweep directory.
         config: engine settings for every run.
         format: force a reader.
+        keys: ``--step-key`` / ``--loss-key`` for every run's text logs.
     """
 
-    def __init__(self, path: str, config: WatchConfig | None = None, *, format: str | None = None) -> None:
+    def __init__(self, path: str, config: WatchConfig | None = None, *, format: str | None = None,
+                 keys: GrammarKeys | None = None) -> None:
         self.path = path
         self.config = config
         self.format = format
+        self.keys = keys
         self.runs: dict[str, RunWatch] = {}
         self._shown: dict[str, tuple] = {}
         self._discover()
@@ -72,7 +76,8 @@ class Sweep:
         for s in sorted(x for x in d.iterdir() if x.is_dir() and not x.name.startswith(".")):
             name = str(s)
             if name not in self.runs and _holds_files(s):
-                self.runs[name] = RunWatch(os.path.relpath(name, self.path), [name], self.config, format=self.format)
+                self.runs[name] = RunWatch(os.path.relpath(name, self.path), [name], self.config, format=self.format,
+                                           keys=self.keys)
 
     def step(self) -> tuple[list[WatchEvent], list[WatchEvent]]:
         """Poll every run; returns (state lines that changed, the runs' own events for hooks)."""
@@ -99,7 +104,8 @@ def state_event(run: RunWatch) -> WatchEvent:
     s = run.summary()
     loss = f"{s['last_loss']:.4g}" if s["last_loss"] is not None else "-"
     newest = run.engine.incidents()[-1] if run.engine.incidents() else None
-    found = (f"{s['incidents']} incident(s), worst {s['worst_severity']}; newest {newest.kind.value} at step {newest.onset}"
+    found = (f"{s['incidents']} incident(s), worst {s['worst_severity']}; "
+             f"newest {newest.kind.value} at step {newest.onset}"
              if newest is not None else "no incident")
     msg = f"{s['state']:8} step {s['last_step'] if s['last_step'] is not None else '-':>8}  loss {loss:>8}  {found}"
     return WatchEvent(EventKind.RUN_STATE, run.name, s["last_step"], msg, data=s)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import BinaryIO
 
 
 @dataclass
@@ -41,7 +42,7 @@ class FileTail:
     def __init__(self, path: str, *, max_read: int = 1 << 20) -> None:
         self.path = path
         self.max_read = max_read
-        self._fh = None
+        self._fh: BinaryIO | None = None
         self._ino: tuple[int, int] | None = None
         self.offset = 0
         self.size = 0

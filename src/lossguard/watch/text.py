@@ -9,6 +9,8 @@ the text starts anew (a step going back) is handed over as a new segment.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..io.text.build import build
@@ -18,13 +20,29 @@ from .history import Points
 from .lines import LineDecoder
 
 
+@dataclass(frozen=True)
+class GrammarKeys:
+    """The user's choices for the text grammar, as ``analyze`` takes them (``--step-key``, ``--loss-key``)."""
+
+    step_key: str | None = None
+    """The printed counter that is the step (``'order'``, ``'epoch*batch'`` too); None: the best counter."""
+    loss_key: str | None = None
+    """The printed label that is the training loss; None: the best-ranked loss name."""
+
+    @property
+    def given(self) -> bool:
+        """True when the user named a column (a text file is then read by the grammar, as ``read_log`` does)."""
+        return self.step_key is not None or self.loss_key is not None
+
+
 class TextDecoder(LineDecoder):
     """Any text log the grammar reads, followed as it grows."""
 
     format = "text"
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, keys: GrammarKeys | None = None) -> None:
         super().__init__(path)
+        self.keys = keys or GrammarKeys()
         self._reset()
 
     def _reset(self) -> None:
@@ -35,7 +53,7 @@ class TextDecoder(LineDecoder):
     def _parse(self, data: bytes, first_line: int, restart: bool) -> list[Points]:
         self._scanner.feed(iter_decoded(data, first_line))
         scan = self._scanner.scan
-        choice = choose(scan.tables)
+        choice = choose(scan.tables, loss_key=self.keys.loss_key, step_key=self.keys.step_key)
         if choice is None or not choice.tables:
             return []  # no loss line yet (start-up output)
         points = build(scan, choice)

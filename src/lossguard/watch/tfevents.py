@@ -6,7 +6,7 @@ mid-record leaves it that way for good. The decoder keeps the unfinished record'
 for the rest, exactly as TensorBoard does; :attr:`EventFileDecoder.partial` says how much is
 pending so the follower can report it once the writer has gone quiet.
 
-Records are parsed with the reader's own proto decoder (:mod:`lossguard.io._event_proto`), tags
+Records are parsed with the reader's own proto decoder (:mod:`lossguard.io.tfevents.proto`), tags
 are named as the reader names them (``add_scalars`` sub-directories become loss streams), and a
 main metric's step going strictly backwards starts a new segment (a process that restarted and
 appended), as in :mod:`lossguard.io.tensorboard`.
@@ -19,10 +19,10 @@ from struct import Struct
 import numpy as np
 
 from ..errors import LogFormatError
-from ..io import _tfrecord as tfr
-from ..io._event_batch import decode
-from ..io._event_proto import ProtoError, parse_event
-from ..io.tensorboard import _is_main, _restarts, _stream_name, _time
+from ..io.tfevents import record as tfr
+from ..io.tfevents.batch import decode
+from ..io.tfevents.proto import ProtoError, parse_event
+from ..io.tfevents.rules import judges_restarts, restart_records, stream_name, wall_time_at
 from ..metrics import canonical_name
 from .history import Points
 
@@ -75,23 +75,23 @@ class EventFileDecoder:
     def _metric(self, tag: str) -> str:
         key = (str(Path(self.path).parent), tag)
         if key not in self.names:
-            metric = _stream_name(Path(self.path), self.root, tag) or canonical_name(tag)
+            metric = stream_name(Path(self.path), self.root, tag) or canonical_name(tag)
             if metric in self.names.values() and not any(k[1] == tag for k, m in self.names.items() if m == metric):
                 metric = tag.strip()  # a second tag with the same canonical name keeps its own
             self.names[key] = metric
         return self.names[key]
 
     def _restarts_at(self, record: int, metric: str, step: int) -> bool:
-        """The reader's rule (``io.tensorboard._restarts``): a judged tag's step goes strictly back
-        from its own previous point, and that point was written after the last restart."""
+        """The reader's rule (:func:`lossguard.io.tfevents.rules.restart_records`): a judged tag's
+        step goes strictly back from its own previous point, and that point was written after the last restart."""
         last = self._last.get(metric)
         self._last[metric] = (step, record)
         return last is not None and step < last[0] and last[1] >= self._boundary
 
     def _judged(self, metrics) -> list[str]:
         """Main metrics decide restarts; bookkeeping ones only in a file that has no main metric."""
-        main = [m for m in metrics if _is_main(m)]
-        return main or [m for m in metrics if not any(_is_main(k) for k in self._last)]
+        main = [m for m in metrics if judges_restarts(m)]
+        return main or [m for m in metrics if not any(judges_restarts(k) for k in self._last)]
 
     def feed(self, data: bytes) -> list[Points]:
         """Parse every complete record among the pending bytes and ``data``.
@@ -137,7 +137,7 @@ class EventFileDecoder:
                 continue
             metrics = [(self._metric(v.tag), v.value) for v in ev.values]
             if self.is_stream is None:
-                self.is_stream = all(_stream_name(Path(self.path), self.root, v.tag) for v in ev.values)
+                self.is_stream = all(stream_name(Path(self.path), self.root, v.tag) for v in ev.values)
             back = [self._restarts_at(record, m, ev.step) for m in self._judged([m for m, _ in metrics])]
             if any(back):
                 if batch:  # close the launch so far; the rest is a new one
@@ -167,12 +167,12 @@ class EventFileDecoder:
         self.records += n
         end = int(framing.offsets[-1] + tfr.HEADER + framing.lengths[-1] + tfr.FOOTER)
         if self._file_time is None:
-            self._file_time = _time(d.wall, 0)
+            self._file_time = wall_time_at(d.wall, 0)
         if not d.tags:
             return [], end
         metric_of = {tid: self._metric(tag) for tag, tid in d.tags.items()}
         if self.is_stream is None:
-            self.is_stream = all(_stream_name(Path(self.path), self.root, tag) for tag in d.tags)
+            self.is_stream = all(stream_name(Path(self.path), self.root, tag) for tag in d.tags)
         tags = {tid: d.take(tid) for tid in d.tags.values()}
         judged = set(self._judged(list(metric_of.values())))
         bounds: list[int] = []
@@ -182,7 +182,8 @@ class EventFileDecoder:
                 last = self._last.get(m)
                 if last is not None and steps[0] < last[0] and last[1] >= self._boundary:
                     bounds.append(int(rec[0]) + first)
-        inside = _restarts({tid: (rec + first, st, v) for tid, (rec, st, v) in tags.items() if metric_of[tid] in judged})
+        inside = restart_records({tid: (rec + first, st, v) for tid, (rec, st, v) in tags.items()
+                            if metric_of[tid] in judged})
         cross = min(bounds) if bounds else None
         bounds = sorted({*([cross] if cross is not None else []), *(b for b in inside if cross is None or b > cross)})
         for tid, (rec, steps, _) in tags.items():
@@ -204,7 +205,7 @@ class EventFileDecoder:
                 new_seg, note, start = self._segments == 0, f"event file {Path(self.path).name}", self._file_time
             else:
                 b = bounds[part - 1]
-                new_seg, start = True, _time(d.wall, b - first)
+                new_seg, start = True, wall_time_at(d.wall, b - first)
                 note = f"steps restart at record {b + 1} of {Path(self.path).name}"
             self._segments += new_seg
             out.append(Points(self.path, series, new_segment=new_seg, note=note, start_time=start))

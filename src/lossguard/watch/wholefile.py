@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import LossguardError
-from ..io import reader
+from ..io import require_reader
 from .history import Points
 
 
@@ -47,7 +47,7 @@ class WholeFileDecoder:
     def feed(self, data: bytes) -> list[Points]:
         """The file changed: read it again and return the points newer than those handed over."""
         try:
-            log = reader(self.format).read(Path(self.path))
+            log = require_reader(self.format).read(Path(self.path))
         except LossguardError as exc:
             self.failed = str(exc)
             return []

@@ -15,6 +15,7 @@ reads a value back to the host (no sync on CUDA). Cost per update: one gather an
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -49,7 +50,7 @@ class DeviceOutlier:
     def __init__(self, config: OutlierConfig, device: torch.device | str = "cpu") -> None:
         self.config = config
         dev = torch.device(device)
-        f64 = dict(dtype=torch.float64, device=dev)
+        f64: dict[str, Any] = dict(dtype=torch.float64, device=dev)
         self._buf = torch.zeros(config.window, **f64)       # last `window` finite values (ring)
         self._pos = torch.zeros((), dtype=torch.long, device=dev)    # next slot to write
         self._count = torch.zeros((), dtype=torch.long, device=dev)  # finite values seen so far

@@ -217,7 +217,7 @@ class ColdBound:
         self.max_grad_norm = float(sd.get("max_grad_norm", math.nan))
 
 
-def evidence_series(loss, loss_scores, grad_norm, present, grad_scores, config, waived=None) -> tuple:
+def evidence_series(loss, loss_scores, grad_norm, present, grad_scores, config, in_lr_ramp=None) -> tuple:
     """The vectorised twin of the judge's rule over a recorded log (``lossguard simulate``).
 
     Args:
@@ -227,7 +227,8 @@ def evidence_series(loss, loss_scores, grad_norm, present, grad_scores, config, 
         present: where the log has a grad norm.
         grad_scores: ``score(grad_norm[present], config.grad_norm)``, or None without a grad-norm test.
         config: the :class:`GuardConfig`.
-        waived: bool array, True where grad-norm evidence is waived (:func:`ramp_clipped`), or None.
+        in_lr_ramp: bool array, True where the LR ramps up (:mod:`lossguard.recovery.lr_phase`): there
+            grad-norm evidence is waived when :func:`ramp_clipped` says so. None: nowhere.
 
     Returns:
         ``(bad, grad_norm_outlier, grad_norm_ratio, evidence)`` arrays aligned with ``loss``; no
@@ -262,8 +263,8 @@ def evidence_series(loss, loss_scores, grad_norm, present, grad_scores, config, 
         tail_hit = ratio > ev_cfg.grad_tail_factor
         joint_hit = gn_stat & (loss_scores.z >= ev_cfg.joint_loss_z)
     grad_hit = present & gn_finite & (tail_hit | joint_hit) & ~nonfinite & ~loss_hit
-    if waived is not None:
-        grad_hit &= ~np.asarray(waived, dtype=bool)
+    if in_lr_ramp is not None and ramp_clipped(True, config.max_grad_norm, config.lr_ramp_window):
+        grad_hit &= ~np.asarray(in_lr_ramp, dtype=bool)
     shift_hit = shift_series(loss_scores.z, ev_cfg) & ~nonfinite & ~loss_hit & ~grad_hit
     ev = np.zeros(n, dtype=np.int64)
     ev[nonfinite] = int(Evidence.NON_FINITE)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import Any
 
 import numpy as np
 
@@ -83,7 +84,7 @@ class DeviceTail:
         import torch
 
         self.config, self.q = config, q
-        f64 = dict(dtype=torch.float64, device=torch.device(device))
+        f64: dict[str, Any] = dict(dtype=torch.float64, device=torch.device(device))
         self._buf = torch.full((config.window,), math.nan, **f64)
         self._pos = torch.zeros((), dtype=torch.long, device=self._buf.device)
         self._count = torch.zeros((), dtype=torch.long, device=self._buf.device)

@@ -114,7 +114,7 @@ class HostJudge:
         shifted = self.shift.update(lv.z)
         gn_finite = math.isfinite(grad_norm)
         ratio, gn_z, gn_stat = math.nan, math.nan, False
-        if self.grad_norm_test is not None:
+        if self.grad_norm_test is not None and self.grad_norm_tail is not None:  # set together
             gv = self.grad_norm_test.update(grad_norm)
             tail = self.grad_norm_tail.update(grad_norm)
             gn_stat, gn_z = gv.outlier and gn_finite, gv.z
@@ -173,7 +173,7 @@ class DeviceJudge:
         self.grad_norm_test = DeviceOutlier(grad_norm, device) if grad_norm is not None else None
         self.grad_norm_tail = (DeviceTail(grad_norm, self.evidence.grad_tail_quantile, device)
                                if grad_norm is not None else None)
-        f64 = dict(dtype=torch.float64, device=torch.device(device))
+        f64: dict[str, Any] = dict(dtype=torch.float64, device=torch.device(device))
         self._cold_loss = torch.full((), math.nan, **f64)   # largest accepted first-steps loss
         self._cold_gn = torch.full((), math.nan, **f64)     # largest accepted first-steps grad norm
         # The loss-shift test's flags, a ring written at a host-side position (no sync).
@@ -194,7 +194,7 @@ class DeviceJudge:
         gn_finite = torch.isfinite(grad_norm)
         lv = self.loss_test.update(loss)
         shifted = self._shift(lv.z)
-        if self.grad_norm_test is not None:
+        if self.grad_norm_test is not None and self.grad_norm_tail is not None:  # set together
             gv = self.grad_norm_test.update(grad_norm)
             tail = self.grad_norm_tail.update(grad_norm)
             gn_stat, gn_z = gv.outlier & gn_finite, gv.z
@@ -212,7 +212,8 @@ class DeviceJudge:
         if waived:
             grad_hit = torch.zeros_like(grad_hit)
         shift_hit = shifted & ~nonfinite & ~loss_hit & ~grad_hit & ~overflow
-        ref_g = torch.where(torch.isnan(self._cold_gn), nan if param_norm is None else param_norm.to(nan), self._cold_gn)
+        ref_g = torch.where(torch.isnan(self._cold_gn), nan if param_norm is None else param_norm.to(nan),
+                            self._cold_gn)
         cold_hit = cold & ~nonfinite & ~loss_hit & ~grad_hit & ~shift_hit & (
             (gn_finite & (grad_norm > ev_cfg.cold_grad_factor * ref_g))
             | ((self._cold_loss > 0) & (loss > ev_cfg.cold_loss_factor * self._cold_loss)))

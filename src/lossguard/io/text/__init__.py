@@ -50,7 +50,7 @@ def _claims(scan: Scan) -> bool:
     """A loss-like label on a template that repeats, on lines that carry a counter or repeat often."""
     for t in scan.tables:
         if t.rows >= 2 and any(k is None and (loss_rank(lab) is not None or is_ppl(lab))
-                               for lab, k in zip(t.labels, t.kinds)):
+                               for lab, k in zip(t.labels, t.kinds, strict=True)):
             if any(k is not None for k in t.kinds) or t.rows >= 5:
                 return True
     return only_value(scan.tables, bare=True) is not None
@@ -128,7 +128,7 @@ def read(path: Path, *, root: Path | None = None, step_key: str | None = None,
                                             "(see lossguard info --explain), or --step-key order")
     points = build(scan, choice)
     builder = RunLogBuilder(NAME, unit="line")
-    for k, note in enumerate(points.notes):
+    for note in points.notes:
         builder.start_segment(str(path), note=note)
     for name, (seg, step, val, line) in points.metrics.items():
         for s in range(len(points.notes)):
@@ -159,7 +159,7 @@ def explain_doc(scan: Scan, choice: Choice) -> dict:
         "other_steps": choice.other_steps,
         "templates": [{"example": t.example, "rows": t.rows, "read": t.index in used,
                        "columns": [lab + (f" [{k.name.lower()}]" if k is not None else "")
-                                   for lab, k in zip(t.labels, t.kinds) if lab or k is not None]}
+                                   for lab, k in zip(t.labels, t.kinds, strict=True) if lab or k is not None]}
                       for t in tables],
         "lines": scan.lines,
         "numeric_lines": scan.numeric_lines,
@@ -178,12 +178,13 @@ def unreadable(scan: Scan, path: Path, *, loss_key: str | None = None) -> LogFor
     common = max(scan.tables, key=lambda t: t.rows)
     from .choose import integral_increasing
 
-    labels = [lab for j, (lab, k) in enumerate(zip(common.labels, common.kinds))
+    labels = [lab for j, (lab, k) in enumerate(zip(common.labels, common.kinds, strict=True))
               if lab and k is None and not integral_increasing(common.column(j))]
     flag = f"--loss-key '{labels[0]}'" if labels else "--loss-key LABEL"
     return LogFormatError(
         f"no training loss found; the most frequent numeric line ({common.rows} times) is: {common.example[:160]!r}",
-        path=path, fix=f"if one of its numbers is the loss, name it: {flag} (labels: {', '.join(labels[:8]) or 'none'}); "
+        path=path, fix=f"if one of its numbers is the loss, name it: {flag} "
+                       f"(labels: {', '.join(labels[:8]) or 'none'}); "
                        "lossguard info --explain shows every template read")
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from ...metrics import EPOCH, GRAD_NORM, LOSS, canonical_name
 from .choose import Choice, StepRule
 from .names import StepKind, fold, step_kind
+from .overflow import overflow_points
 from .records import Scan, Table
 
 
@@ -43,7 +44,7 @@ def metric_name(label: str, loss: str) -> str | None:
     return name or None
 
 
-def _steps(table: Table, choice: Choice) -> tuple[np.ndarray, list[int]]:
+def _steps(table: Table, choice: Choice) -> tuple[np.ndarray | None, list[int]]:
     """The step of each row and the columns that hold counters used for it."""
     names = [fold(lab) for lab in table.labels]
 
@@ -62,7 +63,8 @@ def _steps(table: Table, choice: Choice) -> tuple[np.ndarray, list[int]]:
 
 def build(scan: Scan, choice: Choice) -> Points:
     """The points of the chosen loss, step and every other metric of the same rows."""
-    parts = []  # (table, lines, raw step(s), used columns)
+    # (table, lines, raw step(s), used columns)
+    parts: list[tuple[Table, np.ndarray, np.ndarray | None, list[int]]] = []
     places = []
     for t in choice.tables:
         lines = np.frombuffer(t.lines, dtype=np.int64)
@@ -110,7 +112,7 @@ def build(scan: Scan, choice: Choice) -> Points:
     # Rows of one rank only: where a table prints the rank, keep its lowest one.
     metrics: dict[str, list[tuple[np.ndarray, ...]]] = {}
     offset = 0
-    for (t, lines, _, used), place in zip(parts, places):
+    for (t, lines, _, used), place in zip(parts, places, strict=True):
         n = len(lines)
         steps, segs = steps_all[offset:offset + n], seg_all[offset:offset + n]
         offset += n
@@ -130,9 +132,9 @@ def build(scan: Scan, choice: Choice) -> Points:
                 reset[1:] &= (loss[1:] == loss[:-1]) | (np.isnan(loss[1:]) & np.isnan(loss[:-1]))
                 reset[:1] = False
                 keep &= ~reset
-        if keep.all():
-            keep = slice(None)  # every row kept: views, no copies of million-row columns
-        for j, (lab, kind) in enumerate(zip(t.labels, t.kinds)):
+        # every row kept: views, no copies of million-row columns
+        rows: np.ndarray | slice = slice(None) if keep.all() else keep
+        for j, (lab, kind) in enumerate(zip(t.labels, t.kinds, strict=True)):
             if j in used or not lab or fold(lab) == "rank":
                 continue
             if kind is not None and kind is not StepKind.EPOCH:
@@ -146,7 +148,7 @@ def build(scan: Scan, choice: Choice) -> Points:
                     values = np.log(values)
             if name == GRAD_NORM:
                 values = np.where(values < 0, np.nan, values)  # DeepSpeed's -1: no finite norm
-            metrics.setdefault(name, []).append((segs[keep], steps[keep], values[keep], lines[keep], place[keep]))
+            metrics.setdefault(name, []).append((segs[rows], steps[rows], values[rows], lines[rows], place[rows]))
     out: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
     repeated = 0
     for name, chunks in metrics.items():
@@ -154,6 +156,8 @@ def build(scan: Scan, choice: Choice) -> Points:
             seg, step, val, line, place = chunks[0]  # one table: no copy
         else:
             seg, step, val, line, place = (np.concatenate([c[i] for c in chunks]) for i in range(5))
+        if not len(step):
+            continue  # every row of this metric dropped (no step, another rank): no series
         if len(chunks) > 1 or not (np.all(np.diff(step) > 0) and np.all(seg == seg[0])):
             idx = np.lexsort((place, step, seg))  # already in order in a plain run: no sort
             seg, step, val, line = seg[idx], step[idx], val[idx], line[idx]
@@ -168,6 +172,9 @@ def build(scan: Scan, choice: Choice) -> Points:
                         "redraws, several ranks, or records over several lines): the last value of each step is kept")
     points = Points(out, notes, warnings=warnings)
     _crash_point(scan, choice, points)
+    added, events = overflow_points(scan.overflows, points.metrics)
+    points.metrics.update(added)
+    points.events += events
     return points
 
 
@@ -193,8 +200,9 @@ def new_runs(seq: np.ndarray, breaks: np.ndarray, lines: np.ndarray) -> tuple[np
     warnings = []
     for k in range(1, len(bounds) - 1):
         prev, start, end = seq[bounds[k - 1]:bounds[k]], bounds[k], bounds[k + 1]
-        retrace = seq[start + 1:min(end, start + 1 + RETRACE)]
-        if (seq[start] != prev[0] or len(prev) < 2 or len(retrace) < min(RETRACE, len(prev) - 1)
+        want = min(RETRACE, len(prev) - 1)  # a short first run is retraced by fewer points (then may be passed)
+        retrace = seq[start + 1:min(end, start + 1 + want)]
+        if (seq[start] != prev[0] or len(prev) < 2 or len(retrace) < want
                 or not np.all((retrace >= seq[start]) & (retrace <= prev.max())) or not retrace.max() > seq[start]):
             continue  # a new run retraces the steps of the one before (a bar reset to 0 jumps past them)
         gaps = np.diff(prev)
@@ -228,12 +236,15 @@ def _crash_point(scan: Scan, choice: Choice, points: Points) -> None:
         return
     last_seg = int(seg.max())
     mine = step[seg == last_seg]
+    if not np.isfinite(val[seg == last_seg][np.argmax(mine)]):
+        return  # the log printed the non-finite loss itself: the crash line reports that one
     if crash.step is None:
         gaps = np.diff(mine)
         at = int(mine.max()) + (int(np.median(gaps)) if len(gaps) else 1)
     else:
         kind = step_kind(choice.step[0]) if choice.rule is StepRule.LABEL else None
-        if kind is not None and crash.kind is not kind and {crash.kind, kind} != {StepKind.GLOBAL_STEP, StepKind.ITERATION}:
+        same_counter = {crash.kind, kind} == {StepKind.GLOBAL_STEP, StepKind.ITERATION}
+        if kind is not None and crash.kind is not kind and not same_counter:
             return
         at = crash.step
     if at <= int(mine.max()):

@@ -60,12 +60,15 @@ def loss_candidates(tables: list[Table], *, min_rows: int = 1) -> list[tuple[int
     (rows of every template that prints the label count: one series in several line shapes)."""
     rows: dict[str, int] = {}
     label_of: dict[str, str] = {}
+    rank_of: dict[str, int] = {}  # the rank of label_of's label
     for t in tables:
-        for lab, kind in zip(t.labels, t.kinds):
-            if kind is None and loss_rank(lab) is not None:
+        for lab, kind in zip(t.labels, t.kinds, strict=True):
+            rank = loss_rank(lab) if kind is None else None
+            if rank is not None:
                 rows[fold(lab)] = rows.get(fold(lab), 0) + t.rows
                 label_of.setdefault(fold(lab), lab)
-    return sorted((loss_rank(label_of[k]), -n, label_of[k]) for k, n in rows.items() if n >= min_rows)
+                rank_of.setdefault(fold(lab), rank)
+    return sorted((rank_of[k], -n, label_of[k]) for k, n in rows.items() if n >= min_rows)
 
 
 def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | None = None) -> Choice | None:
@@ -76,6 +79,8 @@ def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | 
         # A label on a line seen once or twice (prose: "... and the loss became nan") does not beat
         # a template that repeats with a counter: frequency outweighs a label match.
         others = [c[2] for c in loss_candidates(tables, min_rows=MIN_GUESS_ROWS)]
+    if loss_key is None and len(others) > 1:
+        others = _counted_first(tables, others)
     if loss_key is not None:
         loss = _match(tables, loss_key)
         if loss is None:
@@ -135,6 +140,24 @@ def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | 
     return choice
 
 
+def _counted_first(tables: list[Table], ranked: list[str]) -> list[str]:
+    """The loss labels printed beside a counter first, when one is on at least half as many lines as the
+    best-ranked label: a ``(Loss: 101.5)`` in a warning glued after a bar does not beat the bar's own
+    ``Batch Loss`` (the module docstring: the loss is chosen among the tables that carry a counter)."""
+    counted: dict[str, int] = {}
+    rows: dict[str, int] = {}
+    for t in tables:
+        has_counter = any(k is not None for k in t.kinds[t.inherited:])  # its own, not a header's
+        for lab, kind in zip(t.labels, t.kinds, strict=True):
+            if kind is None:
+                rows[fold(lab)] = rows.get(fold(lab), 0) + t.rows
+                if has_counter:
+                    counted[fold(lab)] = counted.get(fold(lab), 0) + t.rows
+    need = rows.get(fold(ranked[0]), 0) / 2
+    first = [lab for lab in ranked if counted.get(fold(lab), 0) >= max(1, need)]
+    return first + [lab for lab in ranked if lab not in first] if first else ranked
+
+
 def _match(tables: list[Table], key: str) -> str | None:
     want = fold(key)
     for t in tables:
@@ -149,7 +172,7 @@ def _columns(tables: list[Table], *, own: bool = False) -> dict[str, tuple[StepK
     counters the loss lines print themselves (not those inherited from a record header)."""
     out: dict[str, tuple[StepKind, list[np.ndarray]]] = {}
     for t in tables:
-        for j, (lab, kind) in enumerate(zip(t.labels, t.kinds)):
+        for j, (lab, kind) in enumerate(zip(t.labels, t.kinds, strict=True)):
             if own and j < t.inherited:
                 continue
             if kind is None and lab.startswith("#") and integral_increasing(t.column(j)):

@@ -26,8 +26,8 @@ def crash_step(line: str) -> tuple[StepKind | None, int | None] | None:
     other line."""
     if not _NONFINITE.search(line) or not ERRORISH.search(line):
         return None
-    found = [(step_kind(m.group(1)), int(m.group(2))) for m in _COUNTER.finditer(line)]
-    found = [f for f in found if f[0] is not None]
+    counters = [(step_kind(m.group(1)), int(m.group(2))) for m in _COUNTER.finditer(line)]
+    found = [(k, s) for k, s in counters if k is not None]
     if not found:
         return (None, None) if _LOSS.search(line) else None
     return min(found, key=lambda f: f[0])

@@ -15,14 +15,13 @@ import io
 import re
 from itertools import chain
 from pathlib import Path
-
-import numpy as np
 from typing import Iterator
 
-from .._text_lines import MAX_LINE
-from .normalise import ANSI, normalise
-from .records import Scan, Scanner, Table
-from .template import SPLIT
+import numpy as np
+
+from .hot import HotLine, compile_hot
+from .lines import MAX_LINE
+from .records import Scan, Scanner
 
 BLOCK = 4 << 20
 """Bytes read at a time."""
@@ -31,115 +30,13 @@ FIRST_BLOCK = 64 << 10
 HOT_ROWS = 64
 """Rows of one template before its line gets a compiled whole-line regex."""
 
-_NUMBER = r"([-+]?(?:\d++(?:\.\d*+)?|\.\d++)(?:[eE][-+]?\d++)?+|-?(?:[Nn][Aa][Nn]|[Ii]nfinity|[Ii]nf|INF))"
-"""A kept number (possessive quantifiers: a number never gives back digits, so no backtracking)."""
-_SPACE = re.compile(r"[ \t]+")
 _CSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-_CSI_GROUP = re.compile(r"(\x1b\[[0-9;?]*[ -/]*[@-~])")
-
-
-_OTHER = r"(?:[-+]?(?:\d++(?:\.\d*+)?|\.\d++)(?:[eE][-+]?\d++)?+)"  # a number that is not kept: not captured
-
-
-class _Hot:
-    """The compiled line of one table: its regex captures the kept numbers (and counter totals)."""
-
-    def __init__(self, table: Table, regex: re.Pattern, kept: list[int], totals: list[int],
-                 bulk: re.Pattern | None = None) -> None:
-        self.table = table
-        self.regex = regex
-        # For whole blocks of hot lines: the same regex without the line anchor when the line starts
-        # with literal text, so the regex engine jumps between lines by a fast search for that text
-        # (with "^" it tries a match at every character). A block is read in bulk only when it
-        # yields one match per line, each ending at a newline.
-        self.bulk = bulk or regex
-        self.colored: re.Pattern | None = None  # the line with its colour codes as literals (see _colored)
-        self.kept = kept  # positions among the groups of the kept values, in order
-        self.totals = totals  # positions among the groups of the counters' totals, in template order
-        self.plain = kept == list(range(len(kept)))  # every group is a kept value: no reordering
-
-
-def _compile(table: Table) -> _Hot | None:
-    """The whole-line regex of a table's first raw line, or None when it would not read it as the template."""
-    raw = ANSI.sub("", table.raw or "")
-    if not raw or "\r" in raw or "`" in raw:
-        return None
-    text, rank = normalise(raw)
-    if rank:
-        return None
-    pieces, message = SPLIT.split(raw), SPLIT.split(text)
-    nums, mnums = pieces[1::2], message[1::2]
-    offset = len(nums) - len(mnums)
-    if offset < 0 or nums[offset:] != mnums:
-        return None  # the prefix cut through a number: not a plain prefix
-    tpl = table.template
-    kept = [offset + i for i in tpl.kept]
-    totals = [offset + i for _, i in tpl.totals]
-    parts = _parts(pieces, kept, totals)
-    try:
-        regex = re.compile("^" + "".join(parts) + r"[ \t]*\n", re.M)
-    except re.error:
-        return None
-    captured = sorted(set(kept) | set(totals))
-    kept_at, totals_at = [captured.index(i) for i in kept], [captured.index(i) for i in totals]
-    m = regex.match(raw.rstrip("\n") + "\n")
-    if m is None or [m.groups()[k] for k in kept_at] != [nums[i] for i in kept]:
-        return None
-    bulk = None
-    if parts[0] and not parts[0].startswith("[ \\t]") and pieces[0][:1].strip():
-        bulk = re.compile("".join(parts) + r"[ \t]*\n")
-    hot = _Hot(table, regex, kept_at, totals_at, bulk)
-    hot.colored = _colored(table.raw or "", kept, totals, [nums[i] for i in kept], kept_at)
-    return hot
-
-
-def _parts(pieces: list[str], kept: list[int], totals: list[int], start: int = 0) -> list[str]:
-    """Regex parts of a line split into text and numbers: text literal (runs of spaces loose), kept
-    numbers and totals captured, other numbers matched; ``start`` is the index of the first number."""
-    parts = []
-    nums = len(pieces) // 2
-    for i, piece in enumerate(pieces[0::2]):
-        if piece and not piece.strip() and 0 < i < nums:
-            parts.append(r"[ \t]++")
-        else:
-            parts.append(r"[ \t]*+".join(re.escape(w) for w in _SPACE.split(piece)))
-        if i < nums:
-            parts.append(_NUMBER if start + i in kept or start + i in totals else _OTHER)
-    return parts
-
-
-def _colored(raw: str, kept: list[int], totals: list[int], values: list[str], kept_at: list[int]) -> re.Pattern | None:
-    """The whole-line regex of a line printed with the same colour codes on every line, the codes
-    matched as literal text: a block of such lines is read without removing the codes first (one
-    pass over the text instead of two). None when the line has no codes or the regex would read
-    other numbers than the template."""
-    raw = raw.rstrip("\n")
-    if "\x1b" not in raw:
-        return None
-    pieces = _CSI_GROUP.split(raw)
-    parts: list[str] = []
-    count = 0
-    for k, seg in enumerate(pieces):
-        if k % 2:
-            parts.append(re.escape(seg))
-            continue
-        split = SPLIT.split(seg)
-        parts += _parts(split, kept, totals, count)
-        count += len(split) // 2
-    try:
-        regex = re.compile("".join(parts) + r"[ \t]*\n")
-    except re.error:
-        return None
-    m = regex.match(raw + "\n")
-    if m is None or [m.groups()[k] for k in kept_at] != values:
-        return None
-    return regex
 
 
 def scan_file(path: Path) -> Scan:
     """Scan a whole text file (the reader's path): blocks, the hot line by regex, the rest line by line."""
     scanner = Scanner()
-    hot: _Hot | None = None
+    hot: HotLine | None = None
     for number, text in _blocks(path):
         if hot is None:
             _slow(scanner, text, number)
@@ -176,7 +73,8 @@ def scan_file(path: Path) -> Scan:
                 scan.numeric_lines += 1
                 table.order.append(scan.numeric_lines)
             else:
-                totals = [(j, float(groups[k])) for (j, _), k in zip(tpl.totals, total_at)] if total_at else ()
+                totals = ([(j, float(groups[k])) for (j, _), k in zip(tpl.totals, total_at, strict=True)]
+                          if total_at else ())
                 values = list(map(float, groups)) if plain else [float(groups[k]) for k in kept]
                 table = record(tpl, values, totals, line, "")
                 if table is not None and not tpl.header:
@@ -191,7 +89,7 @@ def scan_file(path: Path) -> Scan:
     return scanner.scan
 
 
-def _bulk(scanner: Scanner, hot: _Hot, text: str, number: int, regex: re.Pattern | None = None) -> bool:
+def _bulk(scanner: Scanner, hot: HotLine, text: str, number: int, regex: re.Pattern | None = None) -> bool:
     """A block made only of hot lines (the common case of a long run): every row at once, the
     numbers converted by numpy, no Python per line. False (nothing read) when any other line is in
     the block, so the line-by-line loop keeps headers and other templates in their order."""
@@ -256,11 +154,12 @@ def _arrow_floats(flat: list[str]) -> np.ndarray | None:
     return values if len(values) == len(flat) else None
 
 
-def _pick(scanner: Scanner) -> _Hot | None:
+def _pick(scanner: Scanner) -> HotLine | None:
+    """The compiled line of the table with the most rows, once one has :data:`HOT_ROWS` of them."""
     tables = [t for t in scanner.scan.tables if t.rows >= HOT_ROWS and t.raw is not None]
     if not tables:
         return None
-    return _compile(max(tables, key=lambda t: t.rows))
+    return compile_hot(max(tables, key=lambda t: t.rows))
 
 
 def _slow(scanner: Scanner, text: str, first: int) -> None:

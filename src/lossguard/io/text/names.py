@@ -22,7 +22,7 @@ class StepKind(enum.IntEnum):
     BATCH = 3
     """``batch`` or an unlabelled ``N/M`` / leading ``N:`` counter: a step, or a batch of an epoch."""
     EPOCH = 4
-    """``epoch``: with a per-epoch batch counter it gives ``epoch x batches + batch``."""
+    """``epoch`` (PaddlePaddle fluid: ``Pass``): with a per-epoch batch counter it gives ``epoch x batches + batch``."""
 
 
 _FAMILIES = {
@@ -32,7 +32,7 @@ _FAMILIES = {
                            "consumed_steps", "total_steps_done"),
     StepKind.ITERATION: ("iteration", "iter", "it", "iters", "iterations", "itr", "train iter", "iteration_num"),
     StepKind.BATCH: ("", "batch", "batches", "batch_idx", "minibatch", "mini-batch", "batch_id"),
-    StepKind.EPOCH: ("epoch", "ep", "epochs", "train epoch", "training epoch", "epoch_num"),
+    StepKind.EPOCH: ("epoch", "ep", "epochs", "train epoch", "training epoch", "epoch_num", "pass"),
 }
 _KIND_OF = {name: kind for kind, names in _FAMILIES.items() for name in names}
 
@@ -66,13 +66,18 @@ _LEADS = frozenset({"at", "for", "of", "in", "after", "completed", "current", "g
 LOSS_NAMES = ("loss", "lm_loss", "train/loss", "train_loss", "train/lm_loss", "loss_train", "training_loss",
               "train/ce_loss", "ce_loss", "reduced_train_loss", "total_loss", "loss/train/total", "train/total_loss",
               "loss/loss", "train/loss/loss", "loss/total", "xent", "train/xent", "cross_entropy", "cross-entropy",
-              "cross_entropy_loss", "crossentropy", "ce", "nll", "nll_loss", "cost", "closs", "objective", "avg_loss", "mean_loss",
-              "running_loss", "loss_avg")
+              "cross_entropy_loss", "crossentropy", "ce", "nll", "nll_loss", "cost", "closs", "objective", "avg_loss",
+              "mean_loss", "running_loss", "loss_avg")
 _LOSS_RANK = {fold(n): i for i, n in enumerate(LOSS_NAMES)}
 _NOT_TRAIN = re.compile(r"(?:^|[/_\s.])(?:val|valid|validation|eval|evaluation|test|dev|aux|z|router|moe|balance|"
                         r"load_balancing|kl|reg|l2|weight|scale|scaler|ema|best|min|max|std)(?:$|[/_\s.])")
 PPL_NAMES = ("ppl", "perplexity", "train/ppl", "train_ppl", "train_perplexity")
 """Labels of a perplexity: the only loss a log may print (its log is the loss)."""
+
+
+_L_PREFIX = re.compile(r"l_[a-z]+(?:_[a-z]+)*$")
+"""BasicSR and its descendants (Real-ESRGAN, Retinexformer, ...) name each loss ``l_pix``, ``l_percep``,
+``l_g_gan``: a label ``l_<name>`` is a loss."""
 
 
 @lru_cache(maxsize=4096)
@@ -81,7 +86,7 @@ def loss_rank(label: str) -> int | None:
     name = fold(label)
     if name in _LOSS_RANK:
         return _LOSS_RANK[name]
-    if _NOT_TRAIN.search(name) or not any(w in name for w in ("loss", "xent", "entropy")):
+    if _NOT_TRAIN.search(name) or not (any(w in name for w in ("loss", "xent", "entropy")) or _L_PREFIX.match(name)):
         return None
     return len(LOSS_NAMES) + len(name)  # some other loss: the shorter (less qualified) name first
 

@@ -17,7 +17,8 @@ from typing import Iterable, Iterator
 from .crash import crash_step
 from .join import Joiner, vector_means
 from .names import StepKind, is_ppl, loss_rank, step_kind
-from .normalise import normalise
+from .normalise import normalise, split_glued
+from .overflow import Overflow, parse_overflow
 from .template import SPLIT, Template, parse, with_header
 
 MAX_TEMPLATES = 20_000
@@ -93,6 +94,8 @@ class Scan:
     numeric_lines: int = 0
     vectors: int = 0
     """Values printed as arrays of numbers, read as their mean (:func:`.join.vector_means`)."""
+    overflows: list[Overflow] = field(default_factory=list)
+    """fp16 overflow lines (:mod:`.overflow`), in line order."""
 
 
 class Scanner:
@@ -106,7 +109,8 @@ class Scanner:
         self._pending: tuple | None = None  # a row that inherited a bar's counter, until the bar's next redraw
         self._joiner = Joiner()
         self._names: tuple[str, ...] | None = None  # the last table header (column names) seen
-        self._named: dict[tuple, Template | None] = {}
+        self._named: dict[tuple, Template] = {}
+        self._rank: int | None = None  # the lowest rank a "[rankN]:" prefix named so far
 
     def feed(self, lines: Iterable[tuple[int, str]]) -> None:
         """Read ``(line number, text)`` pairs."""
@@ -115,8 +119,18 @@ class Scanner:
         for number, raw in lines:
             scan.lines += 1
             text, rank = normalise(raw)
-            if rank:  # a rank prefix other than 0: rank 0 prints the same progress
-                continue
+            if rank is not None:  # one rank's lines: the lowest seen (pipeline parallelism: only the last stage prints)
+                if self._rank is None or rank < self._rank:
+                    self._rank = rank
+                elif rank > self._rank:
+                    continue
+            if "it/s" in text or "s/it" in text:
+                parts = split_glued(text)
+                if len(parts) > 1:  # a bar with a message glued after it: two lines
+                    for part in parts:
+                        for first, record in push(number, part):
+                            self._line(first, record, None)
+                    continue
             if self._joiner.pending or "[" in text or "{" in text:
                 for first, record in push(number, text):
                     self._line(first, record, raw if record is text else None)
@@ -150,10 +164,15 @@ class Scanner:
             tpl = skeletons[skeleton] = parse(pieces)
         if tpl.errorish:
             self._crash(number, text)
+        if tpl.overflow:
+            hit = parse_overflow(number, text)
+            if hit is not None:
+                self.scan.overflows.append(hit)
+                return  # its "loss scale" is the scaler's, no series of its own
         if not tpl.kept:
             return
         if tpl.columns and self._names is not None:
-            tpl = self._name_columns(tpl)
+            tpl = self._name_columns(tpl, self._names)
         nums = pieces[1::2]
         totals = [(j, float(nums[i])) for j, i in tpl.totals] if tpl.totals else ()
         table = self.record(tpl, [float(nums[i]) for i in tpl.kept], totals, number, text)
@@ -166,12 +185,12 @@ class Scanner:
         if any(step_kind(w) is not None or loss_rank(w) is not None or is_ppl(w) for w in names):
             self._names = names
 
-    def _name_columns(self, tpl: Template) -> Template:
-        """A line of numbers only under a table header with as many columns: read by the header."""
-        key = (tpl, self._names)  # the template itself: an id could be reused after the cache empties
+    def _name_columns(self, tpl: Template, names: tuple[str, ...]) -> Template:
+        """A line of numbers only under a table header (``names``) with as many columns: read by the header."""
+        key = (tpl, names)  # the template itself: an id could be reused after the cache empties
         named = self._named.get(key, tpl)
         if key not in self._named:
-            named = self._named[key] = with_header(tpl, self._names) or tpl
+            named = self._named[key] = with_header(tpl, names) or tpl
         return named
 
     def record(self, tpl: Template, values: list[float], totals, number: int, text: str) -> Table | None:
@@ -200,8 +219,8 @@ class Scanner:
         if table is None:
             if len(self._tables) >= MAX_TEMPLATES:
                 return None
-            table = self._new_table(key, tpl, inherited, text)
-        if inherited:
+            table = self._new_table(key, tpl, inherited, text, header)
+        if inherited and header is not None:  # inherited only under a header
             hv = header[1]
             if _is_bar(header[0]):
                 self._pending = (header[0], number, table, len(table.data), inherited[1])
@@ -218,10 +237,11 @@ class Scanner:
                 table.totals[off + j] = total
         return table
 
-    def _new_table(self, key: tuple, tpl: Template, inherited: tuple, text: str) -> Table:
+    def _new_table(self, key: tuple, tpl: Template, inherited: tuple, text: str,
+                   header: tuple[Template, list[float], list[tuple[int, float]]] | None) -> Table:
         labels, kinds = tpl.labels, tpl.kinds
-        if inherited:
-            head = self._header[0]
+        if inherited and header is not None:  # inherited only under a header
+            head = header[0]
             labels = tuple(head.labels[j] for j in inherited[1]) + labels
             kinds = tuple(head.kinds[j] for j in inherited[1]) + kinds
         table = Table(index=len(self.scan.tables), labels=labels, kinds=kinds, template=tpl, example=text.strip()[:300],
@@ -238,7 +258,7 @@ class Scanner:
 
 def _is_bar(tpl: Template) -> bool:
     """A bare progress bar: its only counter is an unlabelled ``N/M`` (tqdm's), no epoch header."""
-    return bool(tpl.totals) and all(lab == "" for lab, k in zip(tpl.labels, tpl.kinds) if k is not None)
+    return bool(tpl.totals) and all(lab == "" for lab, k in zip(tpl.labels, tpl.kinds, strict=True) if k is not None)
 
 
 def scan_lines(lines: Iterable[tuple[int, str]]) -> Scan:

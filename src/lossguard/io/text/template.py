@@ -40,6 +40,9 @@ _LETTER = re.compile(r"[^\W\d_]")
 _NESTED = re.compile(r"(?:^|[\s,|])([A-Za-z_][\w/.-]*)\s*[:=]\s*\[\s*[A-Za-z_]\w*\s*[:=]\s*$")
 """A label opening a bracket of labelled values (MetricLogger's ``predict_loss: [local: X | reduced: Y]``):
 the first value is read under the outer label, the others as ``outer inner``."""
+_COUNTED = re.compile(r"^\s+(batches|epochs|steps|iterations|iters|updates)(?=$|[\s,;:|.])", re.I)
+"""A whole number followed by what it counts (``100 batches``, ``3 epochs``): on a loss line, a counter
+named after the number instead of before it."""
 MAX_LABEL_WORDS = 4
 """Longer labels are prose: only their last words are kept (``... and the loss`` -> ``and the loss``)."""
 
@@ -84,6 +87,8 @@ class Template:
     """The line's leading cells (between ``,``/whitespace separators): (number position, column, a
     ``/`` total follows) for each number in them, so a table header (``epoch  train_loss  valid_loss``,
     ultralytics' ``Epoch GPU_mem loss Instances Size``) can name them."""
+    overflow: bool = False
+    """The skeleton names an overflow (an fp16 skipped step: :mod:`.overflow` reads the line)."""
 
 
 _COLUMN_BREAK = re.compile(r"[\s,;|]")
@@ -120,7 +125,7 @@ def _positional(texts: list[str], n: int, keep: tuple[int, ...] | None = None) -
     kinds = (None,) * len(keep)
     cells = _cells(texts, [""] * n, n, whole=True) if len(keep) == n else ()
     return Template(kept=keep, labels=labels, kinds=kinds, totals=(), header=False, errorish=False,
-                    key=(tuple(zip(labels, kinds)), ()), evaluation=False,
+                    key=(tuple(zip(labels, kinds, strict=True)), ()), evaluation=False,
                     skeleton="#".join(t.strip() for t in texts).strip(), columns=cells)
 
 
@@ -149,9 +154,9 @@ def with_header(tpl: Template, names: tuple[str, ...]) -> Template | None:
     kept = tuple(sorted(named))
     labels = tuple(named[p][0] for p in kept)
     kinds = tuple(named[p][1] for p in kept)
-    totals = tuple((j, named[p][2]) for j, p in enumerate(kept) if named[p][2] is not None)
+    totals = tuple((j, total) for j, total in enumerate(named[p][2] for p in kept) if total is not None)
     return Template(kept=kept, labels=labels, kinds=kinds, totals=totals, header=False, errorish=False,
-                    key=(tuple(zip(labels, kinds)), ("table",)), evaluation=False,
+                    key=(tuple(zip(labels, kinds, strict=True)), ("table",)), evaluation=False,
                     skeleton=" ".join(names) + " | " + tpl.skeleton)
 
 
@@ -166,6 +171,8 @@ def label_of(text: str) -> str:
     if bracketed is not None:  # "[loss] 2.3"
         return bracketed.group(1).strip()
     t = _SEPARATOR.split(t)[-1].strip(" '\"()[]{}:=#*-")
+    if not _LETTER.search(t):
+        return ""  # "/" of a date, a lone symbol: no name
     words = t.split()
     if len(words) > MAX_LABEL_WORDS:
         t = " ".join(words[-MAX_LABEL_WORDS + 1:])
@@ -190,6 +197,7 @@ def parse(pieces: list[str]) -> Template:
     kinds: list[StepKind | None] = []
     totals: list[tuple[int, int]] = []
     skip = set()
+    after_counts: list[int] = []  # indices (in kept) of counters named after their number
     nest = None  # the label of an open "k: [a: v | b: w]" group
     piped = -1  # the next position of a leading "N|M|" chain of counters
     for i in range(n):
@@ -204,8 +212,13 @@ def parse(pieces: list[str]) -> Template:
         if nest is not None and "]" in rest[i + 1]:
             nest = None
         after = rest[i + 1].strip().lower() if i + 1 < n else ""
-        counter = slash = i + 1 < n and after in ("/", "of") and not units[i]
-        if counter:
+        counter = slash = (i + 1 < n and after in ("/", "of") and not units[i] and not rest[i].rstrip().endswith("/")
+                           and not (i + 2 <= n and rest[i + 2].lstrip().startswith("/")))  # "09/30/22" is a date
+        counted = None if label or units[i] or not pieces[2 * i + 1].isdigit() else _COUNTED.match(rest[i + 1])
+        if counted is not None:  # "0 completed epochs, 100 batches Average loss: nan"
+            label, counter = counted.group(1), True
+            after_counts.append(len(kept))
+        elif counter:
             skip.add(i + 1)
         elif (i == 0 and not label and rest[0].strip() in ("", "[", "(") and rest[1][:1] in (":", "]", ")")
               and not units[0]):
@@ -219,8 +232,10 @@ def parse(pieces: list[str]) -> Template:
             continue  # a clock time, a percentage, a running average in parentheses
         if label in ("(", ")") or _DEVICE.search(label):
             continue
+        kind: StepKind | None
         if counter:  # "Epoch 3/10", "[step=12/100]", "'global_step/max_steps': '5/1500'"
-            kind = (step_kind(label) or (step_kind(label.split()[-1]) or step_kind(label.split("/")[0]) if label else None)
+            kind = (step_kind(label)
+                    or (step_kind(label.split()[-1]) or step_kind(label.split("/")[0]) if label else None)
                     or StepKind.BATCH)
         else:
             kind = None if units[i] else step_kind(label)
@@ -229,6 +244,14 @@ def parse(pieces: list[str]) -> Template:
         kept.append(i)
         labels.append(label)
         kinds.append(kind)
+    if after_counts and not any(k is None and (loss_rank(lab) is not None or is_ppl(lab))
+                                for lab, k in zip(labels, kinds, strict=True)):
+        # "after 10 iterations memory (MB)": a counted number is a counter only on a line that prints a loss
+        drop = set(after_counts)
+        totals = [(j - sum(1 for d in drop if d < j), at) for j, at in totals if j not in drop]
+        kept = [x for j, x in enumerate(kept) if j not in drop]
+        labels = [x for j, x in enumerate(labels) if j not in drop]
+        kinds = [x for j, x in enumerate(kinds) if j not in drop]
     if not kept and n > 1 and not texts[0].strip():
         # A line that starts with a number and labels none (``35000 35% (1m 4s) 2.31 Nam / Russian``):
         # its bare numbers (no unit) are positional columns; a counter and a lone float among them
@@ -242,11 +265,12 @@ def parse(pieces: list[str]) -> Template:
     # A record header: counters and no loss (OLMo-core's "[step=10/1500,epoch=1,eta=47m11s]" also
     # prints an ETA; a bare tqdm bar its rate). A line that prints a loss is a record of its own.
     header = any(k is not None for k in kinds) and not any(
-        k is None and (loss_rank(lab) is not None or is_ppl(lab)) for lab, k in zip(labels, kinds))
+        k is None and (loss_rank(lab) is not None or is_ppl(lab)) for lab, k in zip(labels, kinds, strict=True))
     lead = tuple(w.lower() for w in _WORD.findall(texts[0])[:6])  # "Train Metrics" vs "Valid Metrics"
-    key = (tuple(zip(labels, kinds)), lead)
+    key = (tuple(zip(labels, kinds, strict=True)), lead)
     return Template(kept=tuple(kept), labels=tuple(labels), kinds=tuple(kinds), totals=tuple(totals),
                     header=header, errorish=bool(_ERRORISH.search("".join(texts))), key=key,
+                    overflow="overflow" in "".join(texts).lower(),
                     evaluation=any(w in _EVALUATION for w in lead),
                     skeleton="#".join(t.strip() if len(t) < 200 else t[:200] for t in texts).strip(), columns=columns)
 

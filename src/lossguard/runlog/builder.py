@@ -1,148 +1,20 @@
-"""RunLog: what a training run logged, as step-indexed float arrays per metric.
+"""How a reader makes a :class:`RunLog`: collect whole arrays per metric, check them once.
 
-A run is written in *segments*: the first launch and every resume. Each point remembers its
-segment (and so its source file). :func:`lossguard.stitch.stitch` orders the segments and marks the
-points that a later rollback superseded as dead; analysis looks only at live points.
+:class:`RunLogBuilder` takes the points a reader finds, segment by segment, and :meth:`build` checks
+that inside each segment every metric's steps strictly increase (a repeat or a step backwards is
+reported at its file and line). :func:`finite_or_nan` parses the spellings of non-finite numbers
+that frameworks write.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from .errors import LogFormatError
-
-
-@dataclass(frozen=True)
-class Segment:
-    """One contiguous stretch of logging: the first launch or one resume of the run.
-
-    Attributes:
-        index: position in :attr:`RunLog.segments` (time order after stitching).
-        source: the file the segment was read from.
-        first_step: smallest step logged in the segment (any metric; once stitched, on the main
-            metrics when the segment has any, see :func:`lossguard.stitch.stitch`).
-        last_step: largest step logged in the segment (likewise).
-        start_time: Unix time of its first point where the format records wall time, else None.
-        kind: ``"start"`` for the first segment, ``"resume"`` when it continues after the previous
-            one, ``"rollback"`` when it starts at or before a step already logged (set by stitch).
-        superseded: how many earlier points this segment made dead (set by stitch).
-        note: how the boundary was found, e.g. ``"restart banner at line 210"``.
-    """
-
-    index: int
-    source: str
-    first_step: int
-    last_step: int
-    start_time: float | None = None
-    kind: str = "start"
-    superseded: int = 0
-    note: str = ""
-
-
-@dataclass
-class Series:
-    """The points of one metric, in segment order, then step order.
-
-    Attributes:
-        steps: int64 optimizer steps.
-        values: float64 values; NaN and Inf are kept exactly as logged.
-        segment: int32 index of the segment each point came from.
-        alive: False for points superseded by a later rollback (all True before stitching).
-    """
-
-    steps: np.ndarray
-    values: np.ndarray
-    segment: np.ndarray
-    alive: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.steps)
-
-    def live(self) -> tuple[np.ndarray, np.ndarray]:
-        """Steps and values of the live points, sorted by step: the timeline the model went through."""
-        if self.alive.all():
-            steps, values = self.steps, self.values
-        else:
-            steps, values = self.steps[self.alive], self.values[self.alive]
-        if len(steps) > 1 and np.any(np.diff(steps) <= 0):
-            order = np.argsort(steps, kind="stable")
-            steps, values = steps[order], values[order]
-        return steps, values
-
-
-@dataclass
-class RunLog:
-    """Everything read from one run.
-
-    Attributes:
-        series: metric name (see :mod:`lossguard.metrics`) -> its points.
-        segments: the segments the run was written in.
-        format: name of the reader that produced it (``"csv"``, ``"tensorboard"``, ...), or
-            ``"mixed"`` when several formats were merged.
-        sources: the files read, in reading order.
-        events: non-metric records with a ``"step"`` and an ``"event"`` key (for example the guard's
-            ``skip`` and ``rollback`` decisions), in log order.
-        metadata: free-form facts a reader found (framework version, run name, ...).
-        stitched: True once :func:`lossguard.stitch.stitch` has run.
-    """
-
-    series: dict[str, Series]
-    segments: list[Segment]
-    format: str
-    sources: list[str]
-    events: list[dict[str, Any]] = field(default_factory=list)
-    metadata: dict[str, Any] = field(default_factory=dict)
-    stitched: bool = False
-
-    @property
-    def metrics(self) -> list[str]:
-        """Metric names, sorted."""
-        return sorted(self.series)
-
-    def live(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
-        """Live steps and values of ``metric``; raises ``KeyError`` naming what is there."""
-        if metric not in self.series:
-            raise KeyError(f"no metric {metric!r} in this log; it has {', '.join(self.metrics) or 'none'}")
-        return self.series[metric].live()
-
-    def summary(self) -> dict[str, Any]:
-        """A JSON-ready description: format, metrics, steps, segments, rollbacks, dead and non-finite points."""
-        metrics = {}
-        for name in self.metrics:
-            s = self.series[name]
-            finite = np.isfinite(s.values)
-            metrics[name] = {
-                "points": int(len(s)),
-                "live_points": int(s.alive.sum()),
-                "dead_points": int(len(s) - s.alive.sum()),
-                "first_step": int(s.steps.min()) if len(s) else None,
-                "last_step": int(s.steps.max()) if len(s) else None,
-                "nan": int(np.isnan(s.values).sum()),
-                "inf": int((~finite & ~np.isnan(s.values)).sum()),
-                "first_nonfinite_step": int(s.steps[~finite][0]) if (~finite).any() else None,
-            }
-        all_steps = [s.steps for s in self.series.values() if len(s)]
-        return {
-            "format": self.format,
-            "sources": list(self.sources),
-            "first_step": int(min(a.min() for a in all_steps)) if all_steps else None,
-            "last_step": int(max(a.max() for a in all_steps)) if all_steps else None,
-            "metrics": metrics,
-            "segments": [
-                {"index": g.index, "source": g.source, "first_step": g.first_step,
-                 "last_step": g.last_step, "kind": g.kind, "superseded": g.superseded,
-                 "start_time": g.start_time, "note": g.note}
-                for g in self.segments
-            ],
-            "resumes": sum(g.kind == "resume" for g in self.segments),
-            "rollbacks": sum(g.kind == "rollback" for g in self.segments),
-            "dead_points": sum(int(len(s) - s.alive.sum()) for s in self.series.values()),
-            "events": len(self.events),
-            "stitched": self.stitched,
-        }
+from ..errors import LogFormatError
+from .log import RunLog, Segment, Series
 
 
 @dataclass
@@ -234,7 +106,8 @@ class RunLogBuilder:
         if not series:
             source = self.sources[0] if self.sources else None
             raise LogFormatError("no numeric metric values found", path=source,
-                                 fix="check that the file is a training log with a step column and at least one numeric metric")
+                                 fix="check that the file is a training log with a step column "
+                                     "and at least one numeric metric")
         segments = []
         for i, info in enumerate(self._segments):
             firsts = [s.steps[s.segment == i] for s in series.values()]
@@ -270,9 +143,10 @@ class RunLogBuilder:
 
 
 def _concat_where(parts: list[np.ndarray | None], order: np.ndarray | None) -> np.ndarray | None:
-    if any(w is None for w in parts):
+    present = [w for w in parts if w is not None]
+    if len(present) < len(parts):
         return None
-    where = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    where = present[0] if len(present) == 1 else np.concatenate(present)
     return where if order is None else where[order]
 
 
@@ -286,37 +160,6 @@ def _renumber(segments: list[Segment], series: dict[str, Series]) -> tuple[list[
     segments = [replace(g, index=i) for i, g in enumerate(segments)]
     series = {k: replace(s, segment=mapping[s.segment]) for k, s in series.items()}
     return segments, series
-
-
-def merge(logs: Iterable[RunLog]) -> RunLog:
-    """Concatenate several unstitched RunLogs (e.g. one per file) into one, keeping segment order."""
-    logs = list(logs)
-    if len(logs) == 1:
-        return logs[0]
-    series: dict[str, list[Series]] = {}
-    segments: list[Segment] = []
-    events: list[dict[str, Any]] = []
-    sources: list[str] = []
-    metadata: dict[str, Any] = {}
-    for log in logs:
-        offset = len(segments)
-        segments.extend(replace(g, index=g.index + offset) for g in log.segments)
-        for name, s in log.series.items():
-            series.setdefault(name, []).append(replace(s, segment=s.segment + np.int32(offset)))
-        events.extend(log.events)
-        sources.extend(x for x in log.sources if x not in sources)
-        warnings = list(metadata.get("warnings", [])) + list(log.metadata.get("warnings", []))
-        metadata.update(log.metadata)
-        if warnings:  # readers' warnings (e.g. a truncated last record) are kept from every file
-            metadata["warnings"] = warnings
-    formats = {log.format for log in logs}
-    merged = {
-        name: Series(np.concatenate([p.steps for p in parts]), np.concatenate([p.values for p in parts]),
-                     np.concatenate([p.segment for p in parts]), np.concatenate([p.alive for p in parts]))
-        for name, parts in series.items()
-    }
-    return RunLog(series=merged, segments=segments, format=formats.pop() if len(formats) == 1 else "mixed",
-                  sources=sources, events=events, metadata=metadata)
 
 
 def finite_or_nan(text: str) -> float:

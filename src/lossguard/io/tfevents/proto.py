@@ -1,7 +1,7 @@
 """A minimal decoder of TensorBoard's ``Event`` protocol buffer, for scalars only.
 
 This is the general (slow) path: it parses one record with plain Python and also reports *where*
-the varying fields sit, so that :mod:`lossguard.io.tensorboard` can decode every other record with
+the varying fields sit, so that :mod:`lossguard.io.tfevents.batch` can decode every other record with
 the same byte layout using array operations.
 
 Field numbers (``tensorboard/compat/proto/event.proto``, ``summary.proto``, ``tensor.proto``)::

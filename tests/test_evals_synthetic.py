@@ -130,8 +130,8 @@ def test_rollback_runs_stitch_to_the_labelled_dead_points():
         e = run.events[0]
         ls = log.series[M.LOSS]
         at = (ls.steps >= e.onset) & (ls.steps < e.end)
-        first = dict(zip(ls.steps[~ls.alive & at].tolist(), ls.values[~ls.alive & at].tolist()))
-        live = dict(zip(ls.steps[ls.alive & at].tolist(), ls.values[ls.alive & at].tolist()))
+        first = dict(zip(ls.steps[~ls.alive & at].tolist(), ls.values[~ls.alive & at].tolist(), strict=True))
+        live = dict(zip(ls.steps[ls.alive & at].tolist(), ls.values[ls.alive & at].tolist(), strict=True))
         common = [st for st in first if st in live and np.isfinite(first[st])]
         if e.note.endswith("after a rollback"):
             assert np.median([live[st] / first[st] for st in common]) < 1 - 0.5 * (1 - e.magnitude)

@@ -88,7 +88,7 @@ def test_embedding_grad_shrink_scales_the_input_path_gradient():
 
 
 def test_deterministic_and_learns_the_corpus():
-    from lossguard.demo.scenarios import CorpusBatches, load_corpus
+    from lossguard.demo.corpus import CorpusBatches, load_corpus
 
     data = CorpusBatches(load_corpus(), batch_size=8, seq_len=16, seed=0)
     runs = []

@@ -1,10 +1,10 @@
 """Decoding the records of one event file, batched by byte layout (the fast path of the reader).
 
 Records are grouped by length. Within a group, one record is parsed in full
-(:mod:`lossguard.io._event_proto`) and becomes a *template*; every record whose bytes equal the
+(:mod:`lossguard.io.tfevents.proto`) and becomes a *template*; every record whose bytes equal the
 template outside the wall-time, step and value bytes has the same layout, so those fields are
 decoded for the whole batch with numpy, and so is the data CRC (CRC32C is affine, so only the
-varying bytes need a table lookup: :func:`lossguard.io._tfrecord.position_table`). A record whose
+varying bytes need a table lookup: :func:`lossguard.io.tfevents.record.position_table`). A record whose
 layout can't be reused (or a group with more than ``_MAX_TEMPLATES`` layouts) takes the
 per-record slow path. Both paths give the same points; the tests compare them with tensorboard's
 own loader.
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import LogFormatError
-from . import _tfrecord as tfr
-from ._event_proto import ParsedEvent, ProtoError, parse_event
+from ...errors import LogFormatError
+from . import record as tfr
+from .proto import ParsedEvent, ProtoError, parse_event
 
 _MAX_TEMPLATES = 32  # per length group; beyond this the records are too irregular to batch
 _WIDTH = {"<f4": 4, "<f8": 8, "<f2": 2, "bf16": 2, "zero": 0}
@@ -66,7 +66,7 @@ class Decoded:
     def emit(self, records: np.ndarray, ev: ParsedEvent, steps: np.ndarray, values: list[np.ndarray]) -> None:
         """Keep a batch: ``records`` share ``ev``'s layout; ``values[i]`` belongs to ``ev.values[i]``."""
         self.multi |= len(ev.values) > 1
-        for slot, (v, vals) in enumerate(zip(ev.values, values)):
+        for slot, (v, vals) in enumerate(zip(ev.values, values, strict=True)):
             self.parts.setdefault(self.tag_id(v.tag), []).append((records, slot, steps, vals))
 
 
@@ -136,7 +136,8 @@ def _decode_group(path: Path, idx: np.ndarray, padded: np.ndarray, length: int, 
         record = int(idx[first])
         data = rows[first].tobytes()
         if tfr.data_crc(data) != int(stored[first]):
-            out.errors.append((record, corrupt(path, record, int(offsets[record]), "the CRC of the record data is wrong")))
+            crc_error = corrupt(path, record, int(offsets[record]), "the CRC of the record data is wrong")
+            out.errors.append((record, crc_error))
             remaining = remaining[1:]
             continue
         try:

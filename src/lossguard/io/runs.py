@@ -133,9 +133,9 @@ def _same_points(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarr
         return None
     if common.min() < 0 or common.max() >= 2 ** 31:  # does not pack into 32 bits: compare as sets
         pairs = [set(zip(p[0][np.isin(p[0], common)].tolist(),
-                         p[1][np.isin(p[0], common)].view(np.int32).tolist())) for p in (a, b)]
-        small, big = sorted(pairs, key=len)
-        return small <= big
+                         p[1][np.isin(p[0], common)].view(np.int32).tolist(), strict=True)) for p in (a, b)]
+        fewer, more = sorted(pairs, key=len)
+        return fewer <= more
     small, big = sorted((_at(a, common), _at(b, common)), key=len)
     return bool(np.isin(small, big, assume_unique=True).all())
 
@@ -207,7 +207,7 @@ def one_run(logs: list[RunLog]) -> tuple[list[RunLog], list[RunLog]]:
     Raises:
         LossguardError: the logs look like separate runs; the message names the files of each.
     """
-    ids = {log.metadata.get("run_id") for log in logs if log.metadata.get("run_id")}
+    ids = {rid for log in logs if (rid := log.metadata.get("run_id"))}
     if len(ids) > 1:
         groups = {i: [log for log in logs if log.metadata.get("run_id") == i] for i in sorted(ids)}
         raise _separate("W&B runs " + ", ".join(repr(i) for i in groups), list(groups.values()))

@@ -1,0 +1,113 @@
+"""Loading a sharded checkpoint: each rank verifies its share of the files, then DCP loads in place.
+
+The files of a checkpoint are spread over the ranks for the size check (file ``k`` goes to rank
+``k % world_size``); each rank reads its own small rank file once, verified, and keeps the bytes for
+the load. DCP's own read then checks every shard's checksum on the way (:mod:`.dcp_io`). A damaged
+file is reported as a :class:`ChecksumMismatch` on every rank alike, so the store can pass over the
+checkpoint on all ranks together.
+"""
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from ..errors import CheckpointError
+from .files import ChecksumMismatch
+from .manifest import MANIFEST
+from .sharded_layout import SHARDED_FORMAT, active_dist, rank_file
+
+_MISMATCH_TEXT = re.compile(r"\S+ (?:does not match its [\w-]+ in manifest\.json \(corrupted\)"
+                            r"|has \d+ bytes, the manifest recorded \S+)")
+
+
+def mismatch_in(exc: BaseException) -> str | None:
+    """The message of a :class:`ChecksumMismatch` inside DCP's exception (its per-rank failures), or None."""
+    if isinstance(exc, ChecksumMismatch):
+        return str(exc)
+    failures = getattr(exc, "failures", None) or {}
+    for failure in failures.values():
+        inner = failure[0] if isinstance(failure, tuple) else failure
+        if isinstance(inner, ChecksumMismatch):
+            return str(inner)
+    # DCP folds some read errors (the .metadata read) into the text of another exception.
+    found = _MISMATCH_TEXT.search(str(exc))
+    return found.group(0) if found else None
+
+
+def verify_share(path: Path, *, rank: int, world_size: int, checksum: bool,
+                 rank_bytes: dict[Path, bytes]) -> str | None:
+    """This rank's part of the verification of the checkpoint at ``path``: an error string or None.
+
+    Args:
+        path: the checkpoint directory.
+        rank, world_size: this rank and the number of ranks (the share is every world_size-th file).
+        checksum: also read and verify this rank's own file; its bytes go into ``rank_bytes[path]``.
+        rank_bytes: where the verified rank file is kept for :func:`load_verified`.
+    """
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        return f"{MANIFEST} unreadable on rank {rank} ({exc})"
+    if manifest.get("format") != SHARDED_FORMAT:
+        return "not a sharded checkpoint (use CheckpointStore for whole-model ones)"
+    if manifest.get("world_size") != world_size:
+        return (f"saved by {manifest.get('world_size')} ranks, this run has {world_size} (the per-rank "
+                "RNG and data position do not map onto a different world size)")
+    for k, (name, expected) in enumerate(sorted(manifest["files"].items())):
+        if k % world_size != rank:
+            continue
+        try:
+            size = (path / name).stat().st_size
+        except OSError:
+            return f"{name} is missing"
+        if size != expected.get("size"):
+            return f"{name} has {size} bytes, the manifest recorded {expected.get('size')}"
+    if checksum:  # this rank's own small file, read once here and kept for the load
+        from .dcp_io import read_verified
+
+        name = rank_file(rank)
+        try:
+            rank_bytes[path] = read_verified(path / name, manifest["files"].get(name, {}))
+        except (OSError, ChecksumMismatch) as exc:
+            return str(exc)
+    return None
+
+
+def load_verified(path: Path, step: int, template: dict[str, Any], *, rank: int, verify: bool,
+                  rank_bytes: dict[Path, bytes]) -> dict[str, Any]:
+    """DCP-load the checkpoint at ``path`` into ``template``, each file's checksum verified as DCP
+    reads it; this rank's own state from ``rank_bytes`` (read by :func:`verify_share`) or the file.
+
+    Raises:
+        ChecksumMismatch: a file DCP read is damaged (on every rank: DCP gathers read errors).
+        CheckpointError: DCP failed otherwise (the checkpoint does not match the model).
+    """
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    source: dict[str, Any] = {"checkpoint_id": path}
+    if verify:
+        from .dcp_io import verifying_reader
+
+        files = json.loads((path / MANIFEST).read_text())["files"]
+        source = {"storage_reader": verifying_reader(path, files)}
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        dcp.load(template["sharded"], no_dist=active_dist() is None, **source)
+    except (Exception, CheckpointException) as exc:  # CheckpointException is a BaseException
+        mismatch = mismatch_in(exc)
+        if mismatch is not None:
+            raise ChecksumMismatch(mismatch) from exc
+        raise CheckpointError(f"DCP load failed: {str(exc).splitlines()[0]}", path=path,
+                              fix="the checkpoint does not match this model/optimizer; use the same "
+                                  "configuration as the run that saved it") from exc
+    raw = rank_bytes.pop(path, None)
+    if raw is None:
+        raw = (path / rank_file(rank)).read_bytes()
+    rank_bytes.clear()
+    rank_state = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=False)
+    return {"format": SHARDED_FORMAT, "step": step, "sharded": template["sharded"], "rank": rank_state}
