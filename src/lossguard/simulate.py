@@ -41,7 +41,7 @@ from .metrics import GRAD_NORM, LOSS, LOSS_SCALE, LR, UPDATE_RATIO
 from .recovery.action import Action
 from .recovery.decision import Decision
 from .recovery.finding import WholeLogFinding
-from .recovery.lr_phase import lr_ramp_series
+from .recovery.lr_phase import lr_jumps, lr_ramp_series
 from .recovery.policy import RecoveryPolicy
 from .recovery.resolve import halt_resume_point, loss_scale_reset_with, resolve_rollback
 from .recovery.rise_series import LossRiseSeries
@@ -167,8 +167,8 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
     lr_log = _aligned(log, LR, steps)
     ramp = (np.zeros(len(steps), dtype=bool) if lr_log is None else
             lr_ramp_series(steps, np.where(lr_log[1], lr_log[0], np.nan), cfg.lr_ramp_window))
-    # The judge's calibrated rule (guard/judge/evidence.py), vectorised: the live judge's twin.
-    bad, gn_out, gn_ratio, evidence = evidence_series(loss, ls, gn_vals, present, gs, cfg, in_lr_ramp=ramp)
+    bad, gn_out, gn_ratio, evidence = evidence_series(  # the judge's rule, vectorised: the live judge's twin
+        loss, ls, gn_vals, present, gs, cfg, in_lr_ramp=ramp & ~lr_jumps(steps, lr_log, cfg.lr_ramp_window))
     bidx = _aligned(log, "batch_index", steps)
     batch = steps.astype(np.int64) if bidx is None else np.where(bidx[1], bidx[0], steps).astype(np.int64)
     if bidx is None:

@@ -40,7 +40,8 @@ class StepStats:
         """The plain loop's :meth:`judge_step` (clipped), the LR-ramp evidence taken first: the LR
         this step will use (the ledger's cut included) goes into ``ramp`` (a
         :class:`~lossguard.recovery.lr_phase.LrRamp`, fed in step order); in the ramp, with the
-        update clipped, grad-norm evidence is waived (:func:`~.judge.evidence.ramp_clipped`).
+        update clipped, grad-norm evidence is waived (:func:`~.judge.evidence.ramp_clipped`), unless
+        the LR jumped rather than ramped.
 
         Returns:
             ``(judgement, in_lr_ramp)``.
@@ -48,7 +49,8 @@ class StepStats:
         groups = self.optimizer.param_groups
         lr = float(groups[0]["lr"]) * policy.lr_factor(step) if groups else math.nan  # as scale_lr sets it
         in_ramp = ramp.update(step, lr)
-        waived = ramp_clipped(in_ramp, self.config.max_grad_norm, self.config.lr_ramp_window)
+        # a ramp, not a jump: after an LR fault withholding still protects (recovery/lr_phase.py JUMP)
+        waived = ramp_clipped(in_ramp and not ramp.jumped(step), self.config.max_grad_norm, self.config.lr_ramp_window)
         return self.judge_step(loss, clip=True, waived=waived), in_ramp
 
     def judge_step(self, loss: Any, *, clip: bool, waived: bool = False) -> Judgement:
