@@ -180,3 +180,21 @@ def test_the_real_lr_1_run_is_named_a_stall():
     assert inc.end is not None and inc.end <= 450  # resumed as the LR decayed
     assert set(inc.details["tests"]) == {"resumed", "lr_at_peak", "attn_logits"}
     assert inc.baseline < 3.42 - 0.1 < inc.peak_value  # far above where its progress was heading
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_plateau_that_resumes_after_an_lr_restart_is_the_schedule_not_a_stall(seed):
+    """The same plateau-then-resume loss: named when the LR decays into the resumption (a stall),
+    not when the LR jumps back up before it (a warm restart: SGDR's troughs look like plateaus)."""
+    n = 1200
+    loss = stalled(n, seed, start=100, stop=650)
+    steps = np.arange(n, dtype=np.float64)
+    decaying = cosine_lr(n, 0.1, 60)
+    assert len(find_stalls(steps, loss, lr=(steps, decaying))) == 1
+    restart = decaying.copy()
+    restart[100:650] = 0.005  # the trough of a cycle ...
+    restart[650:] = 0.1       # ... and the restart to the peak where the loss resumes
+    assert find_stalls(steps, loss, lr=(steps, restart)) == []
+    # attention-logit growth is still named, whatever the schedule did
+    attn = (steps, np.full(n, 900.0))
+    assert len(find_stalls(steps, loss, lr=(steps, restart), attn=attn)) == 1
