@@ -9,6 +9,7 @@ fp16 overflows into a logged step. An overflow line is read by the text reader's
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -86,7 +87,9 @@ class Overflow:
 def parse_overflow(line: str) -> Overflow | None:
     """The overflow a DeepSpeed overflow line reports, or None when ``line`` is not one."""
     hit = overflow_scales(line)
-    if hit is None:
+    # DeepSpeed's wordings all name the attempted scale; a line naming only the new one is apex's or
+    # fairseq's, which the text reader reads (it must not claim their logs as Megatron-DeepSpeed's).
+    if hit is None or not math.isfinite(hit[1]):
         return None
     return Overflow(rank=hit[0], attempted=hit[1], reduced=hit[2])
 

@@ -55,20 +55,19 @@ class Overflow:
 def overflow_scales(text: str) -> tuple[int, float, float] | None:
     """``(rank, attempted scale, scale after)`` of the overflow line ``text``, or None when it is no
     overflow line or names no finite scale. The one reading of :data:`OVERFLOW`, shared with the
-    Megatron/DeepSpeed line grammar (:func:`lossguard.io.megatron_lines.parse_overflow`). A line that
-    names one scale only names either the attempted one (the scaler halves it) or the new one (apex
-    and fairseq, which halve too)."""
+    Megatron/DeepSpeed line grammar (:func:`lossguard.io.megatron_lines.parse_overflow`). The
+    attempted scale is NaN on a line that names only the new one (apex, fairseq); the scale after is
+    half the attempted one on a line that names only that (the scalers halve it)."""
     m = OVERFLOW.search(text)
     if m is None:
         return None
     rank, attempted, reduced, scale_set = m.groups()
     if scale_set is not None:
-        after = float(scale_set)
-        tried = 2 * after
+        tried, after = float("nan"), float(scale_set)
     else:
         tried = float(attempted)
         after = float(reduced) if reduced is not None else tried / 2
-    if not (math.isfinite(after) and math.isfinite(tried)):
+    if not math.isfinite(after):
         return None
     return int(rank or 0), tried, after
 
