@@ -13,7 +13,8 @@ medians of the whole log):
 1. **a plateau**: a stretch of at least ``min_fraction`` of the run (and ``min_blocks`` blocks)
    over which the loss improves by less than ``tol`` (a spike inside it does not end it, as long as
    the plateau's median stays level) (the larger of ``tol_sigma`` standard errors of
-   a block median and ``tol_rel`` of the level);
+   a block median and ``tol_rel`` of the level; on a smoothed series, :func:`.robust.is_smoothed`,
+   the standard error is at least the block medians' own scatter: its slow wander is no stall);
 2. **after progress**: before it, the loss was falling at a rate (per unit of log(step)) that,
    carried on over the plateau, would have taken it at least ``gap_tol`` tolerances lower. The
    rate is read from the running minimum of the block medians up to the best level reached before
@@ -37,6 +38,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .regime import D2_TO_SIGMA
+from .robust import is_smoothed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,6 +152,11 @@ def find_stalls(steps: np.ndarray, loss: np.ndarray, *, lr: tuple[np.ndarray, np
     size = len(x) / nb
     sigma = 1.4826 * np.median(np.abs(np.diff(x))) / np.sqrt(2.0)
     se = 1.25 * sigma / np.sqrt(size)
+    if is_smoothed(x):
+        # A running or moving mean (kohya's avr_loss) differs by a tiny amount from point to point but
+        # wanders over hundreds of points: its block medians scatter far more than the point noise
+        # predicts, and their own scatter (second differences: a trend cancels) is the standard error.
+        se = max(se, D2_TO_SIGMA * float(np.median(np.abs(np.diff(med, 2)))))
     centre = np.array([s[(a + b - 1) // 2] for a, b in zip(edges[:-1], edges[1:], strict=True)])
     need = max(cfg.min_blocks, int(np.ceil(cfg.min_fraction * nb)))
     out: list[Stall] = []
