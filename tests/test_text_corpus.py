@@ -29,7 +29,6 @@ KNOWN_GAPS = {
     "open_clip__spike.log": "same as open_clip__healthy.log",
     # pastes corpus
     "tf-slim__2.txt": "analyser: the spike at 319 is named spike_no_recovery at 327 (outside the margin)",
-    "deepspeech-pytorch__1.txt": "analyser: a fast spike called on 10 noisy points of a healthy paste",
     "tf-od-api-v2__1.txt": "analyser: divergence found from 200, the manifest says 700",
     "yolact__1.txt": "the loss is the column 'T' (total) among B, C, M, S: no name says so (--loss-key T reads it)",
 }
