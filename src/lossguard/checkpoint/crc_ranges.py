@@ -29,6 +29,8 @@ from .files import Checksum, ChecksumMismatch
 POLYNOMIALS = {"crc32": 0xEDB88320, "crc32c": 0x82F63B78}
 """Reflected generator polynomials by the name a manifest records a checksum under."""
 
+_BLOCK = 1 << 20  # bytes read and hashed at a time: still in cache when hashed
+_LARGE = 1 << 16  # reads from this size on are hashed as they happen; smaller ones re-read at the end
 _ONE = 1 << 31  # the polynomial 1 (x^0) in the reflected bit order
 
 
@@ -75,13 +77,20 @@ def range_crc(start: tuple[int, int], end: tuple[int, int], poly: int) -> int:
 
 
 class TrackingReader(io.RawIOBase):
-    """A read-only, seekable view of an open binary file that hashes every read as it happens and
-    records ``[offset, length, running checksum]`` per run of contiguous reads."""
+    """A read-only, seekable view of an open binary file that notes where every read went and
+    hashes the large ones (a tensor's bytes) as they happen.
+
+    ``touched`` holds ``(offset, length)`` of every read; ``hashed`` holds ``[offset, length,
+    checksum]`` per run of contiguous large reads. Small reads (zip headers, the pickle, the zip
+    directory: a few hundred bytes each) are not hashed here: :func:`verify_reads` re-reads the
+    bytes between large runs in one ``pread`` per gap, cheaper than a CRC combine per small read.
+    """
 
     def __init__(self, raw: Any, algorithm: type[Checksum]) -> None:
         super().__init__()
         self.raw, self.algorithm, self.pos = raw, algorithm, 0
-        self.reads: list[list[Any]] = []
+        self.touched: list[tuple[int, int]] = []
+        self.hashed: list[list[Any]] = []
 
     def readable(self) -> bool:
         return True
@@ -101,46 +110,77 @@ class TrackingReader(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
-        n = self.raw.readinto(view) or 0
-        self._record(view[:n])
-        return n
+        if len(view) < _LARGE:
+            n = self.raw.readinto(view) or 0
+            self._note(n)
+            return n
+        done = 0
+        # A tensor's bytes come in one read of many MiB: read and hash them a block at a time,
+        # so the CRC runs over bytes still in cache instead of a second trip through memory.
+        while done < len(view):
+            n = self.raw.readinto(view[done:done + _BLOCK]) or 0
+            self._hash(view[done:done + n])
+            done += n
+            if n < min(_BLOCK, len(view) - done + n):
+                break
+        return done
 
     def read(self, size: int | None = -1) -> bytes:
         data = self.raw.read(size)
-        self._record(data)
+        if len(data) < _LARGE:
+            self._note(len(data))
+        else:
+            self._hash(data)
         return data
 
-    def _record(self, data: Any) -> None:
+    def _note(self, n: int) -> None:
+        if n:
+            self.touched.append((self.pos, n))
+            self.pos += n
+
+    def _hash(self, data: Any) -> None:
         n = len(data)
         if not n:
             return
-        last = self.reads[-1] if self.reads else None
+        last = self.hashed[-1] if self.hashed else None
         if last is not None and last[0] + last[1] == self.pos:  # continues the previous read
             last[2].update(data)
             last[1] += n
         else:
             crc = self.algorithm()
             crc.update(data)
-            self.reads.append([self.pos, n, crc])
+            self.hashed.append([self.pos, n, crc])
+        self.touched.append((self.pos, n))
         self.pos += n
 
 
-def _pread_crc(fd: int, offset: int, length: int, algorithm: type[Checksum]) -> int:
-    """The checksum of ``length`` bytes at ``offset`` (bytes the reader skipped), read in 4 MiB blocks."""
-    crc = algorithm()
+def _pread_into(crc: Checksum, fd: int, offset: int, length: int) -> None:
+    """Hash ``length`` bytes at ``offset`` (bytes not hashed while read) into ``crc``, 4 MiB at a time."""
     while length > 0:
         data = os.pread(fd, min(length, 1 << 22), offset)
         if not data:
-            break  # the file is shorter than the marks: the CRC will not match
+            return  # the file is shorter than the marks: the CRC will not match
         crc.update(data)
         offset += len(data)
         length -= len(data)
-    return crc.value
 
 
-def verify_reads(name: str, algo: str, marks: list[list[int]], reads: list[list[Any]], fd: int,
-                 algorithm: type[Checksum]) -> None:
-    """Check every mark-to-mark range of file ``name`` that ``reads`` touched (see module).
+def _spans(name: str, positions: list[int], touched: list[tuple[int, int]], fd: int) -> list[list[int]]:
+    """The mark-index ranges ``[a, b]`` that cover every read, merged where they overlap or touch."""
+    spans: list[list[int]] = []
+    for off, n in sorted(touched):
+        a, b = bisect_right(positions, off) - 1, bisect_left(positions, off + n)
+        if a < 0 or b >= len(positions):
+            raise ChecksumMismatch(f"{name} has {os.fstat(fd).st_size} bytes, the manifest recorded {positions[-1]}")
+        if spans and a <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], b)
+        else:
+            spans.append([a, b])
+    return spans
+
+
+def verify_reads(name: str, algo: str, marks: list[list[int]], reader: TrackingReader, fd: int) -> None:
+    """Check every mark-to-mark range of file ``name`` that ``reader`` read from (see module).
 
     Raises:
         ChecksumMismatch: a range's bytes do not have the CRC the marks give it, or a read fell
@@ -149,31 +189,19 @@ def verify_reads(name: str, algo: str, marks: list[list[int]], reads: list[list[
     poly = POLYNOMIALS[algo]
     label = {"crc32": "CRC-32", "crc32c": "CRC-32C"}.get(algo, algo)
     positions = [m[0] for m in marks]
-    spans: list[list[int]] = []
-    for off, n, _ in sorted(reads, key=lambda r: r[0]):
-        a, b = bisect_right(positions, off) - 1, bisect_left(positions, off + n)
-        if a < 0 or b >= len(positions):
-            raise ChecksumMismatch(f"{name} has bytes past the {positions[-1]} the manifest recorded")
-        if spans and a <= spans[-1][1]:
-            spans[-1][1] = max(spans[-1][1], b)
-        else:
-            spans.append([a, b])
-    ordered = sorted(reads, key=lambda r: r[0])
+    hashed = sorted(reader.hashed, key=lambda r: r[0])
     i = 0
-    for a, b in spans:
+    for a, b in _spans(name, positions, reader.touched, fd):
         start, end = positions[a], positions[b]
-        acc, cur = 0, start
-        while i < len(ordered) and ordered[i][0] < end:
-            off, n, crc = ordered[i]
+        acc, cur = reader.algorithm(), start
+        while i < len(hashed) and hashed[i][0] < end:
+            off, n, crc = hashed[i]
             i += 1
-            if off > cur:  # bytes nobody read: a zip header's padding, a skipped field
-                acc, cur = combine(acc, _pread_crc(fd, cur, off - cur, algorithm), off - cur, poly), off
-            if off == cur:
-                acc, cur = combine(acc, crc.value, n, poly), cur + n
-            elif off + n > cur:  # overlaps what is already hashed: hash only the new tail, again
-                acc = combine(acc, _pread_crc(fd, cur, off + n - cur, algorithm), off + n - cur, poly)
-                cur = off + n
-        if cur < end:
-            acc = combine(acc, _pread_crc(fd, cur, end - cur, algorithm), end - cur, poly)
-        if acc != range_crc(tuple(marks[a]), tuple(marks[b]), poly):  # type: ignore[arg-type]
+            if off < cur:  # read twice: the bytes past cur are re-read with the next gap
+                continue
+            _pread_into(acc, fd, cur, off - cur)  # headers, padding, small items
+            acc.value = combine(acc.value, crc.value, n, poly)
+            cur = off + n
+        _pread_into(acc, fd, cur, end - cur)
+        if acc.value != range_crc((marks[a][0], marks[a][1]), (marks[b][0], marks[b][1]), poly):
             raise ChecksumMismatch(f"{name} does not match its {label} in manifest.json (corrupted)")
