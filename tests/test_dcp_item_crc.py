@@ -119,3 +119,18 @@ def test_a_checkpoint_without_item_marks_loads_and_is_still_verified(tmp_path):
     _flip(store.path_of(2) / "__0_0.distcp", 100)
     with pytest.raises(CheckpointError, match=r"__0_0\.distcp"):
         state.restore(store, 2)
+
+
+def test_zlib_crc32_marks_verify_too(tmp_path):
+    """Without google-crc32c the store writes zlib CRC-32 marks; the same combine checks them."""
+    state, store = _state(), ShardedCheckpointStore(tmp_path, keep_last=5)
+    store._algorithm = Checksum
+    for step in (1, 2):
+        state.step = step
+        state.save(store)
+    entry = json.loads((store.path_of(2) / "manifest.json").read_text())["files"]["__0_0.distcp"]
+    assert "crc32" in entry and "marks" in entry
+    assert state.restore(store, 2) == 2
+    _flip(store.path_of(2) / "__0_0.distcp", entry["size"] // 3)
+    with pytest.raises(CheckpointError, match=r"__0_0\.distcp does not match its CRC-32 "):
+        state.restore(store, 2)

@@ -9,12 +9,12 @@ crc(B)`` modulo the polynomial; the algebra zlib's ``crc32_combine`` rests on). 
 - while a file is written, the writer records *marks*: ``(position, CRC of the file up to there)``
   at every item boundary DCP asks for (its ``tell()`` before and after each item) and at both ends;
   the CRC of any range between two marks follows from the two marks alone;
-- while it is read, :class:`TrackingReader` records ``(offset, length, CRC)`` for each read (a read
-  that continues the previous one extends it);
+- while it is read, :class:`TrackingReader` hashes each large read (a tensor's bytes) as it
+  happens, 1 MiB at a time while the bytes are in cache, and notes where every read went;
 - when the file is closed, :func:`verify_reads` checks every mark-to-mark range that any read
-  touched: the CRCs of the reads are combined in offset order, the few bytes nobody read (zip
-  padding, skipped headers; re-read by ``pread``) fill the gaps, and the result must equal the
-  range's CRC from the marks. Every large byte is hashed once, as it is read.
+  touched: the CRCs of the large reads are combined in offset order, the bytes between them (zip
+  headers, padding, small items; re-read by ``pread``, a few KiB per item) fill the gaps, and the
+  result must equal the range's CRC from the marks. Tensor bytes are read and hashed once.
 """
 from __future__ import annotations
 
