@@ -80,3 +80,24 @@ def test_a_flat_short_log_says_what_it_could_not_judge():
     assert a.incidents == []
     (note,) = [n for n in a.notes if "too short to judge" in n]
     assert note.startswith("6 points:") and "slow recoveries" in note and "level shifts" in note
+
+
+def _short(values):
+    from lossguard.runlog import RunLogBuilder
+
+    b = RunLogBuilder("test")
+    b.start_segment("mem://short")
+    b.add("loss", list(range(1, len(values) + 1)), values)
+    return analyze(b.build())
+
+
+def test_a_per_sample_loss_that_swings_all_along_has_no_spike_at_its_highest_swing():
+    # one sample per point: every rise clears 24%, the highest is only the largest of the usual swings
+    a = _short([1.2, 3.9, 1.4, 3.1, 0.9, 1.1, 4.6, 1.3, 2.8, 1.0])
+    assert [i for i in a.incidents if i.kind in (K.SPIKE_FAST, K.SPIKE_SLOW, K.SPIKE_NO_RECOVERY)] == []
+
+
+def test_a_spike_far_above_a_noisy_short_logs_swings_is_still_found():
+    a = _short([3.1, 3.3, 3.0, 3.25, 2.95, 3.2, 9.4, 3.1, 3.2, 3.0])
+    (inc,) = a.incidents
+    assert inc.kind is K.SPIKE_FAST and inc.onset == 7

@@ -146,3 +146,37 @@ def test_tail_series_equals_the_online_tail_bit_for_bit(window, stride):
     ref = np.array([online.update(float(v)) for v in x])
     assert np.array_equal(tail_series(x, cfg, 0.9), ref, equal_nan=True)
     assert np.isnan(ref[:cfg.min_points]).all() and np.isfinite(ref[cfg.min_points:]).all()
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_grad_norm_evidence_waived_in_a_clipped_lr_ramp_by_all_three_twins(seed):
+    """Issue 20: a grad-norm blow-up while the LR ramps up, with the update clipped, is the
+    schedule's: no twin calls it bad (the grad-norm tail at 450 and the grad-with-loss at 520 are
+    waived); the loss spike, the NaN and the first-steps bound still are."""
+    loss, gn = _every_kind(seed)
+    cfg = GuardConfig(grad_norm=OutlierConfig(window=64, stride=8), max_grad_norm=1.0)
+    waived = np.zeros(len(loss), dtype=bool)
+    waived[440:530] = True
+    j = HostJudge(cfg.loss, cfg.grad_norm, evidence=cfg.evidence)
+    host = [Judgement.verdict(j.judge(float(a), float(b), waived=bool(w)).packed, step=i, batch_index=i)
+            for i, (a, b, w) in enumerate(zip(loss, gn, waived, strict=True))]
+    dev = DeviceJudge(cfg.loss, cfg.grad_norm, evidence=cfg.evidence, device="cpu")
+    f64 = dict(dtype=torch.float64)
+    device = [Judgement.verdict(dev.judge(torch.tensor(a, **f64), torch.tensor(b, **f64), waived=bool(w)).packed,
+                                step=i, batch_index=i)
+              for i, (a, b, w) in enumerate(zip(loss, gn, waived, strict=True))]
+    present = np.ones(len(gn), dtype=bool)
+    bad, _, _, ev = evidence_series(loss, score(loss, cfg.loss), gn, present, score(gn, cfg.grad_norm), cfg,
+                                    in_lr_ramp=waived)  # in the ramp, clipped (max_grad_norm=1.0): waived
+    assert [v.evidence for v in host] == [v.evidence for v in device] == [Evidence(int(e)) for e in ev]
+    assert not bad[440:530].any()
+    assert {Evidence(int(e)) for e in ev} >= {Evidence.COLD_BOUND, Evidence.NON_FINITE, Evidence.LOSS}
+    # without the waiver the same steps are grad-norm evidence
+    _, _, _, ev0 = evidence_series(loss, score(loss, cfg.loss), gn, present, score(gn, cfg.grad_norm), cfg)
+    assert Evidence(int(ev0[450])) is Evidence.GRAD_TAIL and Evidence(int(ev0[520])) is Evidence.GRAD_AND_LOSS
+
+
+def test_ramp_clipped_needs_both_the_ramp_and_a_clip():
+    from lossguard.guard.judge.evidence import ramp_clipped
+    assert ramp_clipped(True, 1.0, 20) and not ramp_clipped(True, None, 20) and not ramp_clipped(False, 1.0, 20)
+    assert not ramp_clipped(True, 1.0, 0)  # the LR-ramp rule switched off

@@ -55,7 +55,8 @@ def test_rollback_keeps_the_ledger_and_persists_it_beside_the_checkpoints(tmp_pa
     # the checkpoints hold the timeline only: no budget in them to restore by hand
     timeline = guard.store.load(guard.store.steps()[-1])["extras"]["guard"]
     assert set(timeline) == {"format", "judge", "policy", "data_count", "lr_ramp", "withheld",  # withheld: issue 23
-                             "resume_watch"}  # the losses the repeated-data test reads at a resume (issue 19)
+                             "resume_watch",  # the losses the repeated-data test reads at a resume (issue 19)
+                             "treatment"}  # the opt-in treatments' budgets (issue 20)
     assert set(timeline["policy"]) == {"episode", "overflow_streak", "level"}  # level: the loss-rise rule (issue 10)
     # a new process on the same store resumes with the ledger
     again, _ = make(tmp_path)

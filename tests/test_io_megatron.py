@@ -211,6 +211,14 @@ def test_fused_optimizer_overflow_wording_is_an_overflow_too(tmp_path):
     assert megatron_lines.parse_overflow("OVERFLOW! Rank 3 Skipping step. Attempted loss scale: 64") == (
         megatron_lines.Overflow(rank=3, attempted=64.0, reduced=32.0))  # no "reducing to": DeepSpeed halves the scale
     assert megatron_lines.parse_overflow("Attempted loss scale: 64") is None
+    # the one overflow rule (io/text/overflow.py): DeepSpeed's newer wording is read here too; apex's and
+    # fairseq's lines name no attempted scale and stay the text reader's
+    assert megatron_lines.parse_overflow("[Rank 0] Overflow detected. Skipping step. Attempted loss scale: 8, "
+                                         "reducing to 4") == megatron_lines.Overflow(rank=0, attempted=8.0, reduced=4.0)
+    assert megatron_lines.parse_overflow("Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to "
+                                         "32768.0") is None
+    assert megatron_lines.parse_overflow("NOTE: gradient overflow detected, ignoring gradient, setting loss scale "
+                                         "to: 64.0") is None
 
 
 def test_real_bloom_spike_lines(real_logs, tmp_path):

@@ -116,7 +116,7 @@ def test_monitor_update_ratio_adam_ratio_and_output_logits():
     torch.manual_seed(0)
     model = TinyGPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=8))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    mon = PrecursorMonitor(model, opt)
+    mon = PrecursorMonitor(model, opt, diagnostic_every=1)
     assert mon.names[:3] == [M.attn_layer(0), M.attn_layer(1), M.ATTN_LOGIT_MAX]
     x = torch.randint(0, 256, (4, 8))
     for _ in range(3):
@@ -130,7 +130,8 @@ def test_monitor_update_ratio_adam_ratio_and_output_logits():
         mon.after_step()
         opt.zero_grad()
     stats = mon.read()
-    num = math.sqrt(sum(float((p.detach() - b).square().sum()) for p, b in zip(model.parameters(), before)))
+    pairs = zip(model.parameters(), before, strict=True)
+    num = math.sqrt(sum(float((p.detach() - b).square().sum()) for p, b in pairs))
     den = math.sqrt(sum(float(b.square().sum()) for b in before))
     assert stats[M.UPDATE_RATIO] == pytest.approx(num / den, rel=1e-4)
     assert stats[M.ADAM_V_RATIO] == pytest.approx(g2 / v, rel=1e-4)
@@ -152,7 +153,7 @@ def _guarded(tmp_path, treatment, lr=0.05, steps=40, stats="auto"):
                            precursors=True, treatment=treatment)
     g = torch.Generator().manual_seed(0)
     batches = [torch.randint(0, 256, (4, 9), generator=g) for _ in range(steps)]
-    for step, b in guard.batches(batches, steps=steps):
+    for _step, b in guard.batches(batches, steps=steps):
         _, loss = model(b[:, :-1], b[:, 1:])
         loss.backward()
         guard.step(loss)
@@ -238,3 +239,63 @@ def test_update_size_test_sees_an_lr_jump_and_cuts_it_back(tmp_path):
     assert guard.ledger.lr_factor(80) == pytest.approx(cuts[0]["factor"])
     _, recs = train(1.0)  # no jump: no action
     assert not [r for r in recs if r.get("event") == "lr_cut"]
+
+
+def test_diagnostics_measured_every_kth_step_and_held_between():
+    """Output logits and Adam's ratio on steps 0, 2, 4 (diagnostic_every=2), held on 1, 3; the
+    update ratio changes every step."""
+    from lossguard.demo.model import GPTConfig, TinyGPT
+    torch.manual_seed(0)
+    model = TinyGPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    mon = PrecursorMonitor(model, opt, diagnostic_every=2)
+    seen = []
+    for i in range(5):
+        x = torch.randint(0, 256, (4, 8), generator=torch.Generator().manual_seed(i))
+        logits, loss = model(x, x)
+        loss.backward()
+        mon.before_step()
+        opt.step()
+        mon.after_step()
+        opt.zero_grad()
+        seen.append((mon.read(), float(logits.detach().abs().max())))
+    for i, (stats, out_max) in enumerate(seen):
+        if i % 2 == 0:
+            assert stats[M.OUTPUT_LOGIT_MAX] == pytest.approx(out_max, rel=1e-5)
+        else:  # held from the step before
+            assert stats[M.OUTPUT_LOGIT_MAX] == seen[i - 1][0][M.OUTPUT_LOGIT_MAX] != pytest.approx(out_max)
+            a, b = stats[M.ADAM_V_RATIO], seen[i - 1][0][M.ADAM_V_RATIO]
+            assert a == b or math.isnan(a) and math.isnan(b)
+    assert math.isnan(seen[0][0][M.ADAM_V_RATIO])  # no second moment before the first step
+    assert seen[2][0][M.ADAM_V_RATIO] != seen[1][0][M.ADAM_V_RATIO]
+    ratios = [s[M.UPDATE_RATIO] for s, _ in seen]
+    assert len(set(ratios)) == 5 and all(r > 0 for r in ratios)
+
+
+def test_treatment_budgets_travel_in_the_guards_checkpointed_state(tmp_path):
+    """A resume restores how often each responder may still act (issue 20): the QK-clip budget and
+    LR-cut count of the treatment, the window and cut count of the update-size test."""
+    from lossguard.guard import StabilityGuard
+    from lossguard.guard.treatment import PrecursorTreatment, TreatmentConfig
+    from lossguard.guard.update_size import UpdateSizeConfig, UpdateSizeTest
+    from lossguard.demo.model import GPTConfig, TinyGPT
+    treat = PrecursorTreatment(TreatmentConfig(tau=0.05, window=10, max_clip_steps=3, max_lr_cuts=2))
+    size = UpdateSizeTest(UpdateSizeConfig(window=8, min_points=8))
+    guard, _ = _guarded(tmp_path, [treat, size])
+    sd = json.loads(json.dumps(guard.state_dict()))  # JSON-safe, as checkpoints keep it
+    assert sd["treatment"][0]["lr_cuts"] == 2 and sd["treatment"][0]["clip_steps"]
+    assert len(sd["treatment"][1]["hist"]) == 8
+    model = TinyGPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=8))
+    fresh_treat, fresh_size = PrecursorTreatment(treat.config), UpdateSizeTest(size.config)
+    other = StabilityGuard(model, torch.optim.AdamW(model.parameters()), precursors=True,
+                           treatment=[fresh_treat, fresh_size], log_path=tmp_path / "other.jsonl")
+    other.load_state_dict(sd)
+    assert fresh_treat.state_dict() == treat.state_dict() and fresh_size.state_dict() == size.state_dict()
+    assert fresh_treat.lr_cuts == 2  # no LR cut left to make after the resume
+    # a rollback to an older checkpoint restores the windows, not the budget: cuts made stay made
+    older = {**sd["treatment"][0], "lr_cuts": 0, "lr_factor": 1.0, "last_cut": None, "clip_steps": []}
+    fresh_treat.load_state_dict(older)
+    assert fresh_treat.lr_cuts == 2 and fresh_treat.lr_factor == treat.lr_factor and not fresh_treat._clip_steps
+    fresh_size.load_state_dict({**sd["treatment"][1], "cuts": 0, "factor": 1.0, "hist": []})
+    assert fresh_size.cuts == size.cuts and not fresh_size._hist
+    other.close()

@@ -11,6 +11,7 @@ import pytest
 from lossguard import metrics as M
 from lossguard.analysis import analyze
 from lossguard.classify.incident import IncidentKind as K
+from lossguard.detect.robust import is_smoothed
 from lossguard.detect.stall import StallConfig, find_stalls
 from lossguard.io import read_log
 from lossguard.recovery.action import Action
@@ -64,7 +65,7 @@ def test_stall_at_peak_lr_resuming_is_named_with_evidence_and_plan(tmp_path, see
     loss = stalled(n, seed, start=100, stop=650)
     attn = np.concatenate([np.linspace(5, 900, 200), np.full(n - 200, 900.0)])
     rep = analyze(read_log(_write(tmp_path / "run.jsonl", loss, cosine_lr(n, 0.1, 60), attn)))
-    stalls = [(i, p) for i, p in zip(rep.incidents, rep.plans) if i.kind is K.STALL]
+    stalls = [(i, p) for i, p in zip(rep.incidents, rep.plans, strict=False) if i.kind is K.STALL]
     assert len(stalls) == 1
     inc, plan = stalls[0]
     assert 60 <= inc.onset <= 200 and 450 <= inc.peak <= 700
@@ -180,3 +181,47 @@ def test_the_real_lr_1_run_is_named_a_stall():
     assert inc.end is not None and inc.end <= 450  # resumed as the LR decayed
     assert set(inc.details["tests"]) == {"resumed", "lr_at_peak", "attn_logits"}
     assert inc.baseline < 3.42 - 0.1 < inc.peak_value  # far above where its progress was heading
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_plateau_that_resumes_after_an_lr_restart_is_the_schedule_not_a_stall(seed):
+    """The same plateau-then-resume loss: named when the LR decays into the resumption (a stall),
+    not when the LR jumps back up before it (a warm restart: SGDR's troughs look like plateaus)."""
+    n = 1200
+    loss = stalled(n, seed, start=100, stop=650)
+    steps = np.arange(n, dtype=np.float64)
+    decaying = cosine_lr(n, 0.1, 60)
+    assert len(find_stalls(steps, loss, lr=(steps, decaying))) == 1
+    restart = decaying.copy()
+    restart[100:650] = 0.005  # the trough of a cycle ...
+    restart[650:] = 0.1       # ... and the restart to the peak where the loss resumes
+    assert find_stalls(steps, loss, lr=(steps, restart)) == []
+    # attention-logit growth is still named, whatever the schedule did
+    attn = (steps, np.full(n, 900.0))
+    assert len(find_stalls(steps, loss, lr=(steps, restart), attn=attn)) == 1
+
+
+def moving_mean(raw: np.ndarray, window: int) -> np.ndarray:
+    """The mean of the last ``window`` raw losses (fewer while it fills), as a trainer's bar shows it."""
+    c = np.cumsum(raw)
+    out = c.copy()
+    out[window:] = c[window:] - c[:-window]
+    return out / np.minimum(np.arange(1, len(raw) + 1), window)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_moving_mean_of_a_flat_noisy_loss_wanders_but_never_stalls(seed):
+    # kohya-style avr_loss: the mean of the last epoch's per-step losses of a diffusion model (noisy,
+    # no trend): it wanders slowly over hundreds of steps and its point-to-point noise is tiny
+    raw = np.random.default_rng(seed).gamma(2.0, 0.05, 1600)
+    x = moving_mean(raw, 200)
+    assert is_smoothed(x) and not is_smoothed(raw)
+    assert find_stalls(np.arange(1, 1601), x) == []
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_a_moving_mean_of_a_stalled_loss_is_still_a_stall(seed):
+    n = 1200
+    x = moving_mean(stalled(n, seed, start=100, stop=650), 20)
+    assert is_smoothed(x)
+    assert len(find_stalls(np.arange(n), x, lr=(np.arange(n), cosine_lr(n, 0.1, 60)))) == 1

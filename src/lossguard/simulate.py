@@ -37,13 +37,14 @@ from .detect.outlier import score
 from .guard.config import GuardConfig
 from .guard.judge.evidence import evidence_series, onset_lag
 from .guard.withheld import ReplayedStreak
+from .guard.update_size import merge_update_size
 from .jsonsafe import strict_json
 from .detect.loss_scale import is_static
-from .metrics import GRAD_NORM, LOSS, LOSS_SCALE, LR
+from .metrics import GRAD_NORM, LOSS, LOSS_SCALE, LR, UPDATE_RATIO
 from .recovery.action import Action
 from .recovery.decision import Decision
 from .recovery.finding import WholeLogFinding
-from .recovery.lr_phase import lr_ramp_series
+from .recovery.lr_phase import lr_jumps, lr_ramp_series
 from .recovery.policy import RecoveryPolicy
 from .recovery.resolve import halt_resume_point, loss_scale_reset_with, resolve_rollback
 from .recovery.rise_series import LossRiseSeries
@@ -122,7 +123,7 @@ def _aligned(log: RunLog, metric: str, steps: np.ndarray) -> tuple[np.ndarray, n
 
 
 def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Sequence[int] | None = None,
-             metric: str = LOSS, findings: Sequence[WholeLogFinding] = ()) -> Simulation:
+             metric: str = LOSS, findings: Sequence[WholeLogFinding] = (), update_size: Any = None) -> Simulation:
     """Replay the guard's judge and policy over ``log`` (see the module docstring).
 
     Args:
@@ -134,6 +135,7 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
             analyser found that a live guard cannot see, e.g. repeated data after a resume). Empty
             (the default): exactly what a live guard decides. ``analyze`` and ``lossguard simulate``
             pass the analyser's findings, so they name the same actions.
+        update_size: replay the update-size test too: :func:`lossguard.guard.update_size.merge_update_size`.
 
     Returns:
         The :class:`Simulation`.
@@ -165,11 +167,11 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
         if cfg.grad_norm is not None:
             gs = score(gn_vals[present], cfg.grad_norm)  # the test sees only the points it was fed
             gn_z[present] = gs.z
-    # The judge's calibrated rule (guard/judge/evidence.py), vectorised: the live judge's twin.
-    bad, gn_out, gn_ratio, evidence = evidence_series(loss, ls, gn_vals, present, gs, cfg)
     lr_log = _aligned(log, LR, steps)
     ramp = (np.zeros(len(steps), dtype=bool) if lr_log is None else
             lr_ramp_series(steps, np.where(lr_log[1], lr_log[0], np.nan), cfg.lr_ramp_window))
+    bad, gn_out, gn_ratio, evidence = evidence_series(  # the judge's rule, vectorised: the live judge's twin
+        loss, ls, gn_vals, present, gs, cfg, in_lr_ramp=ramp & ~lr_jumps(steps, lr_log, cfg.lr_ramp_window))
     bidx = _aligned(log, "batch_index", steps)
     batch = steps.astype(np.int64) if bidx is None else np.where(bidx[1], bidx[0], steps).astype(np.int64)
     if bidx is None:
@@ -236,6 +238,7 @@ def simulate(log: RunLog, config: GuardConfig | None = None, *, checkpoints: Seq
             break
         if nb > nf and policy.level["seen"] == 0:  # the rule rolled back: it watches afresh from here
             rise = LossRiseSeries(ls.baseline, eligible, cfg, start=i + 1)
+    merge_update_size(sim, steps, _aligned(log, UPDATE_RATIO, steps), lr_log, bad, update_size)  # opt-in
     return sim
 
 

@@ -10,7 +10,8 @@ the whole log, the same relative distance the point test uses while its window f
   carries at least half the rise. A spike, onset at the jump; recovered when a later point is back
   within ``rel_threshold`` of the level before it, fast when that is the next logged point or
   within ``fast_steps`` (a sparse log cannot resolve recovery below its interval); otherwise a
-  spike without recovery whose log ends too soon to tell a slow recovery from none;
+  spike without recovery whose log ends too soon to tell a slow recovery from none; unless the
+  rise is no more than the log's own upward swings (:func:`.short_noise.within_swing`);
 * **climb**: the same rise over at least three points, no step carrying half of it: a divergence,
   onset at the lowest point before the climb (the turn).
 
@@ -40,6 +41,7 @@ from ..recovery.severity import Severity
 from .context import Context
 from .incident import Incident, IncidentKind as K
 from .settings import AnalyzeConfig
+from .short_noise import STILL_HIGH, sustained, within_swing
 
 RELATIVE_RULE = "short log, relative"
 """``details["rule"]`` of an incident found by the relative rules (whole-log evidence for the policy:
@@ -55,8 +57,6 @@ CLIMB_POINTS = 3
 """A climb spans at least this many points (its lowest point and two rising after it)."""
 REPLACED = frozenset({K.SPIKE_FAST, K.SPIKE_SLOW, K.SPIKE_NO_RECOVERY, K.DIVERGENCE, K.LEVEL_SHIFT})
 """Detector incidents on the loss that a short-log finding over the same stretch replaces."""
-STILL_HIGH = 0.5
-"""A climb still counts when the last point keeps at least this share of its rise."""
 DROP_SIDE_POINTS = 5
 """The short-log drop rule compares medians of at least this many points each side of a fall (a
 median of 5 ignores two outliers)."""
@@ -239,20 +239,6 @@ def _short_drop(ctx: Context) -> Incident | None:
                                                 "points": n})
 
 
-SUSTAINED_POINTS = 4
-"""Points after a jump that must all stay up for one point before it to count as the level (a
-paste that starts just before the jump: ``1.70, 11.46, 11.46, 11.47, ...``)."""
-
-
-def _sustained(x: np.ndarray, s: int, level: float, rise: float) -> bool:
-    """True when at least :data:`SUSTAINED_POINTS` points from ``s`` on all keep at least
-    :data:`STILL_HIGH` of the ``rise`` above ``level``, and the rise is at least the level itself
-    (a doubling: one point is a rough level, so only a jump far above any noise of it counts)."""
-    after = x[s:]
-    return (len(after) >= SUSTAINED_POINTS and rise >= abs(level)
-            and bool(np.all(after >= level + STILL_HIGH * rise)))
-
-
 def short_pass(ctx: Context) -> None:
     """The relative rules over a log shorter than :data:`SHORT_LOG_POINTS` (see the module docstring)."""
     drop = _short_drop(ctx)
@@ -274,8 +260,10 @@ def short_pass(ctx: Context) -> None:
     d = np.diff(x[m:p + 1])
     s = m + 1 + int(np.argmax(d))
     if float(d.max()) >= JUMP_SHARE * rise:
-        if s < MIN_JUDGED_POINTS - 1 and not _sustained(x, s, x[m], rise):
+        if s < MIN_JUDGED_POINTS - 1 and not sustained(x, s, x[m], rise):
             return  # one point before the jump sets no level, unless the loss stays up after it
+        if within_swing(x, m, p):
+            return  # no more than the swings the log makes all along (a per-sample loss)
         inc = _spike(ctx, s)
     elif p - m + 1 >= CLIMB_POINTS and x[-1] - x[m] >= STILL_HIGH * rise:
         inc = _climb(ctx, m, p)

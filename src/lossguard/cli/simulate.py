@@ -35,6 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoints", default=None, metavar="DIR|STEPS",
                    help="checkpoint directory or a comma list of steps (default: every checkpoint_every steps)")
     p.add_argument("--metric", default="loss", metavar="NAME", help="the loss series to judge (default: loss)")
+    p.add_argument("--update-size", action="store_true",
+                   help="also replay the opt-in update-size test (treatment=UpdateSizeTest()) over the log's "
+                        "update_ratio: an LR jump the loss does not show")
     add_reader_options(p)
     p.add_argument("--json", action="store_true", help="print the simulation as JSON")
     p.add_argument("--html", default=None, metavar="FILE",
@@ -58,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
     log = read_inputs(args)
     # The analyser's whole-log findings are evidence for the policy too (recovery/finding.py), so
     # `simulate` names the actions `analyze` plans, at the same steps, in the same words.
-    sim = simulate(log, cfg, checkpoints=checkpoints, metric=args.metric, findings=_findings(log, args.metric))
+    sim = simulate(log, cfg, checkpoints=checkpoints, metric=args.metric, findings=_findings(log, args.metric),
+                   update_size=True if args.update_size else None)
     print_read_warnings(log)  # after simulate(): bad input gets one message, the error alone
     if args.json:
         print(json.dumps(sim.to_dict(), indent=2, allow_nan=False))

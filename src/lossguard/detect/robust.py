@@ -61,3 +61,24 @@ def window_stats(x: np.ndarray, refresh: np.ndarray, *, window: int,
         sig[part] = DIFF_TO_SIGMA * prefix_medians(np.abs(np.diff(x[:int(r.max())])), r - 1)
     sig = np.maximum(sig, rel_noise_floor * np.abs(med))
     return med, sig
+
+
+SMOOTHED_RATIO = 1.22
+""":func:`is_smoothed` threshold on ``median|x[t] - x[t-2]| / median|x[t] - x[t-1]|``: 1 for
+independent noise around a trend (the first differences anticorrelate, lag-1 correlation -0.5),
+sqrt(2) for a running or moving mean or an EMA (each point carries the last one's noise: correlation
+0 or above). The threshold sits at correlation -0.25, sqrt(1.5)."""
+
+
+def is_smoothed(x: np.ndarray) -> bool:
+    """True when the points of ``x`` are not independent draws around a trend but a running mean of
+    them (kohya's ``avr_loss``, a TensorBoard-smoothed export): two-step differences are
+    :data:`SMOOTHED_RATIO` times the one-step ones or more. Such a series' point-to-point noise
+    understates how far it wanders."""
+    x = np.asarray(x, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if len(x) < 8:
+        return False
+    one = float(np.median(np.abs(np.diff(x))))
+    two = float(np.median(np.abs(x[2:] - x[:-2])))
+    return one > 0 and two >= SMOOTHED_RATIO * one

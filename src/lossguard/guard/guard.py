@@ -200,11 +200,11 @@ class StabilityGuard:
         if self.halted:
             return
         with torch.no_grad():
-            j = self.stats.judge_step(loss, clip=True)
+            j, ramp = self.stats.judge_step_in_ramp(loss, self.step_count, self.policy, self._lr_ramp)
             packed, lr_used, scale = apply_update(self, j)
         # A deferred verdict arrives after the next update: too late to replay the batch.
-        meta = self.feed.step_meta(self.step_count, lr=lr_used, loss_scale=scale, replay=replay,
-                                   replayable=not self.transfer.deferred)
+        meta = {**self.feed.step_meta(self.step_count, lr=lr_used, loss_scale=scale, replay=replay,
+                                      replayable=not self.transfer.deferred), "in_lr_ramp": ramp}
         self._advance()
         ready = self.transfer.push(packed, meta)
         if ready is not None:

@@ -38,7 +38,8 @@ def read_step(guard: StabilityGuard, packed: Any, meta: dict[str, Any]) -> tuple
         packed, pre = split_precursors(guard.precursors, packed)
     v = Judgement.verdict(packed, step=meta["step"], batch_index=meta["batch_index"], lr=meta["lr"],
                           loss_scale=meta["loss_scale"])
-    v.in_lr_ramp = guard._lr_ramp.update(v.step, v.lr)  # the policy's LR-schedule evidence
+    # the policy's LR-schedule evidence (the plain loop took it before judging; framework mode here)
+    v.in_lr_ramp = meta["in_lr_ramp"] if "in_lr_ramp" in meta else guard._lr_ramp.update(v.step, v.lr)
     guard.last_record = v
     if cfg.log_metrics:
         m = {"loss": v.loss, "grad_norm": v.grad_norm, "lr": v.lr}
@@ -48,8 +49,8 @@ def read_step(guard: StabilityGuard, packed: Any, meta: dict[str, Any]) -> tuple
             m.update(guard.precursors.decode(pre))
         guard.log.metrics(v.step, m)
     if pre is not None and guard.treatment is not None and not cfg.shadow:
-        treatment = guard.treatment
-        for responder in (treatment if isinstance(treatment, (list, tuple)) else [treatment]):
+        from .precursor_hook import responders
+        for responder in responders(guard.treatment):
             for rec in responder.respond(v.step, guard.precursors, pre, guard.ledger, v.lr):
                 guard.log.event(rec)
     transient = False

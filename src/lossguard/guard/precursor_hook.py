@@ -31,9 +31,28 @@ def append_precursors(monitor, packed):
 def split_precursors(monitor, packed):
     """``(verdict values, precursor values)`` from a host copy made by :func:`append_precursors`."""
     values = packed if isinstance(packed, list) else packed.tolist()
-    n = len(values) - _length(monitor)
+    n = len(values) - monitor.packed_length()
     return values[:n], values[n:]
 
 
-def _length(monitor) -> int:
-    return len(monitor.names) + sum(int(p.head_max().numel()) for p in monitor.probes)
+def responders(treatment) -> list:
+    """The guard's ``treatment`` argument as a list of responders (None: none)."""
+    if treatment is None:
+        return []
+    return list(treatment) if isinstance(treatment, (list, tuple)) else [treatment]
+
+
+def responders_state(treatment) -> list:
+    """Each responder's budgets (its ``state_dict()``), in order: they go into the guard's checkpointed
+    state, so a resume does not reset how often a treatment may still act."""
+    return [r.state_dict() for r in responders(treatment)]
+
+
+def load_responders_state(treatment, states) -> None:
+    """Restore :func:`responders_state` output (None, or a different number of responders: a
+    checkpoint from another configuration, left alone)."""
+    rs = responders(treatment)
+    if states is None or len(states) != len(rs):
+        return
+    for r, st in zip(rs, states, strict=True):
+        r.load_state_dict(st)

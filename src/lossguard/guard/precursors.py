@@ -25,7 +25,11 @@ from torch import nn
 
 from .. import metrics as M
 from .attention_probe import AttentionProbe, find_attention
+from .update_ratio import UpdateRatio
 
+
+DIAGNOSTIC_EVERY = 4
+"""Default of :class:`PrecursorMonitor`'s ``diagnostic_every``."""
 
 LSE_STRIDE = 4
 """The output's log Z is averaged over every ``LSE_STRIDE``-th position (rows of the flattened
@@ -52,14 +56,21 @@ class PrecursorMonitor:
         attention: probe the attention modules (:func:`~lossguard.guard.attention_probe.find_attention`).
         output: the output projection to watch (default: a module named ``lm_head`` / ``output``);
             False: none.
-        update_ratio: measure ``||dtheta||/||theta||``. Keeps one copy of the parameters (memory of
-            one model) to subtract from; the copy and the norms are two fused passes per step.
+        update_ratio: measure ``||dtheta||/||theta||``. Keeps one flat copy of the parameters
+            (memory of one model) to subtract from (:class:`~lossguard.guard.update_ratio.UpdateRatio`).
         every: hook-based attention kinds recompute logits every ``every`` forwards (see
             :class:`~lossguard.guard.attention_probe.AttentionProbe`).
+        diagnostic_every: the output-logit statistics and Adam's ratio are measured on every
+            ``diagnostic_every``-th step (the first included) and held between. They are read as
+            trends (a drift of log Z, a second moment that lags the gradient), not as a per-step
+            trigger; measured every step they cost ~1.5% of a CPU step of the benchmark model
+            (``benchmarks/precursor_overhead.py``). The attention logits (QK-clip's trigger) and
+            the update ratio (the update-size test counts consecutive steps) stay per step.
     """
 
     def __init__(self, model: nn.Module, optimizer=None, *, attention: bool = True,
-                 output: nn.Module | Literal[False] | None = None, update_ratio: bool = True, every: int = 1) -> None:
+                 output: nn.Module | Literal[False] | None = None, update_ratio: bool = True, every: int = 1,
+                 diagnostic_every: int = DIAGNOSTIC_EVERY) -> None:
         base = getattr(model, "module", model)
         self.optimizer = optimizer
         self.params = [p for p in base.parameters() if p.requires_grad]
@@ -69,18 +80,23 @@ class PrecursorMonitor:
         nan = torch.full((), math.nan, device=device)
         self._out_max, self._out_lse = nan, nan
         self._update, self._adam = nan.clone(), nan.clone()
-        self._prev: list[torch.Tensor] | None = None
+        self._ratio = UpdateRatio(self.params) if update_ratio and self.params else None
         self._handle = self.output.register_forward_hook(self._on_output) if self.output is not None else None
         self.update_ratio = update_ratio
+        self.diagnostic_every = max(1, int(diagnostic_every))
+        self._steps = 0  # optimizer steps seen (after_step calls): picks the diagnostic steps
+        self._scalar_names = (([M.OUTPUT_LOGIT_MAX, M.OUTPUT_LSE] if self.output is not None else [])
+                              + ([M.UPDATE_RATIO] if update_ratio else [])
+                              + ([M.ADAM_V_RATIO] if optimizer is not None else []))
         self.names = ([M.attn_layer(i) for i in range(len(self.probes))]
-                      + ([M.ATTN_LOGIT_MAX] if self.probes else [])
-                      + ([M.OUTPUT_LOGIT_MAX, M.OUTPUT_LSE] if self.output is not None else [])
-                      + ([M.UPDATE_RATIO] if update_ratio else [])
-                      + ([M.ADAM_V_RATIO] if optimizer is not None else []))
-        """Metric names of :meth:`packed`'s entries, in order."""
+                      + ([M.ATTN_LOGIT_MAX] if self.probes else []) + self._scalar_names)
+        """Metric names :meth:`decode` returns, in order."""
+
+    def _diagnostic_step(self) -> bool:
+        return self._steps % self.diagnostic_every == 0
 
     def _on_output(self, module, args, out) -> None:
-        if not module.training:
+        if not module.training or not self._diagnostic_step():
             return
         with torch.no_grad():
             z = out.detach()
@@ -94,7 +110,7 @@ class PrecursorMonitor:
     @torch.no_grad()
     def before_step(self) -> None:
         """After backward, before the optimizer step: Adam's ratio and the parameters' copy."""
-        if self.optimizer is not None:
+        if self.optimizer is not None and self._diagnostic_step():
             g2, v = [], []
             for group in self.optimizer.param_groups:
                 for p in group["params"]:
@@ -105,49 +121,45 @@ class PrecursorMonitor:
             if g2:
                 num = torch.stack(torch._foreach_norm(g2)).square().sum()
                 den = torch.stack(torch._foreach_norm(v, 1)).sum()  # v >= 0: its sum is its L1 norm
-                self._adam = num / den.clamp_min(1e-30)
-        if self.update_ratio and self.params:
-            if self._prev is None:
-                self._prev = [p.detach().clone() for p in self.params]
-            else:
-                torch._foreach_copy_(self._prev, [p.detach() for p in self.params])
+                self._adam = (num / den.clamp_min(1e-30)).float()
+        if self._ratio is not None:
+            self._ratio.before(refresh=self._diagnostic_step())
 
     @torch.no_grad()
     def after_step(self) -> None:
-        """Right after the optimizer step: ``||theta_new - theta_old|| / ||theta_old||``."""
-        if self._prev is None:
-            return
-        diff = torch._foreach_sub([p.detach() for p in self.params], self._prev)
-        num = torch.stack(torch._foreach_norm(diff)).square().sum().sqrt()
-        den = torch.stack(torch._foreach_norm(self._prev)).square().sum().sqrt()
-        self._update = num / den.clamp_min(1e-30)
+        """Right after the optimizer step: ``||theta_new - theta_old|| / ||theta_old||``, the
+        denominator taken on the diagnostic steps and held between (see
+        :class:`~lossguard.guard.update_ratio.UpdateRatio`)."""
+        self._steps += 1
+        ratio = self._ratio.after() if self._ratio is not None else None
+        if ratio is not None:
+            self._update = ratio
 
     def head_max(self) -> list[torch.Tensor]:
         """Per-head largest attention logit of each probed layer (device tensors)."""
         return [p.head_max() for p in self.probes]
 
     def packed(self) -> torch.Tensor:
-        """Every statistic in one float32 device tensor (no sync): the entries of :attr:`names`, then
-        every probed head's largest logit, layer by layer (:meth:`heads` splits them off)."""
-        parts, heads = [], []
-        if self.probes:
-            heads = [h.float().reshape(-1) for h in self.head_max()]
-            layer = torch.stack([h.amax() for h in heads])
-            parts += [layer, layer.amax().reshape(1)]
-        if self.output is not None:
-            parts.append(torch.stack([self._out_max, self._out_lse]))
-        if self.update_ratio:
-            parts.append(self._update.reshape(1))
-        if self.optimizer is not None:
-            parts.append(self._adam.reshape(1))
-        if not parts:
-            return torch.zeros(0)
-        return torch.cat([p.float().reshape(-1) for p in parts] + heads)
+        """Every statistic in one float32 device tensor (no sync): the entries of :attr:`scalar_names`,
+        then every probed head's largest logit, layer by layer. The per-layer and overall maxima are
+        taken from the heads on the host (:meth:`decode`): fewer device ops per step."""
+        parts = [torch.stack(self._scalars())] if self._scalar_names else []
+        parts += [p.head_max().reshape(-1).float() for p in self.probes]
+        return torch.cat(parts) if parts else torch.zeros(0)
+
+    def _scalars(self) -> list[torch.Tensor]:
+        out = [self._out_max, self._out_lse] if self.output is not None else []
+        out += [self._update] if self.update_ratio else []
+        return out + ([self._adam] if self.optimizer is not None else [])
+
+    def packed_length(self) -> int:
+        """Number of entries of :meth:`packed`."""
+        return len(self._scalar_names) + sum(int(p.head_max().numel()) for p in self.probes)
 
     def heads(self, values) -> list[list[float]]:
         """Per probed layer, the per-head largest logits from :meth:`packed`'s host values."""
         vals = values.tolist() if hasattr(values, "tolist") else list(values)
-        out, i = [], len(self.names)
+        out, i = [], len(self._scalar_names)
         for p in self.probes:
             n = int(p.head_max().numel())
             out.append([float(v) for v in vals[i:i + n]])
@@ -155,9 +167,17 @@ class PrecursorMonitor:
         return out
 
     def decode(self, values) -> dict[str, float]:
-        """``{metric name: float}`` from :meth:`packed`'s values (a host list or tensor)."""
+        """``{metric name: float}`` (every name of :attr:`names`) from :meth:`packed`'s values (a host
+        list or tensor)."""
         vals = values.tolist() if hasattr(values, "tolist") else list(values)
-        return {n: float(v) for n, v in zip(self.names, vals[:len(self.names)], strict=False)}
+        out = {}
+        if self.probes:
+            layers = [_nan_max(h) for h in self.heads(vals)]
+            out = {M.attn_layer(i): m for i, m in enumerate(layers)}
+            out[M.ATTN_LOGIT_MAX] = _nan_max(layers)
+        k = len(self._scalar_names)
+        out.update({n: float(v) for n, v in zip(self._scalar_names, vals[:k], strict=True)})
+        return out
 
     def read(self) -> dict[str, float]:
         """:meth:`packed` read to the host now (one transfer) and decoded."""
@@ -177,3 +197,8 @@ class PrecursorMonitor:
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
+
+
+def _nan_max(values: list[float]) -> float:
+    """The largest value; NaN if any is NaN (as the device's ``amax`` would give)."""
+    return math.nan if not values or any(v != v for v in values) else max(values)

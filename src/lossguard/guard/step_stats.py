@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from .config import GuardConfig
+from .judge.evidence import ramp_clipped
 from .judge.twins import DeviceJudge, HostJudge, Judgement
 
 
@@ -35,12 +36,30 @@ class StepStats:
         self.judged = 0
         """Steps judged by this process (the first ones get the sanity bound's scale)."""
 
-    def judge_step(self, loss: Any, *, clip: bool) -> Judgement:
-        """Global loss, unscale, grad norm (clipped when ``clip``), then the judge's verdict."""
+    def judge_step_in_ramp(self, loss: Any, step: int, policy: Any, ramp: Any) -> tuple[Judgement, bool]:
+        """The plain loop's :meth:`judge_step` (clipped), the LR-ramp evidence taken first: the LR
+        this step will use (the ledger's cut included) goes into ``ramp`` (a
+        :class:`~lossguard.recovery.lr_phase.LrRamp`, fed in step order); in the ramp, with the
+        update clipped, grad-norm evidence is waived (:func:`~.judge.evidence.ramp_clipped`), unless
+        the LR jumped rather than ramped.
+
+        Returns:
+            ``(judgement, in_lr_ramp)``.
+        """
+        groups = self.optimizer.param_groups
+        lr = float(groups[0]["lr"]) * policy.lr_factor(step) if groups else math.nan  # as scale_lr sets it
+        in_ramp = ramp.update(step, lr)
+        # a ramp, not a jump: after an LR fault withholding still protects (recovery/lr_phase.py JUMP)
+        waived = ramp_clipped(in_ramp and not ramp.jumped(step), self.config.max_grad_norm, self.config.lr_ramp_window)
+        return self.judge_step(loss, clip=True, waived=waived), in_ramp
+
+    def judge_step(self, loss: Any, *, clip: bool, waived: bool = False) -> Judgement:
+        """Global loss, unscale, grad norm (clipped when ``clip``), then the judge's verdict
+        (``waived``: grad-norm evidence waived, see :meth:`judge_step_in_ramp`)."""
         import torch
 
         if self.sharded:
-            return self._judge_sharded(loss, clip=clip)
+            return self._judge_sharded(loss, clip=clip, waived=waived)
         local = loss.detach().to(torch.float64).reshape(())
         glob = local.clone()
         if self.world > 1:
@@ -58,10 +77,11 @@ class StepStats:
                                                        for p in self.params])) if self.params else None
         self.judged += 1
         if isinstance(self.judge, HostJudge):
-            return self.judge.judge(float(glob), float(gn), float(local), math.nan if pn is None else float(pn))
-        return self.judge.judge(glob, gn, local, pn)
+            return self.judge.judge(float(glob), float(gn), float(local), math.nan if pn is None else float(pn),
+                                    waived)
+        return self.judge.judge(glob, gn, local, pn, waived)
 
-    def _judge_sharded(self, loss: Any, *, clip: bool) -> Judgement:
+    def _judge_sharded(self, loss: Any, *, clip: bool, waived: bool = False) -> Judgement:
         """FSDP2: the statistics from the local shards in one all-reduce
         (:func:`lossguard.distributed.fsdp.reduce_step_stats`)."""
         import torch
@@ -78,5 +98,5 @@ class StepStats:
         local = loss.detach().to(torch.float64).reshape(())
         if isinstance(self.judge, HostJudge):
             pn = math.nan if stats.param_norm is None else float(stats.param_norm)
-            return self.judge.judge(float(stats.loss), float(stats.grad_norm), float(local), pn)
-        return self.judge.judge(stats.loss, stats.grad_norm, local, stats.param_norm)
+            return self.judge.judge(float(stats.loss), float(stats.grad_norm), float(local), pn, waived)
+        return self.judge.judge(stats.loss, stats.grad_norm, local, stats.param_norm, waived)

@@ -1,4 +1,5 @@
-"""The guard's timeline as saved in every checkpoint: detector windows, open episode, data counter.
+"""The guard's timeline as saved in every checkpoint: detector windows, open episode, data counter,
+the opt-in treatments' state (their cut counts only grow on a load: a rollback gives none back).
 
 Rolled back with the checkpoint (unlike the :class:`RunLedger`). Format 2 is the timeline only;
 format 1 (from before the ledger, budgets included) is no longer read: such a checkpoint gets a
@@ -7,6 +8,8 @@ format 1 (from before the ledger, budgets included) is no longer read: such a ch
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from .precursor_hook import load_responders_state, responders_state
 
 if TYPE_CHECKING:
     from .guard import StabilityGuard
@@ -19,7 +22,8 @@ def timeline_state(guard: StabilityGuard) -> dict[str, Any]:
     """The guard's timeline, JSON-safe (:meth:`StabilityGuard.state_dict`)."""
     return {"format": GUARD_FORMAT, "judge": guard.judge.state_dict(), "policy": guard.policy.state_dict(),
             "data_count": guard.feed.count, "lr_ramp": guard._lr_ramp.state_dict(),
-            "withheld": guard.withheld.state_dict(), "resume_watch": guard._timeline.watch.state_dict()}
+            "withheld": guard.withheld.state_dict(), "resume_watch": guard._timeline.watch.state_dict(),
+            "treatment": responders_state(guard.treatment)}
 
 
 def load_timeline(guard: StabilityGuard, sd: dict[str, Any]) -> None:
@@ -39,3 +43,4 @@ def load_timeline(guard: StabilityGuard, sd: dict[str, Any]) -> None:
     guard._lr_ramp.load_state_dict(sd.get("lr_ramp"))
     guard.withheld.load_state_dict(sd.get("withheld"))
     guard._timeline.watch.load_state_dict(sd.get("resume_watch"))  # a load is a resume: the watch arms
+    load_responders_state(guard.treatment, sd.get("treatment"))

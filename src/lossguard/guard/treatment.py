@@ -138,6 +138,9 @@ class PrecursorTreatment:
                 "last_cut": self._last_cut}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output."""
+        """Restore :meth:`state_dict` output. The clip window is restored as saved (it rolls back with
+        the weights); the LR-cut budget only grows: a rollback to an older checkpoint does not give
+        back cuts already made (a fresh process starts from 0, so it takes the saved count)."""
         self._clip_steps = deque(int(s) for s in sd["clip_steps"])
-        self.lr_cuts, self.lr_factor, self._last_cut = int(sd["lr_cuts"]), float(sd["lr_factor"]), sd["last_cut"]
+        if int(sd["lr_cuts"]) >= self.lr_cuts:
+            self.lr_cuts, self.lr_factor, self._last_cut = int(sd["lr_cuts"]), float(sd["lr_factor"]), sd["last_cut"]

@@ -121,6 +121,76 @@ class UpdateSizeTest:
                              f"{cause}; LR cut to {self.factor:.3g}x (cut {self.cuts} of {cfg.max_cuts})"})]
 
 
+    def state_dict(self) -> dict[str, Any]:
+        """The trailing window, the jump in progress and the cuts made (JSON-safe)."""
+        return {"hist": list(self._hist), "lrs": [None if x != x else x for x in self._lrs],
+                "run": list(self._run), "cuts": self.cuts, "factor": self.factor}
+
+    def load_state_dict(self, sd: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output: the windows as saved (they roll back with the weights),
+        the cut budget only grows (a rollback does not give back cuts already made)."""
+        self._hist = deque((float(x) for x in sd["hist"]), maxlen=self.config.window)
+        self._lrs = deque((float("nan") if x is None else float(x) for x in sd["lrs"]), maxlen=self.config.window)
+        self._run = [float(x) for x in sd["run"]]
+        if int(sd["cuts"]) >= self.cuts:
+            self.cuts, self.factor = int(sd["cuts"]), float(sd["factor"])
+
+
+def replay_update_size(steps, ratio, lr, withheld, config: UpdateSizeConfig | None = None) -> list[dict[str, Any]]:
+    """:class:`UpdateSizeTest` replayed over a recorded log (``lossguard simulate``): its event records.
+
+    Args:
+        steps: the replayed steps.
+        ratio: the logged update-to-weight ratio at each (NaN where not logged).
+        lr: the logged LR at each (NaN where not logged).
+        withheld: True where the replayed judge withholds the update (no update: nothing to judge,
+            as the live test sees a zero ratio there).
+        config: the test's thresholds.
+    """
+    test = UpdateSizeTest(config)
+    out: list[dict[str, Any]] = []
+    for st, r, a, w in zip(steps, ratio, lr, withheld, strict=True):
+        out += test.observe(int(st), float("nan") if w else float(r), float(a))
+    return out
+
+
+def merge_update_size(sim: Any, steps, ratio, lr_log, withheld, update_size: Any) -> None:
+    """``simulate``'s replay of this test: its LR cuts join ``sim.decisions`` in step order (up to a
+    halt), and everything after the first decision that changes the future is marked
+    counterfactual, as ``simulate`` marks its own.
+
+    Args:
+        sim: the :class:`~lossguard.simulate.Simulation` to add to.
+        steps: the replayed steps.
+        ratio: ``(values, logged mask)`` of the log's update ratio at ``steps``, or None (a note).
+        lr_log: ``(values, logged mask)`` of the log's LR, or None.
+        withheld: where the replayed judge withholds the update.
+        update_size: an :class:`UpdateSizeConfig`, or True for its defaults; None: not replayed.
+    """
+    import numpy as np
+
+    if update_size is None:
+        return
+    from ..recovery.action import Action
+
+    if ratio is None:
+        sim.notes.append("no update_ratio in the log: the update-size test was not replayed")
+        return
+    lr = lr_log[0] if lr_log is not None else np.full(len(steps), np.nan)
+    cfg = update_size if isinstance(update_size, UpdateSizeConfig) else None
+    recs = replay_update_size(steps, ratio[0], lr, withheld, cfg)
+    halt = sim.halted_at
+    sim.decisions += [r for r in recs if halt is None or r["step"] <= halt]
+    sim.decisions.sort(key=lambda d: d["step"])  # stable: the policy's order within a step is kept
+    sim.first_change = None
+    for d in sim.decisions:
+        d.pop("counterfactual", None)
+        if sim.first_change is not None:
+            d["counterfactual"] = True
+        elif Action(d["event"]).changes_future:
+            sim.first_change = int(d["step"])
+
+
 def _with_reasons(rec: dict[str, Any]) -> dict[str, Any]:
     """The record with its evidence also as ``reasons`` (the key every guard decision record has)."""
     rec["reasons"] = [rec["evidence"]]

@@ -4,10 +4,12 @@ One definition for every reader of these lines: the Megatron reader (:mod:`lossg
 through :mod:`lossguard.io.megatron_launch`), the pasted-text reader (:mod:`lossguard.io.pasted`) and
 ``lossguard watch``. Each ``parse_*`` function takes one line and returns a typed record, or None
 when the line is not of its kind; :func:`count_overflows` is the one rule for counting DeepSpeed's
-fp16 overflows into a logged step.
+fp16 overflows into a logged step. An overflow line is read by the text reader's rule
+(:func:`lossguard.io.text.overflow.overflow_scales`): one definition of its wordings for both.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -15,16 +17,12 @@ from functools import lru_cache
 from typing import Any, Iterator, Sequence
 
 from ..metrics import LOSS, VAL_LOSS, canonical_name
-from ..runlog import finite_or_nan
+from .text.overflow import overflow_scales
 
 ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)")
 """A Megatron iteration line: groups (step, total iterations, the ``|``-separated fields)."""
 VALIDATION = re.compile(r"validation loss at iteration\s+(\d+)(?:\s+on\s+(\w+)\s+set)?\s*\|(.*)")
 """A Megatron validation line: groups (step, ``test`` for the test set or None, the fields)."""
-OVERFLOW = re.compile(r"(?:OVERFLOW!|loss scale overflow!)\s*(?:Rank\s+(\d+)\s+)?Skipping step\.?\s*"
-                      r"Attempted loss scale:\s*([-+.\w]+)(?:,\s*reducing to\s*([-+.\w]+))?", re.I)
-"""DeepSpeed's fp16 overflow line, worded two ways: its DynamicLossScaler's ``OVERFLOW! Rank 0 Skipping
-step.`` and its fused fp16 optimizer's ``fp16 dynamic loss scale overflow! Skipping step.``."""
 _STAMP = re.compile(r"(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)")
 _UNIT = re.compile(r"\s*\(([^)]*)\)\s*")
 
@@ -88,15 +86,12 @@ class Overflow:
 
 def parse_overflow(line: str) -> Overflow | None:
     """The overflow a DeepSpeed overflow line reports, or None when ``line`` is not one."""
-    m = OVERFLOW.search(line)
-    if m is None:
+    hit = overflow_scales(line)
+    # DeepSpeed's wordings all name the attempted scale; a line naming only the new one is apex's or
+    # fairseq's, which the text reader reads (it must not claim their logs as Megatron-DeepSpeed's).
+    if hit is None or not math.isfinite(hit[1]):
         return None
-    try:
-        attempted = finite_or_nan(m.group(2))
-        reduced = finite_or_nan(m.group(3)) if m.group(3) else attempted / 2
-    except ValueError:
-        return None
-    return Overflow(rank=int(m.group(1) or 0), attempted=attempted, reduced=reduced)
+    return Overflow(rank=hit[0], attempted=hit[1], reduced=hit[2])
 
 
 def overflow_event(ov: Overflow, *, step: int, line: int) -> dict[str, Any]:

@@ -14,6 +14,11 @@ evidence that means trouble:
   loss is at least ``joint_loss_z`` noise units above its baseline on the same step;
 - a **grad-norm excursion far beyond its own recent tail**: more than ``grad_tail_factor`` times the
   ``grad_tail_quantile`` quantile of the grad norm's own trailing window (:mod:`.tail`);
+- the two grad-norm kinds are **not** evidence on a step in the LR ramp when the update is clipped
+  (``ramp_clipped``, :func:`ramp_clipped`): the schedule, not the data, blew the gradient up, and
+  the clip already bounds the update. Issue 20: at the best LR of the natural-instability
+  benchmark the gradient norm jumps 100-150x its tail in the warm-up (steps 25-42 of 60, nothing
+  injected), and withholding those 5 steps changed nothing but the log;
 - a **sustained loss shift** (opt-in, ``shift_z``): the loss at least ``shift_z`` noise units
   above its baseline on half of the latest ``shift_window`` steps, though no single step is an
   outlier (a pocket of bad data whose batches each look almost normal); the episode it opens
@@ -35,7 +40,7 @@ from dataclasses import dataclass
 from ...errors import raise_all
 from ...recovery.verdict import Evidence
 
-__all__ = ["ColdBound", "Evidence", "EvidenceConfig", "LossShift", "grad_evidence", "onset_lag"]
+__all__ = ["ColdBound", "Evidence", "EvidenceConfig", "LossShift", "grad_evidence", "onset_lag", "ramp_clipped"]
 
 
 @dataclass(kw_only=True)
@@ -110,6 +115,14 @@ class EvidenceConfig:
 
     def __post_init__(self) -> None:
         raise_all(self.problems(), fix="correct the EvidenceConfig field(s) named above")
+
+
+def ramp_clipped(in_lr_ramp: bool, max_grad_norm: float | None, lr_ramp_window: int) -> bool:
+    """Whether a step's grad-norm evidence is waived: the LR is still rising
+    (:mod:`lossguard.recovery.lr_phase`), the LR-ramp rule is on (``lr_ramp_window`` > 0) and the
+    guard clips the gradient (``max_grad_norm`` set). One definition for the live judges and
+    :mod:`lossguard.simulate`."""
+    return bool(in_lr_ramp) and max_grad_norm is not None and lr_ramp_window > 0
 
 
 def grad_evidence(cfg: EvidenceConfig, *, gn_outlier: bool, loss_z: float, ratio: float) -> Evidence:
@@ -204,7 +217,7 @@ class ColdBound:
         self.max_grad_norm = float(sd.get("max_grad_norm", math.nan))
 
 
-def evidence_series(loss, loss_scores, grad_norm, present, grad_scores, config) -> tuple:
+def evidence_series(loss, loss_scores, grad_norm, present, grad_scores, config, in_lr_ramp=None) -> tuple:
     """The vectorised twin of the judge's rule over a recorded log (``lossguard simulate``).
 
     Args:
@@ -214,6 +227,8 @@ def evidence_series(loss, loss_scores, grad_norm, present, grad_scores, config) 
         present: where the log has a grad norm.
         grad_scores: ``score(grad_norm[present], config.grad_norm)``, or None without a grad-norm test.
         config: the :class:`GuardConfig`.
+        in_lr_ramp: bool array, True where the LR ramps up (:mod:`lossguard.recovery.lr_phase`): there
+            grad-norm evidence is waived when :func:`ramp_clipped` says so. None: nowhere.
 
     Returns:
         ``(bad, grad_norm_outlier, grad_norm_ratio, evidence)`` arrays aligned with ``loss``; no
@@ -248,6 +263,8 @@ def evidence_series(loss, loss_scores, grad_norm, present, grad_scores, config) 
         tail_hit = ratio > ev_cfg.grad_tail_factor
         joint_hit = gn_stat & (loss_scores.z >= ev_cfg.joint_loss_z)
     grad_hit = present & gn_finite & (tail_hit | joint_hit) & ~nonfinite & ~loss_hit
+    if in_lr_ramp is not None and ramp_clipped(True, config.max_grad_norm, config.lr_ramp_window):
+        grad_hit &= ~np.asarray(in_lr_ramp, dtype=bool)
     shift_hit = shift_series(loss_scores.z, ev_cfg) & ~nonfinite & ~loss_hit & ~grad_hit
     ev = np.zeros(n, dtype=np.int64)
     ev[nonfinite] = int(Evidence.NON_FINITE)

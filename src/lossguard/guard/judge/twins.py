@@ -105,9 +105,10 @@ class HostJudge:
         return self.loss_test.count >= self.loss_test.config.min_points
 
     def judge(self, loss: float, grad_norm: float, local_loss: float | None = None,
-              param_norm: float = math.nan) -> Judgement:
+              param_norm: float = math.nan, waived: bool = False) -> Judgement:
         """Judge one step (``grad_norm`` NaN when not measured and no grad-norm test is configured;
-        ``param_norm`` only matters at the very first step, for the sanity bound)."""
+        ``param_norm`` only matters at the very first step, for the sanity bound; ``waived``: the
+        grad-norm evidence is waived, :func:`~.evidence.ramp_clipped`)."""
         cold = not self.warm
         lv = self.loss_test.update(loss)
         shifted = self.shift.update(lv.z)
@@ -125,6 +126,7 @@ class HostJudge:
             ev = Evidence.LOSS
         elif self.grad_norm_test is not None and gn_finite:
             ev = grad_evidence(self.evidence, gn_outlier=gn_stat, loss_z=lv.z, ratio=ratio)
+            ev = Evidence.NONE if waived else ev
         else:
             ev = Evidence.NONE
         if ev is Evidence.NONE and shifted and not overflow:
@@ -180,9 +182,10 @@ class DeviceJudge:
         self._never = torch.zeros((), dtype=torch.bool, device=torch.device(device))  # the test off
         self.has_scaler, self.shadow = has_scaler, shadow
 
-    def judge(self, loss, grad_norm, local_loss=None, param_norm=None) -> Judgement:
+    def judge(self, loss, grad_norm, local_loss=None, param_norm=None, waived: bool = False) -> Judgement:
         """Judge one step from 0-d float64 tensors (global loss, global grad norm, this rank's loss,
-        and the parameter norm for the first step's sanity bound, or None)."""
+        and the parameter norm for the first step's sanity bound, or None); ``waived`` (a host
+        bool: no sync) waives the grad-norm evidence, :func:`~.evidence.ramp_clipped`."""
         import torch
 
         ev_cfg = self.evidence
@@ -206,6 +209,8 @@ class DeviceJudge:
         nonfinite = ~torch.isfinite(loss) | (~gn_finite & ~overflow)
         loss_hit = lv.outlier & ~nonfinite
         grad_hit = gn_finite & (tail_hit | joint_hit) & ~nonfinite & ~loss_hit
+        if waived:
+            grad_hit = torch.zeros_like(grad_hit)
         shift_hit = shifted & ~nonfinite & ~loss_hit & ~grad_hit & ~overflow
         ref_g = torch.where(torch.isnan(self._cold_gn), nan if param_norm is None else param_norm.to(nan),
                             self._cold_gn)

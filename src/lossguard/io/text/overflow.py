@@ -52,21 +52,30 @@ class Overflow:
     scale: float
 
 
-def parse_overflow(number: int, text: str) -> Overflow | None:
-    """The overflow line ``text`` reports, or None when it is no overflow line."""
+def overflow_scales(text: str) -> tuple[int, float, float] | None:
+    """``(rank, attempted scale, scale after)`` of the overflow line ``text``, or None when it is no
+    overflow line or names no finite scale. The one reading of :data:`OVERFLOW`, shared with the
+    Megatron/DeepSpeed line grammar (:func:`lossguard.io.megatron_lines.parse_overflow`). The
+    attempted scale is NaN on a line that names only the new one (apex, fairseq); the scale after is
+    half the attempted one on a line that names only that (the scalers halve it)."""
     m = OVERFLOW.search(text)
     if m is None:
         return None
     rank, attempted, reduced, scale_set = m.groups()
     if scale_set is not None:
-        scale = float(scale_set)
-    elif reduced is not None:
-        scale = float(reduced)
+        tried, after = float("nan"), float(scale_set)
     else:
-        scale = float(attempted) / 2
-    if not math.isfinite(scale):
+        tried = float(attempted)
+        after = float(reduced) if reduced is not None else tried / 2
+    if not math.isfinite(after):
         return None
-    return Overflow(line=number, rank=int(rank or 0), scale=scale)
+    return int(rank or 0), tried, after
+
+
+def parse_overflow(number: int, text: str) -> Overflow | None:
+    """The overflow line ``text`` reports, or None when it is no overflow line."""
+    hit = overflow_scales(text)
+    return None if hit is None else Overflow(line=number, rank=hit[0], scale=hit[2])
 
 
 def overflow_points(overflows: list[Overflow], metrics: dict) -> tuple[dict, list[dict]]:

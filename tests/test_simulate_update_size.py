@@ -1,0 +1,58 @@
+"""``simulate`` replays the opt-in update-size test when the log carries the update ratio (issue 20):
+an LR jump that leaves the loss flat is seen by the ratio, and its LR cut joins the decisions."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from lossguard import metrics as M
+from lossguard.guard.update_size import UpdateSizeConfig
+from lossguard.io import read_log
+from lossguard.simulate import simulate
+
+
+def _log(tmp_path, jump_at: int | None, ratio: bool = True, n: int = 500):
+    rng = np.random.default_rng(0)
+    lr = np.full(n, 1e-3)
+    if jump_at is not None:
+        lr[jump_at:] *= 20  # an LR jump ...
+    loss = 3.0 * np.exp(-np.arange(n) / 300) + 1.0 + rng.normal(0, 0.01, n)  # ... the loss does not show
+    upd = lr * np.exp(rng.normal(0, 0.1, n))  # the update ratio follows the LR step for step
+    path = tmp_path / "run.jsonl"
+    with open(path, "w") as fh:
+        for s in range(n):
+            rec = {"step": s, "loss": float(loss[s]), "lr": float(lr[s])}
+            if ratio:
+                rec[M.UPDATE_RATIO] = float(upd[s])
+            fh.write(json.dumps(rec) + "\n")
+    return read_log(path)
+
+
+def test_lr_jump_with_a_flat_loss_is_cut_back_from_the_update_ratio(tmp_path):
+    log = _log(tmp_path, jump_at=300)
+    assert simulate(log).decisions == []  # the loss and the policy see nothing
+    sim = simulate(log, update_size=True)
+    cuts = sim.of("lr_cut")
+    assert 300 <= cuts[0]["step"] <= 303 and cuts[0]["cause"] == "update_jump"
+    # the recorded log goes on at 20x (it was not guarded): a later cut is marked counterfactual
+    assert all(c.get("counterfactual") for c in cuts[1:]) and not cuts[0].get("counterfactual")
+    assert 0.03 < cuts[0]["factor"] < 0.08  # cut back by the measured ~20x jump
+    assert "jumped" in cuts[0]["evidence"]  # the LR the optimizer used jumped too: a schedule/config fault
+    assert sim.first_change == cuts[0]["step"] and sim.summary()["actions"]["lr_cut"] == len(cuts) <= 2
+
+
+def test_no_jump_no_cut_and_a_log_without_the_ratio_says_so(tmp_path):
+    assert simulate(_log(tmp_path, jump_at=None), update_size=UpdateSizeConfig()).decisions == []
+    sim = simulate(_log(tmp_path, jump_at=300, ratio=False), update_size=True)
+    assert sim.decisions == [] and any("update_ratio" in n for n in sim.notes)
+
+
+def test_cli_flag(tmp_path, capsys):
+    from lossguard.cli import main
+    _log(tmp_path, jump_at=300)
+    assert main(["simulate", str(tmp_path / "run.jsonl"), "--update-size"]) == 0
+    out = capsys.readouterr().out
+    assert "cut the LR" in out and "for the rest of the run" in out
+    assert main(["simulate", str(tmp_path / "run.jsonl")]) == 0
+    assert "would have done nothing" in capsys.readouterr().out
