@@ -7,14 +7,18 @@ and a load 1.5-2.1x (issue 23). Here the checksum rides on DCP's own I/O instead
 - :class:`HashingFileSystem` is DCP's ``FileSystem`` whose write streams hash the bytes on their
   way to disk (CRC-32C through ``google-crc32c`` when installed, else zlib's CRC-32:
   :func:`lossguard.checkpoint.files.fast_checksum`) and record ``{name: {"size", algorithm: hex}}``
-  per file, ``.metadata`` included (its temp name's entry follows DCP's rename);
-- :class:`VerifyingFileSystem` checks each checkpoint file DCP opens (one sequential pass in 4 MiB
-  blocks) against the manifest before handing it to DCP, whose own reads then come from the page
-  cache: a damaged file is refused before any tensor of it is parsed. (Handing DCP the bytes of
-  that one read instead -- each byte read once -- was slower here: a buffer the size of the shard,
-  freshly allocated, costs more in page faults than the second read from the cache.) DCP loads in place, so a
-  damaged file on one rank can leave the tensors read from the files before it loaded (the
-  store's ``load(None)`` then loads an older checkpoint over them; an explicit step raises).
+  per file, ``.metadata`` included (its temp name's entry follows DCP's rename), plus ``marks``:
+  the running CRC at every position DCP asks ``tell()`` for -- before and after each storage item,
+  the ranges its metadata records and its reads come back by;
+- :class:`VerifyingFileSystem` hands DCP a :class:`~lossguard.checkpoint.crc_ranges.TrackingReader`
+  that hashes each read as it happens (``torch.load`` reads an item out of order: zip directory
+  first, tensor bytes last) and, when DCP closes the file, checks every item range it read against
+  its marks (:func:`~lossguard.checkpoint.crc_ranges.verify_reads`): every tensor byte is read and
+  hashed once. If DCP fails on a file, the whole file is checked, so damage is named as damage.
+  DCP loads in place, so a damaged item can leave the tensors read before it loaded (the store's
+  ``load(None)`` then loads an older checkpoint over them; an explicit step raises).
+- A checkpoint written before marks existed (entries with size and checksum only) is verified as
+  it used to be: one pass over each file before DCP reads it again from the page cache.
 
 Both plug into the stock ``FileSystemWriter`` / ``FileSystemReader`` (their ``fs`` attribute):
 DCP's planning, file layout and metadata are untouched, so a checkpoint stays loadable by plain
@@ -29,6 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .crc_ranges import TrackingReader, verify_reads
 from .files import CHECKSUMS, Checksum, ChecksumMismatch
 
 __all__ = ["HashingFileSystem", "VerifyingFileSystem", "ChecksumMismatch", "hashing_writer", "verifying_reader"]
@@ -40,6 +45,7 @@ class _HashingStream(io.RawIOBase):
     def __init__(self, raw, crc: Checksum) -> None:
         super().__init__()
         self.raw, self.crc, self.size = raw, crc, 0
+        self.marks: dict[int, int] = {0: crc.value}  # position -> CRC of the file up to it
 
     def writable(self) -> bool:
         return True
@@ -51,6 +57,8 @@ class _HashingStream(io.RawIOBase):
         return self.raw.write(view)
 
     def tell(self) -> int:
+        # DCP asks before and after each item it writes: exactly the boundaries a load reads by.
+        self.marks[self.size] = self.crc.value
         return self.raw.tell()
 
     def fileno(self) -> int:
@@ -90,8 +98,10 @@ class HashingFileSystem(FileSystem):
         with Path(path).open(mode) as raw:
             stream = _HashingStream(raw, self.algorithm())
             yield stream
+        stream.marks[stream.size] = stream.crc.value
         with self._lock:
-            self.table[Path(path).name] = {"size": stream.size, self.algorithm.NAME: stream.crc.hexdigest()}
+            self.table[Path(path).name] = {"size": stream.size, self.algorithm.NAME: stream.crc.hexdigest(),
+                                           "marks": sorted([pos, crc] for pos, crc in stream.marks.items())}
 
     def rename(self, path, new_path) -> None:
         super().rename(path, new_path)
@@ -115,10 +125,23 @@ class VerifyingFileSystem(FileSystem):
             with super().create_stream(path, mode) as stream:
                 yield stream
             return
+        name = Path(path).name
+        if "marks" not in entry:  # written before item marks (lossguard <= session 4): a pass first
+            with open(path, "rb") as fh:
+                check_stream(fh, name, entry)  # one pass in 4 MiB blocks, then DCP reads it
+                fh.seek(0)                     # again (from the page cache): no big buffer
+                yield fh
+            return
+        algo, cls = _algorithm(name, entry)
         with open(path, "rb") as fh:
-            check_stream(fh, Path(path).name, entry)  # one pass in 4 MiB blocks, then DCP reads it
-            fh.seek(0)                                 # again (from the page cache): no big buffer
-            yield fh
+            reader = TrackingReader(fh, cls)
+            try:
+                yield reader
+            except BaseException:
+                fh.seek(0)  # DCP failed on this file: a damaged file is named as such, not as DCP's error
+                check_stream(fh, name, entry)
+                raise
+            verify_reads(name, algo, entry["marks"], reader, fh.fileno())
 
 
 def _algorithm(name_of_file: str, entry: dict[str, Any]) -> tuple[str, type[Checksum]]:
