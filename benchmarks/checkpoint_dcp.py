@@ -5,11 +5,12 @@ Per size (an MLP of 4 square Linear layers, each ``fully_shard``-ed, trained one
 optimizer state exists; checkpoint = weights + 2 Adam moments = ~3x the parameter bytes):
 
 - save, sync: plain ``dcp.save(get_state_dict(...))`` into a fresh directory (the issue's baseline,
-  no temp dir, no checksums) vs ``ShardedCheckpointStore.save`` (temp dir, per-file CRC-32, per-rank
-  RNG/data file, manifest, rename by rank 0, pruning);
+  no temp dir, no checksums) vs ``ShardedCheckpointStore.save`` (temp dir, CRC-32C per file and per
+  storage item computed while writing, per-rank RNG/data file, manifest, rename by rank 0, pruning);
 - save, async: time the training thread is blocked (the call) and time until the checkpoint is
   published, for plain ``dcp.async_save`` (own gloo group) and the store's ``async_save``;
-- load: plain ``dcp.load`` + ``set_state_dict`` vs the store with CRC verification and without;
+- load: plain ``dcp.load`` + ``set_state_dict`` vs the store with CRC verification (each item's
+  bytes hashed as DCP reads them, checkpoint/crc_ranges.py) and without;
 - rollback: ``HostSnapshot.restore`` (host memory) vs loading the same step from disk;
 - step statistics: :func:`reduce_step_stats` (one all-reduce of 3 float64) vs
   ``clip_grad_norm_(...).full_tensor()`` plus an all-reduce of the loss, mean of 20 calls;
