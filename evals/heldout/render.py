@@ -504,24 +504,34 @@ def spot_checks(points: list[tuple[int, str]], events: list[dict]) -> dict:
     return {str(s): float(p) for s, p in points if s in want}
 
 
-def main() -> None:
-    """Render every fixture and write console/MANIFEST.json."""
-    OUT.mkdir(parents=True, exist_ok=True)
+def write_corpus(renderers, sources: dict[str, str], out: Path, key=lambda name: name,
+                 printed=lambda points: points) -> None:
+    """Render every fixture into ``out`` and write its MANIFEST.json (shared by the held-out sets).
+
+    ``key`` maps a renderer's name (``render_<key>``) to its entry in ``sources``; ``printed`` keeps
+    the points whose printed value the manifest may spot-check.
+    """
+    out.mkdir(parents=True, exist_ok=True)
     entries = []
-    for fn in RENDERERS:
+    for fn in renderers:
         fx, meta = fn()
-        (OUT / fx.name).write_text(fx.text(), encoding="utf-8")
-        key = fn.__name__.removeprefix("render_").replace("kohya", "kohya_sd_scripts")
+        (out / fx.name).write_text(fx.text(), encoding="utf-8")
         steps = [s for s, _ in fx.points]
         entries.append({
-            "file": fx.name, "writer": meta["writer"], "source": SOURCES[key],
+            "file": fx.name, "writer": meta["writer"], "source": sources[key(fn.__name__.removeprefix("render_"))],
             "healthy": not meta["events"], "step_key": meta["step_key"], "loss_key": meta["loss_key"],
             "steps": {"first": steps[0], "last": steps[-1], "count": len(steps)},
-            "loss_at": spot_checks(fx.points, meta["events"]), "events": meta["events"], "notes": meta["notes"],
+            "loss_at": spot_checks(printed(fx.points), meta["events"]), "events": meta["events"],
+            "notes": meta["notes"],
         })
-    (OUT / "MANIFEST.json").write_text(json.dumps({"version": 1, "entries": entries}, indent=1, ensure_ascii=False) + "\n")
-    print(f"{len(entries)} fixtures -> {OUT}")
+    manifest = json.dumps({"version": 1, "entries": entries}, indent=1, ensure_ascii=False)
+    (out / "MANIFEST.json").write_text(manifest + "\n")
+    print(f"{len(entries)} fixtures -> {out}")
 
+
+def main() -> None:
+    """Render every fixture and write console/MANIFEST.json."""
+    write_corpus(RENDERERS, SOURCES, OUT, key=lambda name: name.replace("kohya", "kohya_sd_scripts"))
 
 if __name__ == "__main__":
     main()

@@ -7,20 +7,19 @@ Six trainers that neither the tuning corpus (tests/data/console/) nor the first 
 cited source file with Python formatting (no code copied), adds start-up output, a synthetic curve
 and at most one planted event printed the way that trainer prints it. Lines around the per-step
 line that were not checked against source are called "approximate" in the manifest notes.
-Helpers (Fixture, lm_curve, ts, spot_checks, f32_short) come from the first held-out renderer.
+Helpers (Fixture, lm_curve, ts, f32_short, write_corpus) come from the first held-out renderer.
 """
 # ruff: noqa: E501 - rendered/printed lines are kept whole, as the trainer or table prints them
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import random
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "heldout"))
-from render import Fixture, f32_short, lm_curve, spot_checks, ts  # noqa: E402
+from render import Fixture, f32_short, lm_curve, ts, write_corpus  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "console"
 
@@ -281,23 +280,9 @@ RENDERERS = [render_yolox, render_paddleocr, render_deepspeed_chat, render_mmcv,
 
 def main() -> None:
     """Render every fixture and write console/MANIFEST.json."""
-    OUT.mkdir(parents=True, exist_ok=True)
-    entries = []
-    for fn in RENDERERS:
-        fx, meta = fn()
-        (OUT / fx.name).write_text(fx.text(), encoding="utf-8")
-        key = fn.__name__.removeprefix("render_")
-        steps = [s for s, _ in fx.points]
-        pts = [(s, p.rstrip("x")) for s, p in fx.points if p not in ("inf",)]
-        entries.append({
-            "file": fx.name, "writer": meta["writer"], "source": SOURCES[key],
-            "healthy": not meta["events"], "step_key": meta["step_key"], "loss_key": meta["loss_key"],
-            "steps": {"first": steps[0], "last": steps[-1], "count": len(steps)},
-            "loss_at": spot_checks(pts, meta["events"]), "events": meta["events"], "notes": meta["notes"],
-        })
-    (OUT / "MANIFEST.json").write_text(json.dumps({"version": 1, "entries": entries}, indent=1, ensure_ascii=False) + "\n")
-    print(f"{len(entries)} fixtures -> {OUT}")
-
+    # spot checks only on values printed as numbers (PaddleOCR pads with 'x'; an 'inf' is no loss)
+    write_corpus(RENDERERS, SOURCES, OUT,
+                 printed=lambda points: [(s, p.rstrip("x")) for s, p in points if p not in ("inf",)])
 
 if __name__ == "__main__":
     main()
