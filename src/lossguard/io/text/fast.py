@@ -150,7 +150,11 @@ def _arrow_floats(flat: list[str]) -> np.ndarray | None:
                                                                     null_values=[], strings_can_be_null=False))
     except (pa.ArrowInvalid, ValueError):
         return None
-    values = table.column(0).to_numpy()
+    # Read the float64 buffers directly: Array.to_numpy() imports pandas (0.3 s of a whole run).
+    # No value can be null here (``null_values=[]``), so the data buffer is the whole column.
+    chunks = [np.frombuffer(c.buffers()[1], dtype=np.float64, count=len(c), offset=c.offset * 8)
+              for c in table.column(0).chunks]
+    values = np.concatenate(chunks) if chunks else np.zeros(0)
     return values if len(values) == len(flat) else None
 
 
