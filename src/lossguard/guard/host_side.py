@@ -2,9 +2,9 @@
 
 Runs once the step's packed values are on the host (at once on CPU, a step late on CUDA): decode
 the verdict, note whether the LR is ramping, write the step's metrics line, let the precursor
-treatments respond (decisions they ask the executor for go into ``meta["responses"]``), and -- for a withheld step -- run the replay check and name the samples that
-carried the excess. What to *do* about the verdict is the policy's, carried out by the executor
-(:meth:`StabilityGuard._process`).
+treatments respond (decisions they ask the executor for go into ``meta["responses"]``), and --
+for a withheld step -- run the replay check and name the samples that carried the excess. What to
+*do* about the verdict is the policy's, carried out by the executor (:meth:`StabilityGuard._process`).
 """
 from __future__ import annotations
 
