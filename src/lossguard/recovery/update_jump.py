@@ -98,6 +98,10 @@ def resolve_jump(decision: Decision, checkpoints: Iterable[int] | None, ledger: 
         return cut_instead(ledger, decision, "the framework owns the data loader")
     if can_roll_back(decision, checkpoints, ledger, max_rollbacks):
         return decision
-    why = (f"the run's rollback budget is spent (max_rollbacks={max_rollbacks})" if ledger.rollbacks >= max_rollbacks
-           else f"no checkpoint at or before step {decision.numbers['onset']}")
+    if checkpoints is None:
+        why = "no checkpoint store (pass store= to the guard)"
+    elif ledger.rollbacks >= max_rollbacks:
+        why = f"the run's rollback budget is spent (max_rollbacks={max_rollbacks})"
+    else:
+        why = f"no checkpoint at or before step {decision.numbers['onset']}"
     return cut_instead(ledger, decision, why)
