@@ -67,3 +67,20 @@ def test_cli_flag(tmp_path, capsys):
     assert "cut the LR" in out and "for the rest of the run" in out
     assert main(["simulate", str(tmp_path / "run.jsonl")]) == 0
     assert "would have done nothing" in capsys.readouterr().out
+
+
+def test_at_an_unchanged_lr_three_jumped_updates_are_needed_and_the_cut_measures_the_update():
+    """One hard batch (one large update, the LR unchanged) is not a fault; three in a row are (the
+    optimizer's state or the gradients changed): rolled back to the first, cut by the update's jump."""
+    from lossguard.guard.update_size import UpdateSizeTest
+    from lossguard.recovery.action import Action
+
+    test = UpdateSizeTest()
+    for s in range(40):
+        assert test.observe(s, 1e-3, lr=1e-3) == []
+    assert test.observe(40, 8e-3, lr=1e-3) == []  # a hard batch
+    assert test.observe(41, 1e-3, lr=1e-3) == []  # back to normal: the run of jumped updates ends
+    assert test.observe(42, 1e-2, lr=1e-3) == [] and test.observe(43, 1e-2, lr=1e-3) == []
+    (d,) = test.observe(44, 1e-2, lr=1e-3)
+    assert d.action is Action.ROLLBACK and d.numbers["onset"] == 42 and d.numbers["rollback_distance"] == 0
+    assert d.numbers["cut"] == pytest.approx(0.1) and "at the same LR" in d.numbers["evidence"]

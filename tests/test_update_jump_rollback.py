@@ -27,7 +27,7 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
-def _train(tmp_path, name: str, jump: float, rollback: bool = True):
+def _train(tmp_path, name: str, jump: float, rollback: bool = True, deferred: bool = False):
     torch.manual_seed(0)
     model = TinyGPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8))
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
@@ -37,7 +37,8 @@ def _train(tmp_path, name: str, jump: float, rollback: bool = True):
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data), batch_sampler=sampler)
     log = tmp_path / f"{name}.jsonl"
     guard = StabilityGuard(model, opt, scheduler=sched, sampler=sampler, store=CheckpointStore(tmp_path / name),
-                           config=GuardConfig(max_grad_norm=1.0, checkpoint_every=EVERY), log_path=log,
+                           config=GuardConfig(max_grad_norm=1.0, checkpoint_every=EVERY, stats="device" if deferred
+                                              else "auto", defer_host_read=deferred or None), log_path=log,
                            treatment=UpdateSizeTest(UpdateSizeConfig(rollback=rollback)))
     for _, (b,) in guard.batches(loader, steps=STEPS):
         _, loss = model(b[:, :-1], b[:, 1:])
@@ -48,11 +49,14 @@ def _train(tmp_path, name: str, jump: float, rollback: bool = True):
     return guard, torch.cat([p.detach().flatten() for p in model.parameters()]), events
 
 
-def test_lr_jump_is_rolled_back_and_the_lr_brought_back(tmp_path):
-    _, clean, clean_events = _train(tmp_path, "clean", 1.0)
+@pytest.mark.parametrize("deferred", [False, True], ids=["host_read", "deferred_read"])
+def test_lr_jump_is_rolled_back_and_the_lr_brought_back(tmp_path, deferred):
+    """Both read paths: at once (CPU), and one step late (the CUDA default, here on the CPU): the
+    evidence of the jumped step arrives after the next update, and the rollback undoes both."""
+    _, clean, clean_events = _train(tmp_path, "clean", 1.0, deferred=deferred)
     assert not [e for e in clean_events if e["event"] in ("rollback", "lr_cut", "halt")]  # healthy: untouched
 
-    guard, rescued, events = _train(tmp_path, "jump", JUMP)
+    guard, rescued, events = _train(tmp_path, "jump", JUMP, deferred=deferred)
     acts = [e for e in events if e["event"] in ("rollback", "lr_cut", "halt")]
     rb, cut = acts[0], acts[1]
     # seen on the first jumped step (the LR jumped too), undone from the checkpoint before it
@@ -62,10 +66,9 @@ def test_lr_jump_is_rolled_back_and_the_lr_brought_back(tmp_path):
     # the cut applies from the jump's first step on (the replayed steps run at the corrected LR)
     assert guard.ledger.lr_factor(JUMP_AT - 1) == 1.0 and guard.ledger.lr_factor(JUMP_AT) == pytest.approx(1 / JUMP)
     assert guard.ledger.rollbacks == 1 and guard.ledger.skip_ranges == []  # no data skipped
-
-    _, cut_only, _ = _train(tmp_path, "cut_only", JUMP, rollback=False)
-    # the damage undone: the rescued run ends where the clean one does (bar float rounding of the
-    # LR x20 x1/20); with the cut alone the jumped step's update stays in the weights
-    off_rescued = (rescued - clean).norm() / clean.norm()
-    off_cut_only = (cut_only - clean).norm() / clean.norm()
-    assert off_rescued < 1e-4 < off_cut_only
+    # the damage undone: the rescued run ends where the clean one does (measured: exactly; the bound
+    # allows for float rounding of the LR x20 x1/20)
+    assert (rescued - clean).norm() / clean.norm() < 1e-6
+    if not deferred:  # with the cut alone the jumped step's update stays in the weights
+        _, cut_only, _ = _train(tmp_path, "cut_only", JUMP, rollback=False)
+        assert (cut_only - clean).norm() / clean.norm() > 0.05  # measured: 0.19
