@@ -55,7 +55,11 @@ class UpdateSizeConfig:
     rollback: bool = True
     """Roll back to the newest checkpoint at or before the jump's first step (its updates undone),
     the LR cut applying from that step on. False: the LR cut alone, from the next step. Without a
-    checkpoint there (or a store) the cut is made alone either way."""
+    checkpoint there (or a store) the cut is made alone either way. Zoo (issue 20, 90 LR-jump runs,
+    5 plain-loop families x 3 seeds): 90/90 within 2% of clean with it, 47/90 with the cut alone
+    (confirmed on the third jumped update then). Known limit: the end of a temporary LR cut of the
+    guard's own (``recurrence_lr_steps`` set; the default keeps that cut) raises the LR as a jump
+    would, and is answered as one."""
 
     def __post_init__(self) -> None:
         problems = []
