@@ -111,6 +111,9 @@ class Scanner:
         self._names: tuple[str, ...] | None = None  # the last table header (column names) seen
         self._named: dict[tuple, Template] = {}
         self._rank: int | None = None  # the lowest rank a "[rankN]:" prefix named so far
+        self._last: Table | None = None  # the table of the last row read
+        self._header_at = 0  # the place (``numeric_lines``) of the header in force
+        self._follow: dict[tuple, tuple[tuple[int, int], ...]] = {}
 
     def feed(self, lines: Iterable[tuple[int, str]]) -> None:
         """Read ``(line number, text)`` pairs."""
@@ -207,6 +210,7 @@ class Scanner:
                 for k, j in enumerate(keep):
                     table.data[at + k] = values[j]
             self._header = (tpl, values, list(totals))
+            self._header_at = scan.numeric_lines
         inherited: tuple = ()
         header = self._header
         if header is not None and not tpl.header:
@@ -221,7 +225,7 @@ class Scanner:
                 return None
             table = self._new_table(key, tpl, inherited, text, header)
         if inherited and header is not None:  # inherited only under a header
-            hv = header[1]
+            hv = self._current(header)
             if _is_bar(header[0]):
                 self._pending = (header[0], number, table, len(table.data), inherited[1])
             table.data.extend([hv[j] for j in inherited[1]])
@@ -231,11 +235,37 @@ class Scanner:
         table.data.extend(values)
         table.lines.append(number)
         table.order.append(scan.numeric_lines)
+        self._last = table
         if totals:
             off = len(inherited[1]) if inherited else 0
             for j, total in totals:
                 table.totals[off + j] = total
         return table
+
+    def _current(self, header: tuple[Template, list[float], list[tuple[int, float]]]) -> list[float]:
+        """The header's counters as of now: a record read after the header that prints the same counter
+        (same kind and label) has moved it on. A tqdm bar is drawn bare (a header) and then with its
+        postfix (a record, read by the fast path without passing here); a message printed between two
+        redraws (``tqdm.write``) must inherit the count as of then, not the bare draw's."""
+        last, hv = self._last, header[1]
+        if last is None or not last.order or last.order[-1] <= self._header_at:
+            return hv
+        key = (last.index, header[0].key)
+        pairs = self._follow.get(key)
+        if pairs is None:
+            head = header[0]
+            columns = {(lab, k): i for i, (lab, k) in enumerate(zip(last.labels, last.kinds, strict=True))
+                       if k is not None}
+            pairs = self._follow[key] = tuple(
+                (j, columns[(lab, k)]) for j, (lab, k) in enumerate(zip(head.labels, head.kinds, strict=True))
+                if k is not None and (lab, k) in columns)
+        if not pairs:
+            return hv
+        row = len(last.data) - len(last.labels)
+        current = list(hv)
+        for j, col in pairs:
+            current[j] = last.data[row + col]
+        return current
 
     def _new_table(self, key: tuple, tpl: Template, inherited: tuple, text: str,
                    header: tuple[Template, list[float], list[tuple[int, float]]] | None) -> Table:

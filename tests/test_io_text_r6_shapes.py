@@ -1,0 +1,76 @@
+"""The text grammar on shapes the round-6 held-out set showed as failure classes. Every example is
+written here for the test, in the shape a trainer prints it (not copied from the held-out files)."""
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+from lossguard.analysis import analyze
+from lossguard.io import read_log
+from lossguard.io.text.lines import MAX_LINE, text_lines
+
+
+def _write(tmp_path: Path, text: str, name: str = "train.log") -> Path:
+    p = tmp_path / name
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def _bar(n: int, total: int, post: str = "") -> str:
+    """One tqdm redraw with a 10-cell bar (the values of the meter do not matter here)."""
+    full = 10 * n // total
+    meter = f"{n}/{total} [00:{n % 60:02d}<00:10,  2.00it/s{post}]"
+    return f"Train: {100 * n // total:3d}%|{'#' * full}{' ' * (10 - full)}| {meter}"
+
+
+def _captured_bar(total: int, loss, every_write: int = 0) -> str:
+    """What a tqdm bar leaves in a file: every redraw after a ``\\r`` on one physical line; a message
+    from ``tqdm.write`` clears the bar, ends the line, and the bar goes on on the next one."""
+    out = ["\r" + _bar(0, total)]
+    for n in range(1, total + 1):
+        out.append("\r" + _bar(n, total, f", loss={loss(n)}"))
+        if every_write and n % every_write == 0:
+            out.append("\r" + " " * 60 + f"\rsaved checkpoint-{n} to disk\n")
+    return "".join(out) + "\n"
+
+
+def test_a_bar_line_longer_than_any_kept_line_is_read_in_pieces(tmp_path):
+    """A run of 3,000 redraws on one physical line (~270 KB) is far over MAX_LINE: each redraw is read."""
+    text = "start-up line\n" + _captured_bar(3000, lambda n: f"{2.0 + 1.0 / n:.4f}")
+    assert max(len(line) for line in text.split("\n")) > 3 * MAX_LINE
+    path = _write(tmp_path, text)
+    log = read_log(path)
+    steps, values = log.live("loss")
+    assert len(steps) == 3000 and steps[0] == 1 and steps[-1] == 3000
+    assert math.isclose(values[-1], 2.0 + 1.0 / 3000, rel_tol=1e-3)
+    # the line reader (pastes, sniffing) splits the same way, and keeps one line number for all redraws
+    pieces = [(n, t) for n, t in text_lines(path) if "loss=" in t]
+    assert len(pieces) == 3000 and {n for n, _ in pieces} == {2}
+
+
+def test_a_piece_without_any_separator_longer_than_a_block_is_skipped(tmp_path):
+    """Junk with neither ``\\n`` nor ``\\r`` for longer than a block is dropped as it streams by; the
+    lines around it are read."""
+    junk = "x" * (5 << 20)
+    lines = [f"step {s} loss {3.0 - s / 100:.3f}" for s in range(1, 40)]
+    path = _write(tmp_path, "\n".join(lines[:20] + [junk] + lines[20:]) + "\n")
+    assert not any(len(t) > MAX_LINE for _, t in text_lines(path))
+    steps, _ = read_log(path).live("loss")
+    assert len(steps) == 39
+
+
+def test_a_message_between_redraws_inherits_the_current_count_not_the_first_bare_draw(tmp_path):
+    """tqdm.write() between redraws: the message line must not take the count of the bar's first, bare
+    draw (``0/N``, a header) - that reads as a restart to step 0 and supersedes the whole run."""
+    rng = random.Random(6)
+    def loss(n: int) -> str:
+        return f"{(3.0 * math.exp(-n / 400) + 0.5) * (1 + rng.gauss(0, 0.02)):.4f}"
+
+    text = _captured_bar(1200, loss, every_write=300)
+    log = read_log(_write(tmp_path, text))
+    steps, values = log.live("loss")
+    assert len(steps) == 1200 and steps[0] == 1 and steps[-1] == 1200
+    assert all(b > a for a, b in zip(steps, steps[1:], strict=False))
+    assert len(log.segments) == 1
+    assert not [i for i in analyze(log).incidents if i.severity.value in ("warning", "critical")]
