@@ -74,3 +74,56 @@ def test_a_message_between_redraws_inherits_the_current_count_not_the_first_bare
     assert all(b > a for a, b in zip(steps, steps[1:], strict=False))
     assert len(log.segments) == 1
     assert not [i for i in analyze(log).incidents if i.severity.value in ("warning", "critical")]
+
+
+def _fixed_width(rows: list[dict], names: list[str], *, right: bool) -> str:
+    """A table padded to fixed widths, header once; a cell missing from a row prints as blanks."""
+    widths = [max(10, len(n)) for n in names]
+    head = "  ".join(f"{n:>{w}}" if right else f"{n:<{w}}" for n, w in zip(names, widths, strict=True))
+    out = [head]
+    for row in rows:
+        cells = []
+        for n, w in zip(names, widths, strict=True):
+            v = row.get(n)
+            text = "" if v is None else f"{v:g}"
+            cells.append(f"{text:>{w}}" if right else f"{text:<{w}}")
+        out.append("  ".join(cells))
+    return "\n".join(out) + "\n"
+
+
+def _table_rows(n: int, every: int, epoch_len: int) -> list[dict]:
+    rng = random.Random(7)
+    rows = []
+    for j in range(1, n + 1):
+        it = j * every
+        loss = (60 + 150 * math.exp(-j / 20)) * (1 + rng.gauss(0, 0.03))
+        row = {"epoch": it // epoch_len, "iteration": it, "main/loss": round(loss, 3),
+               "main/acc": round(0.3 + j / 400, 4)}
+        if (it - every) // epoch_len < it // epoch_len:  # an evaluation ran in this interval
+            row["validation/main/loss"] = round(loss * 0.8, 3)
+        rows.append(row)
+    return rows
+
+
+def test_a_fixed_width_table_with_blank_cells_is_read_by_position_left_aligned(tmp_path):
+    """Rows that leave the validation cells blank (most of them) are read under the right names."""
+    names = ["epoch", "iteration", "main/loss", "validation/main/loss", "main/acc", "elapsed_time"]
+    rows = _table_rows(90, 100, 1000)
+    log = read_log(_write(tmp_path, _fixed_width(rows, names, right=False)))
+    steps, values = log.live("loss")
+    assert len(steps) == 90 and steps[0] == 100 and steps[-1] == 9000
+    assert math.isclose(values[0], rows[0]["main/loss"], rel_tol=1e-9)
+    vsteps, _ = log.live("validation/main/loss")
+    assert list(vsteps) == [r["iteration"] for r in rows if "validation/main/loss" in r]
+    accs = log.live("main/acc")[1]
+    assert len(accs) == 90 and math.isclose(accs[-1], rows[-1]["main/acc"])
+
+
+def test_a_fixed_width_table_with_blank_cells_is_read_by_position_right_aligned(tmp_path):
+    names = ["epoch", "iteration", "main/loss", "validation/main/loss", "main/acc"]
+    rows = _table_rows(60, 50, 700)
+    log = read_log(_write(tmp_path, _fixed_width(rows, names, right=True)))
+    steps, values = log.live("loss")
+    assert len(steps) == 60 and steps[-1] == 3000
+    assert math.isclose(values[-1], rows[-1]["main/loss"], rel_tol=1e-9)
+    assert len(log.live("validation/main/loss")[0]) == sum("validation/main/loss" in r for r in rows)

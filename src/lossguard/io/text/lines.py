@@ -72,3 +72,14 @@ def _pieces(number: int, raw: bytes) -> Iterator[tuple[int, str]]:
     for piece in text.split("\r"):
         if piece.strip():
             yield number, clean(piece)
+
+
+def iter_decoded(data: bytes, first: int = 1) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of a block of bytes, ``\\r`` redraws split (for sniffing and ``watch``)."""
+    for n, line in enumerate(data.decode("utf-8", errors="replace").split("\n"), first):
+        if "\r" in line:
+            for piece in line.split("\r"):
+                if piece.strip():
+                    yield n, piece
+        elif line:
+            yield n, line

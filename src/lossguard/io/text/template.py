@@ -129,19 +129,20 @@ def _positional(texts: list[str], n: int, keep: tuple[int, ...] | None = None) -
                     skeleton="#".join(t.strip() for t in texts).strip(), columns=cells)
 
 
-def with_header(tpl: Template, names: tuple[str, ...]) -> Template | None:
+def with_header(tpl: Template, names: tuple[str, ...], at: dict[int, int] | None = None) -> Template | None:
     """A line whose leading cells are named by a table header (``epoch train_loss valid_loss``), or
-    None when the header has another number of columns. A cell ``N/M`` is a counter with its total;
-    a cell of other several numbers (a ``00:12`` time) is not kept; numbers after the cells keep the
-    labels of the line's own template."""
-    if not tpl.columns or tpl.columns[-1][1] + 1 != len(names):
+    None when the header has another number of columns and ``at`` (cell -> header column, found by
+    position: :mod:`.columns`) does not say where each cell goes. A cell ``N/M`` is a counter with its
+    total; a cell of other several numbers (a ``00:12`` time) is not kept; numbers after the cells keep
+    the labels of the line's own template."""
+    if not tpl.columns or (at is None and tpl.columns[-1][1] + 1 != len(names)):
         return None
     cells: dict[int, list[tuple[int, bool]]] = {}
     for pos, col, slash in tpl.columns:
         cells.setdefault(col, []).append((pos, slash))
     named: dict[int, tuple[str, StepKind | None, int | None]] = {}
     for col, nums in cells.items():
-        name = names[col]
+        name = names[col if at is None else at[col]]
         if len(nums) == 1:
             named[nums[0][0]] = (name, step_kind(name), None)
         elif len(nums) == 2 and nums[0][1]:  # "1/6": the epoch out of 6
