@@ -127,3 +127,24 @@ def test_a_fixed_width_table_with_blank_cells_is_read_by_position_right_aligned(
     assert len(steps) == 60 and steps[-1] == 3000
     assert math.isclose(values[-1], rows[-1]["main/loss"], rel_tol=1e-9)
     assert len(log.live("validation/main/loss")[0]) == sum("validation/main/loss" in r for r in rows)
+
+
+def test_a_percentage_in_a_table_of_numbers_is_progress_not_the_step(tmp_path):
+    """``[ 10% ]  1  0.6931 ...``: the epoch column counts the records, not the percent before it."""
+    rows = [f"[ {10 * e:3d}%      ]  {e:4d}  {0.69 * math.exp(-e / 8):18.6f}  {0.7 * math.exp(-e / 9):18.6f}"
+            f"  {0.5 + e / 40:18.6f}  {11 + e / 10:10.2f}" for e in range(1, 11)]
+    head = "[------------] Epoch      Train log_loss       Test log_loss            Test AUC     Time cost (sec)"
+    log = read_log(_write(tmp_path, head + "\n" + "\n".join(rows) + "\n"))
+    steps, values = log.live("loss")
+    assert list(steps) == list(range(1, 11))
+    assert math.isclose(values[0], round(0.69 * math.exp(-1 / 8), 6), rel_tol=1e-6)
+
+
+def test_a_bar_description_does_not_make_the_bar_percentage_a_metric(tmp_path):
+    """``Steps:  45%|####5     | 450/1000 [...]``: "Steps" describes the bar; 45 is no metric, and the run
+    starts at the first drawn count that carries a loss."""
+    text = _captured_bar(400, lambda n: f"{2.0 + 1.0 / n:.4f}").replace("Train:", "Steps:")
+    log = read_log(_write(tmp_path, text))
+    assert not [m for m in log.metrics if m.lower() == "steps"]
+    assert log.live("loss")[0][0] == 1
+    assert min(int(log.live(m)[0][0]) for m in log.metrics if len(log.live(m)[0])) == 1

@@ -192,7 +192,9 @@ def parse(pieces: list[str]) -> Template:
             units[i] = m.group(0)
             rest[i + 1] = texts[i + 1][m.end():]
     if n > 1 and all(not _LETTER.search(t) for t in texts):
-        return _positional(texts, n)
+        # numbers only; a percentage among them (xLearn's "[ 10% ]  1  0.52 ...") is progress, not a column
+        shares = tuple(i for i in range(n) if units[i] != "%")
+        return _positional(texts, n) if len(shares) == n else _positional(texts, n, shares)
     kept: list[int] = []
     labels: list[str] = []
     kinds: list[StepKind | None] = []
@@ -202,8 +204,8 @@ def parse(pieces: list[str]) -> Template:
     nest = None  # the label of an open "k: [a: v | b: w]" group
     piped = -1  # the next position of a leading "N|M|" chain of counters
     for i in range(n):
-        if i in skip:
-            continue
+        if i in skip or (units[i] == "%" and rest[i + 1][:1] == "|"):
+            continue  # a tqdm meter's "45%|": the bar's progress, even under a description ("Steps: 45%|")
         label = label_of(rest[i])
         outer = _NESTED.search(rest[i]) if "[" in rest[i] else None
         if outer is not None:  # "predict_loss: [local: 0.67 | reduced: 0.69]": the first is the value
