@@ -148,3 +148,52 @@ def test_a_bar_description_does_not_make_the_bar_percentage_a_metric(tmp_path):
     assert not [m for m in log.metrics if m.lower() == "steps"]
     assert log.live("loss")[0][0] == 1
     assert min(int(log.live(m)[0][0]) for m in log.metrics if len(log.live(m)[0])) == 1
+
+
+def _box(kv: dict[str, object], *, tags: bool) -> str:
+    """A dashed key/value box (one record), grouped under ``tag/`` rows when ``tags``."""
+    rows: list[tuple[str, str]] = []
+    tag = None
+    for key, value in sorted(kv.items()):
+        text = f"{value:<8.3g}" if isinstance(value, float) else str(value)
+        if tags and "/" in key:
+            head = key[: key.index("/") + 1]
+            if head != tag:
+                rows.append((head, ""))
+                tag = head
+            key = "   " + key[len(head):]
+        rows.append((key, text))
+    kw, vw = max(len(k) for k, _ in rows), max(len(v) for _, v in rows)
+    rule = "-" * (kw + vw + 7)
+    return "\n".join([rule] + [f"| {k:<{kw}} | {v:<{vw}} |" for k, v in rows] + [rule]) + "\n"
+
+
+def test_vertical_key_value_boxes_are_one_record_each_grouped_by_tag(tmp_path):
+    """SB3's layout: tag rows, indented members; the first box has no train/ section."""
+    rng = random.Random(8)
+    text, want = "Using cpu device\n", []
+    for it in range(1, 61):
+        kv: dict[str, object] = {"rollout/ep_rew_mean": -100.0 + it, "time/iterations": it,
+                                 "time/total_timesteps": 2048 * it}
+        if it > 1:
+            loss = round((40 * math.exp(-it / 20) + 5) * (1 + rng.gauss(0, 0.05)), 1)
+            kv.update({"train/loss": loss, "train/value_loss": 2 * loss, "train/n_updates": 10 * (it - 1)})
+            want.append((2048 * it, loss))
+        text += _box(kv, tags=True)
+    log = read_log(_write(tmp_path, text))
+    steps, values = log.live("loss")
+    assert [int(s) for s in steps] == [s for s, _ in want]
+    assert [float(f"{v:.3g}") for _, v in want] == list(values)
+    assert log.metadata["text"]["step"] == "time/total_timesteps"
+
+
+def test_flat_key_value_boxes_and_rules_that_open_no_box(tmp_path):
+    """baselines' flat boxes (no tags) between other lines; a dashed rule before prose is no box."""
+    text = "-" * 40 + "\nLogging to /tmp/run\n"
+    for u in range(1, 31):
+        text += _box({"nupdates": u, "policy_loss": -0.01 * u / 30, "value_loss": 3.0 / u + 0.2,
+                      "loss": round(2.0 / u + 0.5, 3), "serial_timesteps": 128 * u}, tags=False)
+    log = read_log(_write(tmp_path, text))
+    steps, values = log.live("loss")
+    assert len(steps) == 30 and steps[0] == 1 and steps[-1] == 30
+    assert math.isclose(values[-1], round(2.0 / 30 + 0.5, 3), rel_tol=1e-3)

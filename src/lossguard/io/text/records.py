@@ -14,7 +14,8 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from .crash import crash_step
+from .crash import Crash, crash_step
+from .boxes import Boxes
 from .columns import Header, cell_columns, header_of
 from .join import Joiner, vector_means
 from .lines import iter_decoded  # noqa: F401 - re-exported: the sniffer and watch read through it
@@ -77,16 +78,6 @@ class Table:
 
 
 @dataclass
-class Crash:
-    """A line that names a NaN/Inf and a counter: where a run stopped on a non-finite loss."""
-
-    line: int
-    kind: StepKind | None
-    step: int | None
-    text: str
-
-
-@dataclass
 class Scan:
     """What a pass over the lines found."""
 
@@ -110,6 +101,7 @@ class Scanner:
         self._header: tuple[Template, list[float], list[tuple[int, float]]] | None = None
         self._pending: tuple | None = None  # a row that inherited a bar's counter, until the bar's next redraw
         self._joiner = Joiner()
+        self._boxes = Boxes()
         self._names: tuple[str, ...] | None = None  # the last table header (column names) seen
         self._spans: Header | None = None  # where its names are printed (fixed-width tables)
         self._named: dict[tuple, Template] = {}
@@ -130,6 +122,11 @@ class Scanner:
                     self._rank = rank
                 elif rank > self._rank:
                     continue
+            boxed = self._boxes.push(number, text)
+            if boxed is not None:  # a row of a vertical key/value box (SB3): read when the box closes
+                for first, record in boxed:
+                    self._line(first, record, None)
+                continue
             if "it/s" in text or "s/it" in text:
                 parts = split_glued(text)
                 if len(parts) > 1:  # a bar with a message glued after it: two lines
@@ -145,7 +142,7 @@ class Scanner:
 
     def finish(self) -> None:
         """Read what is still held: a record left open by the last lines (a bracket never closed)."""
-        for first, record in self._joiner.flush():
+        for first, record in self._joiner.flush() + self._boxes.flush():
             self._line(first, record, None)
 
     def _line(self, number: int, text: str, raw: str | None) -> None:
