@@ -197,3 +197,40 @@ def test_flat_key_value_boxes_and_rules_that_open_no_box(tmp_path):
     steps, values = log.live("loss")
     assert len(steps) == 30 and steps[0] == 1 and steps[-1] == 30
     assert math.isclose(values[-1], round(2.0 / 30 + 0.5, 3), rel_tol=1e-3)
+
+
+def test_a_named_counter_that_counts_up_by_a_constant_stride_is_the_step(tmp_path):
+    """No label is a known counter name ("done: 100", in any language): a whole number that grows by the
+    same amount on every loss line is the step, said in a warning; full-width colons separate labels."""
+    rng = random.Random(9)
+    lines = []
+    for k in range(1, 21):
+        lines.append(f"训练次数：{50 * k}, Loss：{(2.0 * math.exp(-k / 8) + 1.0) * (1 + rng.gauss(0, 0.02))}")
+        if k % 10 == 0:
+            lines.append(f"整体测试集上的Loss: {120.0 - k}")
+    log = read_log(_write(tmp_path, "\n".join(lines) + "\n"))
+    steps, _ = log.live("loss")
+    assert list(steps) == [50 * k for k in range(1, 21)]
+    assert any("counts up by the same amount" in w for w in log.metadata.get("warnings", []))
+    assert log.metadata["text"]["step"] == "训练次数"  # the label without its full-width colon
+
+
+def test_an_irregular_or_auxiliary_whole_number_is_not_taken_for_the_step(tmp_path):
+    """A count that does not grow by a constant stride (tokens seen), or names a time, stays a value."""
+    lines = [f"tokens: {1000 * k + (k * k) % 7}, elapsed: {3 * k}, loss: {3.0 - k / 50:.3f}" for k in range(1, 21)]
+    log = read_log(_write(tmp_path, "\n".join(lines) + "\n"))
+    assert list(log.live("loss")[0]) == list(range(1, 21))  # numbered in order
+
+
+def test_several_named_values_none_a_loss_the_first_non_auxiliary_one_is_read(tmp_path):
+    """A GAN's line: a counter, then time and data (auxiliary), then losses with no 'loss' in their
+    names: the first of those is read (with a warning), so a NaN in them is seen."""
+    lines = []
+    for k in range(1, 13):
+        v = "nan" if k >= 8 else f"{0.25 + 0.01 * (k % 3):.3f}"
+        lines.append(f"(epoch: 1, iters: {100 * k}, time: 0.3{k % 10}, data: 0.001) D_A: {v} G_A: {v} cycle_A: {v}")
+    log = read_log(_write(tmp_path, "\n".join(lines) + "\n"))
+    steps, values = log.live("loss")
+    assert log.metadata["text"]["loss"] == "D_A" and list(steps) == [100 * k for k in range(1, 13)]
+    assert sum(math.isnan(v) for v in values) == 5
+    assert any(i.kind.value == "non_finite" and i.onset == 800 for i in analyze(log).incidents)

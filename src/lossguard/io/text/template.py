@@ -89,6 +89,8 @@ class Template:
     ultralytics' ``Epoch GPU_mem loss Instances Size``) can name them."""
     overflow: bool = False
     """The skeleton names an overflow (an fp16 skipped step: :mod:`.overflow` reads the line)."""
+    percent: frozenset[int] = frozenset()
+    """Indices (in ``kept``) of values printed with a ``%`` (``complete [10%]``): never a step counter."""
 
 
 _COLUMN_BREAK = re.compile(r"[\s,;|]")
@@ -167,7 +169,7 @@ def label_of(text: str) -> str:
     t = _OPENERS.sub("", stripped)
     if t != stripped and not t.strip() and stripped.lower().endswith("tensor("):
         return "tensor"  # a bare print(loss): "tensor(2.3456, device='cuda:0')"
-    t = t.rstrip(" :=\t'\"").translate(_QUOTES)
+    t = t.rstrip(" :=\t'\"\uff1a\uff1d").translate(_QUOTES)  # full-width "：" / "＝" (CJK prints) too
     bracketed = _BRACKETED.search(t)
     if bracketed is not None:  # "[loss] 2.3"
         return bracketed.group(1).strip()
@@ -272,6 +274,7 @@ def parse(pieces: list[str]) -> Template:
     lead = tuple(w.lower() for w in _WORD.findall(texts[0])[:6])  # "Train Metrics" vs "Valid Metrics"
     key = (tuple(zip(labels, kinds, strict=True)), lead)
     return Template(kept=tuple(kept), labels=tuple(labels), kinds=tuple(kinds), totals=tuple(totals),
+                    percent=frozenset(j for j, i in enumerate(kept) if units[i] == "%"),
                     header=header, errorish=bool(_ERRORISH.search("".join(texts))), key=key,
                     overflow="overflow" in "".join(texts).lower(),
                     evaluation=any(w in _EVALUATION for w in lead),
