@@ -234,3 +234,28 @@ def test_several_named_values_none_a_loss_the_first_non_auxiliary_one_is_read(tm
     assert log.metadata["text"]["loss"] == "D_A" and list(steps) == [100 * k for k in range(1, 13)]
     assert sum(math.isnan(v) for v in values) == 5
     assert any(i.kind.value == "non_finite" and i.onset == 800 for i in analyze(log).incidents)
+
+
+def test_a_bar_description_set_before_the_count_moves_pairs_each_value_with_its_own_count(tmp_path):
+    """YOLOv5's shape: per epoch a header row, then a bar whose description (epoch, running mean) is set
+    during batch i, drawn at count i, then again at i+1 when tqdm counts the batch. The value of count
+    n is the first one drawn with n; count 0 carries none; an epoch's last mean is not replaced by the
+    next epoch's first."""
+    nb, epochs = 20, 3
+    means: dict[int, float] = {}
+    text = ""
+    for ep in range(epochs):
+        text += "\n" + "".join(f"{h:>11}" for h in ("Epoch", "GPU_mem", "box_loss", "Instances", "Size")) + "\n"
+        draws = [f"\r  0%|          | 0/{nb} [00:00<?, ?it/s]"]
+        m = 0.0
+        for i in range(nb):
+            m = (m * i + (0.1 - 0.001 * (ep * nb + i)) * (1 + 0.05 * ((i * 7) % 5 - 2))) / (i + 1)
+            means[ep * nb + i + 1] = float(f"{m:.4g}")
+            desc = f"{f'{ep}/{epochs - 1}':>11}{'3.1G':>11}{m:11.4g}{40:11d}{640:11d}"
+            for count in (i, i + 1):
+                draws.append(f"\r{desc}: {100 * count // nb:3d}%|#         | {count}/{nb} [00:01<00:01,  2.50it/s]")
+        text += "".join(draws) + "\n"
+    log = read_log(_write(tmp_path, text))
+    steps, values = log.live("loss")
+    assert list(steps) == list(range(1, epochs * nb + 1))
+    assert [means[int(s)] for s in steps] == list(values)
