@@ -28,11 +28,11 @@ from evals.console.text import TqdmStream  # noqa: E402
 OUT = HERE / "console"
 
 SOURCES = {
-    "diffusers": "github.com/huggingface/diffusers examples/text_to_image/train_text_to_image.py (tqdm desc='Steps', progress_bar.set_postfix(step_loss=..., lr=...)) + tqdm/std.py set_postfix/format_num (sorted keys, '{:.3g}')",
-    "yolov5": "github.com/ultralytics/yolov5 train.py (header ('%11s' * 7) % ('Epoch', 'GPU_mem', 'box_loss', 'obj_loss', 'cls_loss', 'Instances', 'Size'); pbar.set_description(('%11s' * 2 + '%11.4g' * 5) % (f'{epoch}/{epochs - 1}', mem, *mloss, ...)); bar_format '{l_bar}{bar:10}{r_bar}') + val.py summary line ('%22s' + '%11i' * 2 + '%11.3g' * 4)",
-    "sb3_ppo": "github.com/DLR-RM/stable-baselines3 stable_baselines3/common/logger.py HumanOutputFormat.write (sorted keys, 'tag/' rows, floats '{:<8.3g}', dashed box) + stable_baselines3/ppo/ppo.py train() records",
-    "imagenet_ddp": "github.com/pytorch/examples imagenet/main.py train() (ProgressMeter prefix 'Epoch: [E]', '[{:4d}/5005]', AverageMeter 'Time :6.3f', 'Data :6.3f', 'Loss :.4e', 'Acc@1 :6.2f', 'Acc@5 :6.2f', '\\t'-joined; progress.display(i + 1) every print_freq=10 on every process of --multiprocessing-distributed) + validate() 'Test: ' lines and ' * Acc@1 ... Acc@5 ...'",
-    "chainer_espnet": "github.com/chainer/chainer chainer/training/extensions/print_report.py PrintReport (header '{:W}' joined by two spaces, rows '{:<Wg}  ', ESC[J before each row, blank cells for unreported keys) with ESPnet1's report keys (espnet/asr/pytorch_backend/asr.py)",
+    "diffusers": "github.com/huggingface/diffusers examples/text_to_image/train_text_to_image.py (024c4376fb19caa85275c038f071b6e1446a5cad; tqdm desc='Steps', progress_bar.set_postfix(step_loss=..., lr=...)) + tqdm/std.py set_postfix/format_num (sorted keys, '{:.3g}')",
+    "yolov5": "github.com/ultralytics/yolov5 train.py (5de4e25d68a2b6c3f9a51f28a1a26accb86dc318; header ('%11s' * 7) % ('Epoch', 'GPU_mem', 'box_loss', 'obj_loss', 'cls_loss', 'Instances', 'Size'); pbar.set_description(('%11s' * 2 + '%11.4g' * 5) % (f'{epoch}/{epochs - 1}', mem, *mloss, ...)); bar_format '{l_bar}{bar:10}{r_bar}') + val.py summary line ('%22s' + '%11i' * 2 + '%11.3g' * 4)",
+    "sb3_ppo": "github.com/DLR-RM/stable-baselines3 stable_baselines3/common/logger.py HumanOutputFormat.write (00dc23b01ac22eab0cb58a4848a78deda6974f01; sorted keys, 'tag/' rows, floats '{:<8.3g}', dashed box) + stable_baselines3/ppo/ppo.py train() records",
+    "imagenet_ddp": "github.com/pytorch/examples imagenet/main.py train() (493da9304e56ff5160f78d01a54992db35df2a98; ProgressMeter prefix 'Epoch: [E]', '[{:4d}/5005]', AverageMeter 'Time :6.3f', 'Data :6.3f', 'Loss :.4e', 'Acc@1 :6.2f', 'Acc@5 :6.2f', '\\t'-joined; progress.display(i + 1) every print_freq=10 on every process of --multiprocessing-distributed) + validate() 'Test: ' lines and ' * Acc@1 ... Acc@5 ...'",
+    "chainer_espnet": "github.com/chainer/chainer chainer/training/extensions/print_report.py PrintReport (5c21f7b7bbbe5f3f5413b24565b6addb6d2a5130; header '{:W}' joined by two spaces, rows '{:<Wg}  ', ESC[J before each row, blank cells for unreported keys) with ESPnet1's report keys (espnet/asr/pytorch_backend/asr.py)",
 }
 
 
