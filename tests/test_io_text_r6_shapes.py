@@ -259,3 +259,18 @@ def test_a_bar_description_set_before_the_count_moves_pairs_each_value_with_its_
     steps, values = log.live("loss")
     assert list(steps) == list(range(1, epochs * nb + 1))
     assert [means[int(s)] for s in steps] == list(values)
+
+
+def test_an_epoch_summary_line_beside_batch_lines_is_not_a_record(tmp_path):
+    """``Epoch E Batch B Loss X`` every 50 batches, then ``Epoch E Loss M Accuracy A`` (the epoch's mean):
+    only the batch lines are records; the summaries would put a mean between two epochs' batches."""
+    lines, want = [], []
+    for e in range(1, 7):
+        for b in (0, 50, 100):
+            v = round(4.0 * math.exp(-(3 * (e - 1) + b / 50) / 6) + 0.5, 4)
+            lines.append(f"Epoch {e} Batch {b} Loss {v:.4f} Accuracy {0.1 * e:.4f}")
+            want.append(v)
+        lines.append(f"Epoch {e} Loss {want[-1] + 0.3:.4f} Accuracy {0.1 * e:.4f}")
+        lines.append(f"Time taken for 1 epoch: {120 + e}.53 secs\n")
+    log = read_log(_write(tmp_path, "\n".join(lines) + "\n"))
+    assert list(log.live("loss")[1]) == want

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .names import StepKind, fold, is_ppl, loss_rank
+from .summary import summary_tables
 from .guess import MIN_GUESS_ROWS, guessed_value, integral_increasing, only_value, strided_counter
 from .records import Table
 
@@ -104,6 +105,7 @@ def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | 
         with_loss = [t for t in with_loss if t in pool]
     training = [t for t in with_loss if not t.template.evaluation]
     with_loss = training or with_loss  # an evaluation line printing the same label is not the training loss
+    with_loss = [t for t in with_loss if t not in summary_tables(with_loss)] if loss_key is None else with_loss
     rule, step, steps_seen = _step(with_loss, step_key)
     dropped = 0
     if rule is not StepRule.ORDER:
