@@ -6,7 +6,10 @@ import math
 import random
 from pathlib import Path
 
+import pytest
+
 from lossguard.analysis import analyze
+from lossguard.errors import LossguardError
 from lossguard.io import read_log
 from lossguard.io.text.lines import MAX_LINE, text_lines
 
@@ -274,3 +277,12 @@ def test_an_epoch_summary_line_beside_batch_lines_is_not_a_record(tmp_path):
         lines.append(f"Time taken for 1 epoch: {120 + e}.53 secs\n")
     log = read_log(_write(tmp_path, "\n".join(lines) + "\n"))
     assert list(log.live("loss")[1]) == want
+
+
+def test_a_line_of_rewards_is_not_read_as_a_loss(tmp_path):
+    """An RL print with a counter and episode statistics only (no loss): nothing is guessed, the error
+    names the line; a reward that rises is no divergence."""
+    lines = [f"episode {k}: reward {10 + 2.3 * k:.2f}, ep_len {100 + k}, epsilon {max(0.05, 1 - k / 50):.3f}"
+             for k in range(1, 40)]
+    with pytest.raises(LossguardError):
+        read_log(_write(tmp_path, "\n".join(lines) + "\n"))
