@@ -31,6 +31,8 @@ HOT_ROWS = 64
 """Rows of one template before its line gets a compiled whole-line regex."""
 
 _CSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_SEP = re.compile(rb"[\r\n]")
+_NL = 10  # b"\\n"
 
 
 def scan_file(path: Path) -> Scan:
@@ -167,23 +169,26 @@ def _pick(scanner: Scanner) -> HotLine | None:
 
 
 def _slow(scanner: Scanner, text: str, first: int) -> None:
-    """Line by line, ``\\r`` redraws split, lines over :data:`MAX_LINE` skipped."""
+    """Line by line, ``\\r`` redraws split, pieces over :data:`MAX_LINE` skipped (a physical line of
+    redraws is as long as the run; each redraw is short)."""
     def lines() -> Iterator[tuple[int, str]]:
         for n, line in enumerate(text.split("\n"), first):
-            if not line or len(line) > MAX_LINE:
+            if not line:
                 continue
             if "\r" in line:
                 for piece in line.split("\r"):
-                    if piece.strip():
+                    if piece.strip() and len(piece) <= MAX_LINE:
                         yield n, piece
-            else:
+            elif len(line) <= MAX_LINE:
                 yield n, line
     scanner.feed(lines())
 
 
 def _blocks(path: Path) -> Iterator[tuple[int, str]]:
-    """(first line number, text of whole lines) for each block of the file; a line longer than
-    :data:`MAX_LINE` without a newline is dropped as it streams by (memory stays one block)."""
+    """(first line number, text of whole lines) for each block of the file. A block ends at its last
+    ``\\n`` or ``\\r``, so a tqdm line of ``\\r`` redraws longer than a block is read in pieces (the
+    next block goes on with the same line number); a piece longer than :data:`MAX_LINE` with neither
+    is dropped as it streams by (memory stays one block)."""
     number, carry, skipping = 1, b"", False
     size = FIRST_BLOCK  # small at first: the hot line is known after a few hundred lines
     with open(path, "rb") as f:
@@ -195,14 +200,15 @@ def _blocks(path: Path) -> Iterator[tuple[int, str]]:
                     yield number, carry.decode("utf-8", errors="replace") + "\n"
                 return
             data = carry + block
-            cut = data.rfind(b"\n") + 1
+            cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
             if skipping:
-                nl = data.find(b"\n")
-                if nl < 0:
+                nl = _SEP.search(data)
+                if nl is None:
                     carry = b""
                     continue
-                number += 1
-                data, cut, skipping = data[nl + 1:], cut - nl - 1, False
+                at = nl.start()
+                number += data[at] == _NL
+                data, cut, skipping = data[at + 1:], cut - at - 1, False
             whole, carry = data[:cut], data[cut:]
             if whole:
                 yield number, whole.decode("utf-8", errors="replace")
