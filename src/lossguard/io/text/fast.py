@@ -104,36 +104,42 @@ def _mixed(scanner: Scanner, hot: HotLine, text: str, ok: np.ndarray, found: np.
 
 
 def _rows(scanner: Scanner, hot: HotLine, values: np.ndarray, number: int) -> None:
-    """Consecutive hot lines (``values``: their captured numbers, one row a line) from line ``number``:
-    the first through :meth:`Scanner.record` (a record header above may have changed), the others
-    added to its table at once. With counter totals or a record header every line goes through
-    :meth:`Scanner.record` (the header state changes with each)."""
+    """Consecutive hot lines (``values``: their captured numbers, one row a line) from line ``number``.
+
+    The first and the last go through :meth:`Scanner.record` (a record header above may have changed;
+    the last leaves the counters' totals and the scanner's state as reading every line would), the
+    others are added to the same table at once. Under a template that is itself a record header,
+    every line goes through :meth:`Scanner.record` (the header state changes with each)."""
     tpl = hot.table.template
     kept, total_at = hot.kept, hot.totals
-    scan, record = scanner.scan, scanner.record
+    scan = scanner.scan
     n = len(values)
     scan.lines += n
-    if total_at or tpl.header:
-        for r, row in enumerate(values.tolist()):
-            totals = [(j, row[k]) for (j, _), k in zip(tpl.totals, total_at, strict=True)] if total_at else ()
-            record(tpl, [row[k] for k in kept], totals, number + r, "")
-        return
-    kept_values = values if hot.plain else values[:, kept]
+    kept_values = values if hot.plain and not total_at else values[:, kept]
+
+    def one(r: int):
+        """Row ``r`` through the scanner, as the line-by-line path reads it."""
+        totals = [(j, float(values[r, k])) for (j, _), k in zip(tpl.totals, total_at, strict=True)]
+        return scanner.record(tpl, kept_values[r].tolist(), totals or (), number + r, "")
+
     table = None
     r = 0
-    while table is None and r < n:
-        table = record(tpl, kept_values[r].tolist(), (), number + r, "")
+    while r < n and (table is None or tpl.header):
+        table = one(r)
         r += 1
-    if table is None or r == n:
+    if table is None or r >= n - 1:
+        if r < n:
+            one(r)
         return
-    rest = kept_values[r:]
+    rest = kept_values[r:n - 1]
     if table.inherited:
         prefix = np.asarray(table.data[-len(table.labels):-len(kept)], dtype=np.float64)
         rest = np.hstack([np.broadcast_to(prefix, (len(rest), len(prefix))), rest])
     table.data.frombytes(np.ascontiguousarray(rest, dtype=np.float64).tobytes())
-    table.lines.frombytes(np.arange(number + r, number + n, dtype=np.int64).tobytes())
-    table.order.frombytes(np.arange(scan.numeric_lines + 1, scan.numeric_lines + 1 + n - r, dtype=np.int64).tobytes())
-    scan.numeric_lines += n - r
+    table.lines.frombytes(np.arange(number + r, number + n - 1, dtype=np.int64).tobytes())
+    table.order.frombytes(np.arange(scan.numeric_lines + 1, scan.numeric_lines + n - r, dtype=np.int64).tobytes())
+    scan.numeric_lines += n - 1 - r
+    one(n - 1)
 
 
 def _numbers(data: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

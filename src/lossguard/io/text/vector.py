@@ -137,7 +137,7 @@ def match_block(steps: list[Step], data: bytes) -> tuple[np.ndarray, np.ndarray,
             pos = pos + len(step.text)
         elif step.kind is StepKind.NUMBER:
             start = pos
-            pos, good = _number(block, pos)
+            pos, good = _number(block, pos, words=step.captured)
             ok &= good
             if step.captured:
                 starts.append(start)
@@ -155,9 +155,10 @@ def match_block(steps: list[Step], data: bytes) -> tuple[np.ndarray, np.ndarray,
     return ok, np.stack(starts, axis=1)[ok], np.stack(ends, axis=1)[ok]
 
 
-def _number(block: _Block, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _number(block: _Block, pos: np.ndarray, words: bool) -> tuple[np.ndarray, np.ndarray]:
     """The end of the number at each position, and whether one is there (the regex's first choice:
-    ``[-+]?(?:\\d++(?:\\.\\d*+)?|\\.\\d++)(?:[eE][-+]?\\d++)?+``)."""
+    ``[-+]?(?:\\d++(?:\\.\\d*+)?|\\.\\d++)(?:[eE][-+]?\\d++)?+``, and for a kept number ``nan``, ``inf``
+    and ``Infinity``, which the regex tries only where that fails)."""
     c = block.at(pos)
     p = pos + ((c == 43) | (c == 45))  # a sign
     whole = block.run(p, digits=True)
@@ -179,4 +180,22 @@ def _number(block: _Block, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         digits = block.run(q, digits=True)
         good[rows] &= digits >= 0
         end[rows] = np.where(digits > 0, q + digits, end[rows])
+    if words and not good.all():  # -?(?:[Nn][Aa][Nn]|[Ii]nfinity|[Ii]nf|INF), where no digits are
+        rows = np.flatnonzero(~good & (whole == 0))
+        at = pos[rows] + (c[rows] == 45)
+        size = _word(block, at)
+        good[rows] = size > 0
+        end[rows] = at + size
     return end, good
+
+
+def _word(block: _Block, at: np.ndarray) -> np.ndarray:
+    """Length of the non-finite value at each position (``nan`` in any case, ``inf``, ``Inf``,
+    ``infinity``, ``Infinity``, ``INF``), 0 where none is."""
+    b = [block.at(at + k) for k in range(3)]
+    lower = [x | 32 for x in b]  # ASCII letters folded to lower case
+    nan = (lower[0] == 110) & (lower[1] == 97) & (lower[2] == 110)
+    inf = (lower[0] == 105) & (b[1] == 110) & (b[2] == 102)  # [Ii]nf: only the first letter in either case
+    infinity = inf & block.equals(at + 3, b"inity")
+    upper = (b[0] == 73) & (b[1] == 78) & (b[2] == 70)  # INF
+    return np.where(infinity, 8, np.where(nan | inf | upper, 3, 0))
