@@ -28,6 +28,9 @@ FIRST_BLOCK = 64 << 10
 """Bytes of the first block, read line by line before the hot line is chosen."""
 HOT_ROWS = 64
 """Rows of one template before its line gets a compiled whole-line regex."""
+MIN_LINE_BYTES = 8
+"""Bytes a line of a block has on average, at least, for the block to be matched at once; a block of
+shorter lines (empty ones) goes to the regex and the grammar, whose memory does not grow with it."""
 
 _CSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
@@ -55,15 +58,16 @@ def _hot_block(scanner: Scanner, hot: HotLine, data: bytes, number: int) -> None
     matches so, the codes are removed (rarer escapes leave their line to the line-by-line path) and
     the block is matched without them."""
     text: str | None = None
+    dense = len(data) >= MIN_LINE_BYTES * data.count(b"\n")
     if b"\x1b" in data:
-        if hot.colored is not None:
+        if hot.colored is not None and dense:
             ok, starts, ends = match_block(hot.colored, data)
             if ok.all():
                 _rows(scanner, hot, _numbers(data, starts, ends), number)
                 return
         text = _CSI.sub("", data.decode("utf-8", errors="replace"))
         data = text.encode()
-    if hot.steps is not None:
+    if hot.steps is not None and dense:
         ok, starts, ends = match_block(hot.steps, data)
     else:
         ok = np.zeros(data.count(b"\n"), dtype=bool)
@@ -80,25 +84,34 @@ def _mixed(scanner: Scanner, hot: HotLine, text: str, ok: np.ndarray, found: np.
     """A block whose lines are not all taken by the steps: each other line is tried with the regex;
     each run of consecutive hot lines is read at once, the lines between runs line by line, in order."""
     lines = text.split("\n")
-    n = len(ok)
-    width = hot.regex.groups
-    values = np.empty((n, width), dtype=np.float64)
-    values[ok] = found
     match = hot.regex.match
-    for i in np.flatnonzero(~ok).tolist():
-        m = match(lines[i] + "\n") if lines[i] else None
-        if m is not None:
-            ok[i] = True
-            values[i] = [float(g) for g in m.groups()]
+    more, more_values = [], []
+    others = np.flatnonzero(~ok)
+    for k in range(0, len(others), 1 << 16):  # Python ints for 64k lines at a time (a block of empty lines)
+        for i in others[k:k + (1 << 16)].tolist():
+            m = match(lines[i] + "\n") if lines[i] else None
+            if m is not None:
+                more.append(i)
+                more_values.append([float(g) for g in m.groups()])
+    del others
     at = np.flatnonzero(ok)
-    cuts = np.flatnonzero(np.diff(at) != 1) + 1
+    values = found
+    if more:
+        at = np.concatenate([at, np.array(more, dtype=np.int64)])
+        values = np.vstack([found, np.array(more_values, dtype=np.float64).reshape(len(more), found.shape[1])])
+        order = np.argsort(at, kind="stable")
+        at, values = at[order], values[order]
+    cuts = (np.flatnonzero(np.diff(at) != 1) + 1).tolist()
     done = 0  # lines before this one are read
-    for run in np.split(at, cuts) if len(at) else []:
-        first, last = int(run[0]), int(run[-1]) + 1
+    for lo, hi in zip([0, *cuts], [*cuts, len(at)], strict=True):
+        if lo == hi:
+            continue
+        first, last = int(at[lo]), int(at[hi - 1]) + 1
         if first > done:
             _slow(scanner, "\n".join(lines[done:first]) + "\n", number + done)
-        _rows(scanner, hot, values[first:last], number + first)
+        _rows(scanner, hot, values[lo:hi], number + first)
         done = last
+    n = len(ok)
     if done < n:
         _slow(scanner, "\n".join(lines[done:n]) + "\n", number + done)
 

@@ -126,10 +126,17 @@ def match_block(steps: list[Step], data: bytes) -> tuple[np.ndarray, np.ndarray,
     block = _Block(data, max([len(s.text) for s in steps] + [0]))
     ends_of_lines = np.flatnonzero(block.bytes[:block.size] == 10)
     n = len(ends_of_lines)
-    pos = np.zeros(n, dtype=np.int64)
-    pos[1:] = ends_of_lines[:-1] + 1
-    ok = np.ones(n, dtype=bool)
-    starts, ends = [], []
+    starts_of_lines = np.zeros(n, dtype=np.int64)
+    starts_of_lines[1:] = ends_of_lines[:-1] + 1
+    # the lines still followed (a line shorter than the shortest match never is: a block of empty
+    # lines costs no more than its text); once most have failed, only the others are kept
+    shortest = sum(len(s.text) if s.kind is StepKind.TEXT else s.kind is not StepKind.SPACES for s in steps)
+    rows = np.flatnonzero(ends_of_lines - starts_of_lines >= shortest)
+    pos = starts_of_lines[rows]
+    del ends_of_lines, starts_of_lines
+    ok = np.ones(len(rows), dtype=bool)
+    starts: list[np.ndarray] = []
+    ends: list[np.ndarray] = []
     for step in steps:
         pos = np.minimum(pos, block.size)  # a failed line may walk past the end (not in place: ends keep it)
         if step.kind is StepKind.TEXT:
@@ -146,13 +153,19 @@ def match_block(steps: list[Step], data: bytes) -> tuple[np.ndarray, np.ndarray,
             length = block.run(pos, digits=False)
             ok &= length >= (1 if step.kind is StepKind.GAP else 0)
             pos = pos + np.maximum(length, 0)
+        if 2 * np.count_nonzero(ok) < len(ok):  # memory and work follow the lines that may still match
+            keep = ok
+            rows, pos, ok = rows[keep], pos[keep], ok[keep]
+            starts, ends = [a[keep] for a in starts], [a[keep] for a in ends]
     pos = np.minimum(pos, block.size)
     length = block.run(pos, digits=False)  # the regex ends with [ \\t]*\\n
     ok &= (length >= 0) & (block.at(pos + np.maximum(length, 0)) == 10)
+    matched = np.zeros(n, dtype=bool)
+    matched[rows[ok]] = True
     if not starts:
         empty = np.zeros((int(ok.sum()), 0), dtype=np.int64)
-        return ok, empty, empty
-    return ok, np.stack(starts, axis=1)[ok], np.stack(ends, axis=1)[ok]
+        return matched, empty, empty
+    return matched, np.stack(starts, axis=1)[ok], np.stack(ends, axis=1)[ok]
 
 
 def _number(block: _Block, pos: np.ndarray, words: bool) -> tuple[np.ndarray, np.ndarray]:
