@@ -39,26 +39,26 @@ def scan_file(path: Path) -> Scan:
     """Scan a whole text file (the reader's path): blocks, the hot line at once, the rest line by line."""
     scanner = Scanner()
     hot: HotLine | None = None
-    for number, data in _blocks(path):
+    for number, data, lines in _blocks(path):
         if hot is None:
             _slow(scanner, data.decode("utf-8", errors="replace"), number)
             hot = _pick(scanner)
         elif b"\r" in data:
             _slow(scanner, data.decode("utf-8", errors="replace"), number)
         else:
-            _hot_block(scanner, hot, data, number)
+            _hot_block(scanner, hot, data, number, lines)
     scanner.finish()
     return scanner.scan
 
 
-def _hot_block(scanner: Scanner, hot: HotLine, data: bytes, number: int) -> None:
-    """One block of whole lines (no ``\r``) starting at line ``number``: the hot lines' rows, the rest line by line.
+def _hot_block(scanner: Scanner, hot: HotLine, data: bytes, number: int, lines: int) -> None:
+    """One block of ``lines`` whole lines (no ``\r``) from line ``number``: the hot lines' rows, the rest line by line.
 
     A block in colour is first matched with its colour codes as literal text; unless every line
     matches so, the codes are removed (rarer escapes leave their line to the line-by-line path) and
     the block is matched without them."""
     text: str | None = None
-    dense = len(data) >= MIN_LINE_BYTES * data.count(b"\n")
+    dense = len(data) >= MIN_LINE_BYTES * lines
     if b"\x1b" in data:
         if hot.colored is not None and dense:
             ok, starts, ends = match_block(hot.colored, data)
@@ -70,7 +70,7 @@ def _hot_block(scanner: Scanner, hot: HotLine, data: bytes, number: int) -> None
     if hot.steps is not None and dense:
         ok, starts, ends = match_block(hot.steps, data)
     else:
-        ok = np.zeros(data.count(b"\n"), dtype=bool)
+        ok = np.zeros(lines, dtype=bool)
         starts = ends = np.zeros((0, hot.regex.groups), dtype=np.int64)
     if ok.all():
         _rows(scanner, hot, _numbers(data, starts, ends), number)
@@ -211,8 +211,8 @@ def _slow(scanner: Scanner, text: str, first: int) -> None:
     scanner.feed(lines())
 
 
-def _blocks(path: Path) -> Iterator[tuple[int, bytes]]:
-    """(first line number, bytes of whole lines) for each block of the file; a line longer than
+def _blocks(path: Path) -> Iterator[tuple[int, bytes, int]]:
+    """(first line number, bytes of whole lines, number of lines) for each block of the file; a line longer than
     :data:`MAX_LINE` without a newline is dropped as it streams by (memory stays one block)."""
     number, carry, skipping = 1, b"", False
     size = FIRST_BLOCK  # small at first: the hot line is known after a few hundred lines
@@ -222,7 +222,7 @@ def _blocks(path: Path) -> Iterator[tuple[int, bytes]]:
             size = BLOCK
             if not block:
                 if carry and not skipping:
-                    yield number, carry + b"\n"
+                    yield number, carry + b"\n", 1
                 return
             data = carry + block
             cut = data.rfind(b"\n") + 1
@@ -235,7 +235,8 @@ def _blocks(path: Path) -> Iterator[tuple[int, bytes]]:
                 data, cut, skipping = data[nl + 1:], cut - nl - 1, False
             whole, carry = data[:cut], data[cut:]
             if whole:
-                yield number, whole
-                number += whole.count(b"\n")
+                lines = whole.count(b"\n")
+                yield number, whole, lines
+                number += lines
             if len(carry) > MAX_LINE:
                 carry, skipping = b"", True
