@@ -176,7 +176,8 @@ def build(scan: Scan, choice: Choice) -> Points:
         if name == LOSS:
             same = ~last[:-1]
             repeated = int(np.sum(same & (val[:-1] != val[1:]) & ~(np.isnan(val[:-1]) & np.isnan(val[1:]))))
-        out[name] = (seg[last], step[last], val[last], line[last])
+        # every step printed once (a plain run): the arrays as they are, no masked copies of 1M rows
+        out[name] = (seg, step, val, line) if last.all() else (seg[last], step[last], val[last], line[last])
     if repeated:
         warnings.append(f"{repeated} loss line(s) repeat a step already printed with another value (progress-bar "
                         "redraws, several ranks, or records over several lines): the "
