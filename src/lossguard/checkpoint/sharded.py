@@ -86,7 +86,7 @@ class ShardedCheckpointStore(CheckpointStore):
         # Counts saves, the same on every rank (every rank saves together); the base class's
         # _counter also counts rank 0's renames during pruning, so it cannot name temp dirs.
         self._saves = 0
-        self._algorithm = fast_checksum()  # CRC-32C when google-crc32c is installed, else CRC-32
+        self._algorithm = fast_checksum()  # CRC-32 with zlib-ng, else CRC-32C, else zlib's CRC-32
         self._rank_bytes: dict[Path, bytes] = {}  # rank files read (and verified) before a load
         if dist:  # at exit: finish an async save in flight, then destroy the groups (clean_exit.py)
             from ..distributed.clean_exit import track_store
