@@ -37,9 +37,9 @@ def crc32_function() -> Callable[..., int]:
     else the standard library's ``zlib.crc32``. Both compute the same CRC-32 (zlib-ng is a drop-in
     zlib), so a file hashed by one verifies with the other. zlib-ng folds with carry-less multiplies
     (PCLMULQDQ / VPCLMULQDQ): on this project's 2-core AMD EPYC VM it hashed 1 MiB blocks in cache
-    at 57 GB/s, google-crc32c's CRC-32C at 27 GB/s and the stdlib's zlib 1.2.13 at 4.3 GB/s, and it
-    releases the GIL where google-crc32c 1.9 holds it (issue 23; ``/tmp`` probes, commands in
-    benchmarks/RESULTS.md). Resolved on first use: importing zlib-ng costs ~1.5 ms."""
+    at 56 GB/s, google-crc32c's CRC-32C at 27 GB/s and the stdlib's zlib 1.2.13 at 2-4 GB/s, and it
+    releases the GIL where google-crc32c 1.9 holds it (issue 23; ``benchmarks/checksum_speed.py``).
+    Resolved on first use: importing zlib-ng costs ~1.5 ms."""
     try:
         from zlib_ng import zlib_ng
     except ImportError:
