@@ -21,11 +21,26 @@ def make_monitor(model, optimizer, precursors: Any, treatment: Any):
 
 def append_precursors(monitor, packed):
     """The judge's ``packed`` (a host list or a device tensor) with the monitor's values appended."""
-    pre = monitor.packed()
+    return append_values(packed, monitor.packed())
+
+
+def append_values(packed, pre):
+    """``packed`` (a host list or a device tensor) with the device tensor ``pre`` appended: a host
+    list stays a list (a host judge's verdict is already on the host), a tensor stays on its device."""
     if isinstance(packed, list):
-        return packed + pre.tolist()  # a host judge: the verdict is already on the host
+        return packed + pre.tolist()
     import torch
     return torch.cat([packed.reshape(-1), pre.to(device=packed.device, dtype=packed.dtype)])
+
+
+def respond(guard, step: int, lr: float, values: list[float]) -> None:
+    """Let every treatment of ``guard`` respond to one step's precursor values (host floats) and log
+    what they did (nothing in shadow mode)."""
+    if guard.treatment is None or guard.config.shadow:
+        return
+    for responder in responders(guard.treatment):
+        for rec in responder.respond(step, guard.precursors, values, guard.ledger, lr):
+            guard.log.event(rec)
 
 
 def split_precursors(monitor, packed):
