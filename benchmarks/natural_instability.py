@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -41,13 +42,12 @@ ROWS = OUT / "natural_instability.jsonl"
 LOGS = OUT / "natural_logs"
 LRS = (3e-3, 1e-2, 3e-2, 1e-1)
 CONFIGS = ("clip", "guard", "treat", "tech")
-PRESETS = {
+PRESETS: dict[str, dict[str, Any]] = {
     # the first configuration: milder than issue 20's model (clip-only LR sensitivity 0.164)
     "mild": {"n_layer": 3, "n_embd": 64, "n_head": 4, "weight_decay": 0.1, "steps": 800, "lrs": LRS},
     # harsher: 4 layers, width 128, 2 heads of 64 (a wider head grows its logits faster), no weight
     # decay (decoupled decay at LR 0.1 shrinks q and k by 1% a step, which itself holds the logits)
-    "harsh": {"n_layer": 4, "n_embd": 128, "n_head": 2, "weight_decay": 0.0, "steps": 600,
-              "lrs": (3e-3, 1e-2, 3e-2, 1e-1, 3e-1)},
+    "harsh": {"n_layer": 4, "n_embd": 128, "n_head": 2, "weight_decay": 0.0, "steps": 600, "lrs": LRS},
 }
 """Model and optimizer settings per ``--preset`` (rows and logs of a preset other than ``mild`` go to
 ``natural_instability_<preset>.jsonl`` and ``natural_logs_<preset>/``)."""
