@@ -32,21 +32,25 @@ class LogitGrowth:
         self._seen: deque[tuple[int, float]] = deque()
 
     def update(self, step: int, largest: float) -> float | None:
-        """Record step ``step``'s largest logit; the growth ratio over a full window when it is
-        flagged, else None. Non-finite values are not recorded (the NaN test acts there)."""
+        """Record step ``step``'s largest logit. When it is at least ``factor`` times the oldest value
+        of the window (kept at least ``window // 4`` steps: faster growth is stronger evidence, and at
+        the start of training or after a cut the window is not full yet), the growth *per window*,
+        ``ratio ** (window / steps it took)``; else None. Non-finite values are not recorded (the
+        NaN test acts there)."""
         if not math.isfinite(largest):
             return None
         self._seen.append((step, largest))
         while self._seen and self._seen[0][0] < step - self.window:
             self._seen.popleft()
         first_step, first = self._seen[0]
-        if step - first_step < self.window or largest <= self.floor or first <= 0:
-            return None  # not a full window of evidence yet
+        span = step - first_step
+        if span < max(1, self.window // 4) or largest <= self.floor or first <= 0:
+            return None
         ratio = largest / first
-        return ratio if ratio >= self.factor else None
+        return ratio ** (self.window / span) if ratio >= self.factor else None
 
     def restart(self) -> None:
-        """Forget the history (after an LR cut: the next cut needs a full window of new evidence)."""
+        """Forget the history (after an LR cut: the next cut needs new evidence)."""
         self._seen.clear()
 
     def state_dict(self) -> dict[str, Any]:
