@@ -48,9 +48,11 @@ def read_step(guard: StabilityGuard, packed: Any, meta: dict[str, Any]) -> tuple
         if pre is not None:
             m.update(guard.precursors.decode(pre))
         guard.log.metrics(v.step, m)
-    if pre is not None:
-        from .precursor_hook import respond
-        respond(guard, v.step, v.lr, pre)
+    if pre is not None and guard.treatment is not None and not cfg.shadow:
+        from .precursor_hook import responders
+        for responder in responders(guard.treatment):
+            for rec in responder.respond(v.step, guard.precursors, pre, guard.ledger, v.lr):
+                guard.log.event(rec)
     transient = False
     # Replay only when the update was withheld: in shadow mode the weights already moved.
     if v.bad and meta["replay"] is not None and meta["rng"] is not None and cfg.replay and not cfg.shadow:

@@ -33,14 +33,21 @@ def append_values(packed, pre):
     return torch.cat([packed.reshape(-1), pre.to(device=packed.device, dtype=packed.dtype)])
 
 
-def respond(guard, step: int, lr: float, values: list[float]) -> None:
-    """Let every treatment of ``guard`` respond to one step's precursor values (host floats) and log
-    what they did (nothing in shadow mode)."""
+def respond(guard, step: int, lr: float, values: list[float]) -> list:
+    """Framework mode (:mod:`.framework_precursors`): let every treatment of ``guard`` respond to one
+    step's precursor values (host floats) and log what they did (nothing in shadow mode). The plain
+    loop does the same in :func:`.host_side.read_step`. Returns the responses that are not event
+    records (decisions a responder asks the executor for), which framework mode does not carry out."""
     if guard.treatment is None or guard.config.shadow:
-        return
+        return []
+    asks = []
     for responder in responders(guard.treatment):
         for rec in responder.respond(step, guard.precursors, values, guard.ledger, lr):
-            guard.log.event(rec)
+            if isinstance(rec, dict):
+                guard.log.event(rec)
+            else:
+                asks.append(rec)
+    return asks
 
 
 def split_precursors(monitor, packed):
