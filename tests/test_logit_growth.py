@@ -73,3 +73,13 @@ def test_config_rejects_a_growth_factor_that_is_no_growth():
     from lossguard.errors import ConfigError
     with pytest.raises(ConfigError, match="growth_factor"):
         TreatmentConfig(growth_factor=1.0)
+
+
+def test_heads_held_near_tau_spend_the_clip_budget_without_an_lr_cut():
+    # clip=False: the budget is counted as if clipping (no weights needed); growth off: the level alone
+    treat = PrecursorTreatment(TreatmentConfig(tau=100.0, clip=False, growth_factor=None))
+    held = [100.0 + (i % 7) for i in range(150)]  # creeps to 101-106 and is clipped back: held
+    assert not [e for e in _feed(treat, held) if e["event"] == "lr_cut"]
+    escaped = held + [100.0 + 3 * i for i in range(1, 60)]  # the clip no longer holds them
+    cuts = [e for e in _feed(PrecursorTreatment(treat.config), escaped) if e["event"] == "lr_cut"]
+    assert cuts and all(e["step"] >= 150 for e in cuts) and "not holding" in cuts[0]["evidence"]

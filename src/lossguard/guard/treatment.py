@@ -51,6 +51,12 @@ class TreatmentConfig:
     """At most this many steps with a clip in any ``window`` steps at one LR; reaching it triggers an
     LR cut, which opens a fresh budget at the lower LR (so at most ``(max_lr_cuts + 1) *
     max_clip_steps`` clipping steps in any ``window``)."""
+    escape: float = 1.5
+    """The spent clip budget cuts the LR only while the largest logit is above ``escape * tau``:
+    clipping that holds the heads near ``tau`` (they creep to 101-113 and are clipped back) is
+    QK-clip doing its job, not an LR too high. Without it, on the harsh preset at LR 3e-2 the
+    held heads (largest 100.1-101.6) spent the budget three more times after the growth cut, taking
+    the LR to 1/32 of its schedule (final 2.57; the first cut alone had brought the peak to 4.5e-3)."""
     lr_cut_factor: float = 0.5
     """Multiplier of each LR cut (cumulative: two cuts = 0.25)."""
     max_lr_cuts: int = 5
@@ -100,6 +106,8 @@ class TreatmentConfig:
             problems.append(f"field 'growth_window' must be >= 1, got {self.growth_window!r}")
         if not 0 < self.min_cut_factor <= self.lr_cut_factor:
             problems.append(f"field 'min_cut_factor' must be in (0, lr_cut_factor], got {self.min_cut_factor!r}")
+        if not self.escape >= 1:
+            problems.append(f"field 'escape' must be >= 1, got {self.escape!r}")
         if not 1 < self.growth_target:
             problems.append(f"field 'growth_target' must be > 1, got {self.growth_target!r}")
         if not 0 < self.min_lr_factor <= 1:
@@ -161,7 +169,7 @@ class PrecursorTreatment:
                                "heads": [c.to_dict() for c in heads],
                                "evidence": f"{len(heads)} head(s) with largest attention logit above "
                                            f"tau={cfg.tau:g} (max {max(c.max_logit for c in heads):.4g})"})
-        spent = bool(hot) and len(self._clip_steps) >= cfg.max_clip_steps
+        spent = bool(hot) and len(self._clip_steps) >= cfg.max_clip_steps and largest > cfg.escape * cfg.tau
         if (spent or grew is not None) and self.lr_cuts < cfg.max_lr_cuts \
                 and self.lr_factor > cfg.min_lr_factor \
                 and (self._last_cut is None or step - self._last_cut >= cfg.cut_gap):
@@ -183,7 +191,7 @@ class PrecursorTreatment:
                 ledger.save()
             events.append({"step": step, "event": "lr_cut", "factor": self.lr_factor, "cause": LR_CUT_CAUSE,
                            "evidence": (f"attention logits above tau={cfg.tau:g} on {cfg.max_clip_steps} of the "
-                                        f"last {cfg.window} steps" if spent else
+                                        f"last {cfg.window} steps, clipping not holding them" if spent else
                                         f"largest attention logit growing {grew:.3g}x per {cfg.growth_window} steps")
                                        + f" (largest {largest:.4g}): the LR is too high for this model; "
                                          f"LR cut {self.lr_cuts} of {cfg.max_lr_cuts}"})
