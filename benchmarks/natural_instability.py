@@ -79,11 +79,11 @@ def held_out(model, val) -> float:
 
 
 def run(config: str, lr: float, seed: int, *, steps: int, n_layer: int, n_embd: int, n_head: int = 4,
-        weight_decay: float = 0.1, logs: Path = LOGS) -> dict:
+        weight_decay: float = 0.1, logs: Path = LOGS, treat: dict | None = None) -> dict:
     """One training run; returns its result row."""
     from lossguard.guard import GuardConfig, StabilityGuard, TrainingHalted
     from lossguard.guard.precursors import PrecursorMonitor
-    from lossguard.guard.treatment import PrecursorTreatment
+    from lossguard.guard.treatment import PrecursorTreatment, TreatmentConfig
 
     torch.set_num_threads(1)
     data = CorpusBatches(load_corpus(), batch_size=16, seq_len=64, seed=1000 + seed)
@@ -93,7 +93,8 @@ def run(config: str, lr: float, seed: int, *, steps: int, n_layer: int, n_embd: 
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_at(s, steps, lr) / lr)
     logs.mkdir(parents=True, exist_ok=True)
-    log_path = logs / f"{config}_lr{lr:g}_s{seed}.jsonl"
+    tag = "".join(f"-{k}{v}" for k, v in (treat or {}).items()) if config == "treat" else ""
+    log_path = logs / f"{config}{tag}_lr{lr:g}_s{seed}.jsonl"
     log_path.unlink(missing_ok=True)
     t0 = time.perf_counter()
     events = []
@@ -108,7 +109,9 @@ def run(config: str, lr: float, seed: int, *, steps: int, n_layer: int, n_embd: 
         keep = 2 + cfg.recipe.rollback_distance // cfg.checkpoint_every
         guard = StabilityGuard(model, opt, scheduler=sched, sampler=sampler,
                                store=CheckpointStore(tmp.name, keep_last=keep), config=cfg, log_path=log_path,
-                               precursors=True, treatment=PrecursorTreatment() if config == "treat" else None)
+                               precursors=True,
+                               treatment=PrecursorTreatment(TreatmentConfig(**(treat or {})))
+                               if config == "treat" else None)
 
         def stream():
             for ids in sampler:
@@ -207,6 +210,8 @@ def main(argv=None) -> int:
     ap.add_argument("--weight-decay", type=float, default=None)
     ap.add_argument("--summary", action="store_true", help="print the table of the saved rows and exit")
     ap.add_argument("--rows", default=None, help="rows file (default: per preset)")
+    ap.add_argument("--treat", default="", help="TreatmentConfig fields for 'treat', e.g. growth_factor=None "
+                    "(the rows and logs then go under the configuration name 'treat[...]')")
     a = ap.parse_args(argv)
     pre = PRESETS[a.preset]
     suffix = "" if a.preset == "mild" else f"_{a.preset}"
@@ -223,7 +228,11 @@ def main(argv=None) -> int:
     for seed in (int(s) for s in a.seeds.split(",")):
         for lr in lrs:
             for config in a.configs.split(","):
-                row = run(config, lr, seed, **shape, logs=logs)
+                treat = {k: json.loads(v.replace("None", "null")) for k, v in
+                         (kv.split("=", 1) for kv in a.treat.split(",") if kv)}
+                row = run(config, lr, seed, **shape, logs=logs, treat=treat)
+                if treat and config == "treat":
+                    row["config"] = f"treat[{a.treat}]"
                 with open(rows_path, "a") as fh:
                     fh.write(json.dumps(row) + "\n")
                 print(f"{config:6s} lr={lr:<6g} seed={seed} val={row['final_val']:.3f} attn_max={row['attn_max']} "
