@@ -42,9 +42,12 @@ def _check_log(path, params_seen):
     recs = _records(path)
     rows = _precursor_rows(recs)
     assert sorted(rows) == list(range(STEPS))
-    for r in rows.values():
+    for step, r in rows.items():
         assert all(name in r for name in PRECURSORS)
         assert r[M.ATTN_LOGIT_MAX] == max(r[M.attn_layer(0)], r[M.attn_layer(1)])
+        # Adam's ratio needs its state (from the first diagnostic step after step 0); the rest at once
+        late = (M.ADAM_V_RATIO,) if step >= DIAGNOSTIC_EVERY else ()
+        assert all(isinstance(r[n], float) and r[n] > 0 for n in PRECURSORS if n != M.ADAM_V_RATIO or late)
     for step, (before, after) in params_seen.items():
         # the denominator is taken on every DIAGNOSTIC_EVERY-th step and held between (UpdateRatio)
         held = params_seen[step - step % DIAGNOSTIC_EVERY][0]
