@@ -19,7 +19,9 @@ optimizer state exists; checkpoint = weights + 2 Adam moments = ~3x the paramete
 
 Each pair (plain save / store save, plain load / store load) runs in alternating order (ABBA).
 Times are medians over ``--repeat`` runs, the larger of the two ranks (a collective operation ends
-when the slowest rank does). Run::
+when the slowest rank does). The paired lines also give the CPU time of both ranks (all their
+threads) per operation: the work done, which the neighbours on a shared machine disturb far less
+than the wall time. Run::
 
     .venv/bin/python benchmarks/checkpoint_dcp.py [--widths 256 1024 2048] [--repeat 3] [--sync-only] [--no-rss]
 """
@@ -105,14 +107,16 @@ def _width(width: int, mesh, plain_group, repeat: int, root: str, sync_only: boo
     pruning = ShardedCheckpointStore(base / "pruning", keep_last=1)
     snap = HostSnapshot(state, every=1)
     rows: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
     mem: dict[str, int] = {}
 
     def timed(name, fn):
         dist.barrier()
         with _Peak(rss) as peak:
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             out = fn()
             dt = time.perf_counter() - t0
+            cpu.setdefault(name, []).append(time.process_time() - c0)
         rows.setdefault(name, []).append(dt)
         mem[name] = max(mem.get(name, 0), peak.growth)
         return out
@@ -169,7 +173,7 @@ def _width(width: int, mesh, plain_group, repeat: int, root: str, sync_only: boo
     ckpt_bytes = sum(f.stat().st_size for f in store.path_of(store.agreed_steps()[-1]).iterdir())
     if sync_only:
         dist.barrier()
-        return {"params": params, "bytes": ckpt_bytes, "snapshot_bytes": 0, "raw": rows,
+        return {"params": params, "bytes": ckpt_bytes, "snapshot_bytes": 0, "raw": rows, "cpu": cpu,
                 "times": {k: statistics.median(v) for k, v in rows.items()}, "mem": mem}
     # Step statistics: lossguard's one packed all-reduce vs torch's clip_grad_norm_ (DTensor
     # norm, full_tensor) plus an all-reduce of the loss, what a loop would otherwise do.
@@ -197,7 +201,7 @@ def _width(width: int, mesh, plain_group, repeat: int, root: str, sync_only: boo
         rows[name] = [(time.perf_counter() - t0) / 20]
     opt.zero_grad(set_to_none=True)
     dist.barrier()
-    return {"params": params, "bytes": ckpt_bytes, "snapshot_bytes": snap.nbytes, "raw": rows,
+    return {"params": params, "bytes": ckpt_bytes, "snapshot_bytes": snap.nbytes, "raw": rows, "cpu": cpu,
             "times": {k: statistics.median(v) for k, v in rows.items()}, "mem": mem}
 
 
@@ -242,6 +246,14 @@ def main() -> None:
             q = statistics.quantiles(per, n=4) if len(per) > 1 else [per[0]] * 3
             print(f"paired {ours} / {plain}: median {statistics.median(per):.2f}x, quartiles "
                   f"{q[0]:.2f}-{q[2]:.2f}x, {sum(r <= 1.1 for r in per)} of {len(per)} <= 1.1x")
+            # CPU time of both ranks together (all threads): the work done, much less sensitive
+            # than wall time to the neighbours on a shared machine.
+            work = [(x + y) / (u + v) for x, y, u, v in
+                    zip(a["cpu"][ours], b["cpu"][ours], a["cpu"][plain], b["cpu"][plain], strict=True)]
+            ours_ms, plain_ms = (statistics.median(map(sum, zip(a["cpu"][n], b["cpu"][n], strict=True))) * 1e3
+                                 for n in (ours, plain))
+            print(f"paired CPU time {ours} / {plain}: median {statistics.median(work):.2f}x "
+                  f"({ours_ms:.1f} / {plain_ms:.1f} ms, both ranks)")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ exit 0. Jobs:
 - ``fsdp``: the FSDP2 job of ``tests/test_restart_torchrun.py`` (36 steps, async saves every 4).
 
 ``--src`` picks the lossguard source tree (e.g. an export of an older commit, to count before a
-fix). Usage::
+fix). The stdout and stderr of every job that aborted or exited non-zero are kept, one file per
+job, in ``--keep`` (a fresh directory under the system temp dir by default, printed at the end),
+so a failure can be told apart from the abort it is counted as. Usage::
 
     nice -n 10 python benchmarks/exit_crash.py --job minimal --runs 50
 """
@@ -39,7 +41,10 @@ def main() -> int:
     ap.add_argument("--job", choices=("minimal", "fsdp"), default="minimal")
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--src", default=str(HERE.parent / "src"), help="lossguard source tree to put on PYTHONPATH")
+    ap.add_argument("--keep", default=None, help="directory for the output of failing jobs (default: a new temp dir)")
     a = ap.parse_args()
+    keep = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix=f"exit-crash-{a.job}-"))
+    keep.mkdir(parents=True, exist_ok=True)
     # the source tree, and the repo root for the evaluation lab's evals.fsdp_train_loop
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([a.src, str(HERE.parent)]))
     aborts, failures, t0 = 0, 0, time.time()
@@ -49,9 +54,14 @@ def main() -> int:
         aborted = "terminate called" in p.stdout + p.stderr
         aborts += aborted
         failures += p.returncode != 0
-        print(f"job {k + 1}: rc={p.returncode}{' ABORT' if aborted else ''}", flush=True)
+        kept = ""
+        if aborted or p.returncode != 0:
+            log = keep / f"job-{k + 1:03d}.log"
+            log.write_text(f"rc={p.returncode}\n--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}")
+            kept = f" (output in {log})"
+        print(f"job {k + 1}: rc={p.returncode}{' ABORT' if aborted else ''}{kept}", flush=True)
     print(f"{a.job} job, src={a.src}: {aborts} of {a.runs} jobs aborted at exit, {failures} exited non-zero "
-          f"({time.time() - t0:.0f} s)")
+          f"({time.time() - t0:.0f} s); failing jobs' output kept in {keep}")
     return 0
 
 

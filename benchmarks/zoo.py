@@ -133,10 +133,12 @@ def summarise(rows: list[dict]) -> str:
             steps = sum(r["steps"] for r in healthy)
             skips = sum(r["skips"] for r in healthy)
             worse = [g for g in (gap(r) for r in healthy) if g is not None]
-            lines.append(f"healthy guarded runs: {len(healthy)}; with a rollback/LR cut/halt: {_pct(len(bad), len(healthy))} "
-                         f"(rollbacks {sum(r['rollbacks'] for r in healthy)}, LR cuts {sum(r['lr_cuts'] for r in healthy)}, "
+            rbs, cuts = sum(r["rollbacks"] for r in healthy), sum(r["lr_cuts"] for r in healthy)
+            lines.append(f"healthy guarded runs: {len(healthy)}; with a rollback/LR cut/halt: "
+                         f"{_pct(len(bad), len(healthy))} (rollbacks {rbs}, LR cuts {cuts}, "
                          f"halts {sum(bool(r['halted']) for r in healthy)}); skips {skips}/{steps} steps "
-                         f"({100 * skips / max(1, steps):.2f}%); worst gap to unguarded {max(worse, default=0) * 100:+.1f}%")
+                         f"({100 * skips / max(1, steps):.2f}%); worst gap to unguarded "
+                         f"{max(worse, default=0) * 100:+.1f}%")
             for r in bad:
                 lines.append(f"    {_key(r)}: rb {r['rollbacks']} cut {r['lr_cuts']} halt {r['halted']} "
                              f"gap {_pct_gap(gap(r))}")
@@ -166,7 +168,8 @@ def summarise(rows: list[dict]) -> str:
             u = [r for r in sel if r["spec"]["scenario"] == sc and not r["spec"]["guarded"]]
             if not g:
                 continue
-            lines.append(f"{sc}: fault step skipped {_pct(sum(bool(r['fault_skipped']) for r in g), len(g))}; guarded within 2% "
+            skipped = sum(bool(r["fault_skipped"]) for r in g)
+            lines.append(f"{sc}: fault step skipped {_pct(skipped, len(g))}; guarded within 2% "
                          f"{_pct(_n_within(map(gap, g)), len(g))}"
                          + (f", unguarded within 2% {_pct(_n_within(map(gap, u)), len(u))}"
                             if u else "") + f"; halts {sum(bool(r['halted']) for r in g)}")
@@ -218,10 +221,13 @@ def main(argv=None) -> int:
                     help="run only the guarded runs (the unguarded references come from an earlier --out)")
     ap.add_argument("--update-size", action="store_true",
                     help="plain-loop guarded runs also get the opt-in UpdateSizeTest (issue 20)")
+    ap.add_argument("--jump-offset", type=int, default=0,
+                    help="move the LR jump this many steps after mid-run (off the checkpoint grid)")
     a = ap.parse_args(argv)
+    if a.jump_offset:
+        from evals.zoo.scenarios import JUMP_OFFSET_ENV
+        os.environ[JUMP_OFFSET_ENV] = str(a.jump_offset)  # before the worker pool starts: the workers inherit it
     if a.update_size:
-        import os
-
         from evals.zoo.adapter import UPDATE_SIZE_ENV
         os.environ[UPDATE_SIZE_ENV] = "1"  # before the worker pool starts: the workers inherit it
     if a.summary:

@@ -1,5 +1,5 @@
 """Sharded loads verify each DCP storage item's bytes as DCP reads them (issue 23): the CRC algebra
-matches zlib and google-crc32c, damage anywhere in a shard file (zip header, tensor bytes, padding,
+matches zlib, zlib-ng and google-crc32c, damage anywhere in a shard file (zip header, tensor bytes, padding,
 the zip directory at the end) is caught with the file named, almost nothing is read twice, and a
 checkpoint written before item marks still loads (verified by a whole-file pass)."""
 from __future__ import annotations
@@ -15,7 +15,8 @@ torch = pytest.importorskip("torch")
 
 from lossguard.checkpoint import ShardedCheckpointStore, ShardedTrainState  # noqa: E402
 from lossguard.checkpoint import crc_ranges  # noqa: E402
-from lossguard.checkpoint.files import Checksum, Crc32c, fast_checksum  # noqa: E402
+from lossguard.checkpoint import files  # noqa: E402
+from lossguard.checkpoint.files import Checksum, Crc32c  # noqa: E402
 from lossguard.errors import CheckpointError  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
@@ -23,8 +24,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 
 @pytest.mark.parametrize("cls", [Checksum, Crc32c])
 def test_range_crc_from_two_marks_equals_the_crc_of_the_range(cls):
-    if cls is Crc32c and fast_checksum() is not Crc32c:
-        pytest.skip("google-crc32c not installed")
+    if cls is Crc32c:
+        pytest.importorskip("google_crc32c")
     poly = crc_ranges.POLYNOMIALS[cls.NAME]
     data = os.urandom(100_003)
 
@@ -122,7 +123,7 @@ def test_a_checkpoint_without_item_marks_loads_and_is_still_verified(tmp_path):
 
 
 def test_zlib_crc32_marks_verify_too(tmp_path):
-    """Without google-crc32c the store writes zlib CRC-32 marks; the same combine checks them."""
+    """CRC-32 marks (zlib-ng's or the stdlib's: the same values) are checked by the same combine."""
     state, store = _state(), ShardedCheckpointStore(tmp_path, keep_last=5)
     store._algorithm = Checksum
     for step in (1, 2):
@@ -133,4 +134,36 @@ def test_zlib_crc32_marks_verify_too(tmp_path):
     assert state.restore(store, 2) == 2
     _flip(store.path_of(2) / "__0_0.distcp", entry["size"] // 3)
     with pytest.raises(CheckpointError, match=r"__0_0\.distcp does not match its CRC-32 "):
+        state.restore(store, 2)
+
+
+def test_crc32c_checkpoints_of_session_5_still_load_and_verify(tmp_path):
+    """New checkpoints record CRC-32 when zlib-ng is installed; those written with CRC-32C (the
+    previous default) keep loading, verified by google-crc32c, and damage is still named."""
+    pytest.importorskip("google_crc32c")
+    state, store = _state(), ShardedCheckpointStore(tmp_path, keep_last=5)
+    store._algorithm = Crc32c
+    for step in (1, 2):
+        state.step = step
+        state.save(store)
+    entry = json.loads((store.path_of(2) / "manifest.json").read_text())["files"]["__0_0.distcp"]
+    assert "crc32c" in entry and "crc32" not in entry and "marks" in entry
+    assert state.restore(store, 2) == 2
+    _flip(store.path_of(2) / "__0_0.distcp", entry["size"] // 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert state.restore(store) == 1  # passed over, the older one loads
+    assert any("__0_0.distcp does not match its CRC-32C" in str(w.message) for w in caught)
+
+
+def test_crc32_written_with_zlib_ng_verifies_with_the_stdlib(tmp_path, monkeypatch):
+    """A checkpoint hashed by zlib-ng loads on a machine without it (stdlib zlib, same CRC-32)."""
+    pytest.importorskip("zlib_ng")
+    assert files.fast_checksum() is Checksum  # the fastest here: zlib-ng's CRC-32
+    state, store = _saved(tmp_path)
+    assert "crc32" in json.loads((store.path_of(2) / "manifest.json").read_text())["files"]["__0_0.distcp"]
+    monkeypatch.setattr(files, "crc32_function", lambda: zlib.crc32)
+    assert state.restore(store, 2) == 2
+    _flip(store.path_of(2) / "__0_0.distcp", 100)
+    with pytest.raises(CheckpointError, match=r"__0_0\.distcp"):
         state.restore(store, 2)

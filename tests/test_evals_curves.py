@@ -161,3 +161,18 @@ def test_a_collapse_from_a_scale_already_at_one_is_still_a_valid_truth():
     run = list(family_runs(family("cosine-gauss-dense"), 124))[123]
     for ev in run.truth:
         assert ev.onset <= ev.peak <= ev.end
+
+
+def test_a_relaunch_keeps_the_loss_scale_a_loss_scale():
+    """The superseded tail a relaunch writes redraws the loss series only: ``loss_scale`` is no loss
+    (it was once taken for one: trend values in the scale column, an IndexError beside data streams)."""
+    seen = {"streams": 0, "plain": 0}
+    for fam in FAMILIES:
+        for seed in range(40):
+            run = generate(fam, None, seed=seed)
+            if "resume_at" not in run.params or "loss_scale" not in run.metrics:
+                continue
+            scale = run.metrics["loss_scale"]
+            assert np.all(np.log2(scale) == np.round(np.log2(scale))), (fam.name, seed)  # powers of two
+            seen["streams" if any(k.startswith("loss/") for k in run.metrics) else "plain"] += 1
+    assert seen["streams"] > 0 and seen["plain"] > 0, seen

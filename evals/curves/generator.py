@@ -132,7 +132,7 @@ def generate(fam: Family, kind: E | str | None, *, seed: int) -> CurveRun:
         tail = np.arange(r + 1, r + 1 + dead)
         first = {k: v[tail].copy() for k, v in live.items()}
         for k in first:  # the superseded first pass: same trend, its own noise, no event
-            if k.startswith("loss"):
+            if k == "loss" or k.startswith("loss/"):  # a loss series; not "loss_scale"
                 f = d.streams[k.split("/", 1)[1]] if d.streams else 1.0
                 first[k] = f * (d.trend[tail] + d.sigma * rng.standard_normal(len(tail)))
         idx = np.concatenate([np.arange(r + 1 + dead), np.arange(r + 1, last + 1)])

@@ -49,11 +49,18 @@ def garbage_generator(spec: RunSpec, position: int) -> torch.Generator:
     return torch.Generator().manual_seed(spec.seed * 1_000_003 + position)
 
 
+JUMP_OFFSET_ENV = "LOSSGUARD_ZOO_JUMP_OFFSET"
+"""Steps added to the LR jump's step (``benchmarks/zoo.py --jump-offset``; an environment variable so
+that the worker processes see it). Default 0: the jump at ``steps // 2``, on a checkpoint step."""
+
+
 def lr_jump(spec: RunSpec) -> tuple[int, float] | None:
     """``(from_step, factor)`` of the LR jump, or None."""
     if spec.scenario is not Scenario.LR_JUMP:
         return None
-    return spec.steps // 2, LR_JUMPS[variant(spec, len(LR_JUMPS))]
+    import os
+
+    return spec.steps // 2 + int(os.environ.get(JUMP_OFFSET_ENV, "0")), LR_JUMPS[variant(spec, len(LR_JUMPS))]
 
 
 def lr_lambda(spec: RunSpec) -> Callable[[int], float]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import io
 import os
-from bisect import bisect_left, bisect_right
 from functools import lru_cache
 from typing import Any
 
@@ -165,18 +164,26 @@ def _pread_into(crc: Checksum, fd: int, offset: int, length: int) -> None:
         length -= len(data)
 
 
-def _spans(name: str, positions: list[int], touched: list[tuple[int, int]], fd: int) -> list[list[int]]:
-    """The mark-index ranges ``[a, b]`` that cover every read, merged where they overlap or touch."""
-    spans: list[list[int]] = []
-    for off, n in sorted(touched):
-        a, b = bisect_right(positions, off) - 1, bisect_left(positions, off + n)
-        if a < 0 or b >= len(positions):
-            raise ChecksumMismatch(f"{name} has {os.fstat(fd).st_size} bytes, the manifest recorded {positions[-1]}")
-        if spans and a <= spans[-1][1]:
-            spans[-1][1] = max(spans[-1][1], b)
-        else:
-            spans.append([a, b])
-    return spans
+def _spans(name: str, positions: list[int], touched: list[tuple[int, int]], fd: int) -> list[tuple[int, int]]:
+    """The mark-index ranges ``(a, b)`` that cover every read, merged where they overlap or touch.
+
+    Vectorised: ``torch.load`` makes ~20 small reads per item (720 for a 48-item shard), and a
+    Python loop with two bisections per read cost ~1 ms per shard (issue 23)."""
+    import numpy as np
+
+    if not touched:
+        return []
+    reads = np.array(touched, dtype=np.int64)
+    marks = np.array(positions, dtype=np.int64)
+    first = np.searchsorted(marks, reads[:, 0], side="right") - 1  # the mark at or before each read
+    last = np.searchsorted(marks, reads[:, 0] + reads[:, 1], side="left")  # the mark at or after its end
+    if first.min() < 0 or last.max() >= len(positions):
+        raise ChecksumMismatch(f"{name} has {os.fstat(fd).st_size} bytes, the manifest recorded {positions[-1]}")
+    order = np.argsort(first, kind="stable")
+    first, last = first[order], np.maximum.accumulate(last[order])  # how far the spans so far reach
+    opens = np.flatnonzero(np.concatenate(([True], first[1:] > last[:-1])))  # a read past that reach
+    ends = np.concatenate((opens[1:] - 1, [len(first) - 1]))
+    return list(zip(first[opens].tolist(), last[ends].tolist(), strict=True))
 
 
 def verify_reads(name: str, algo: str, marks: list[list[int]], reader: TrackingReader, fd: int) -> None:

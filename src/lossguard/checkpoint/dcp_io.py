@@ -5,8 +5,9 @@ to verify one by reading every file before DCP read it again: a sync save cost 1
 and a load 1.5-2.1x (issue 23). Here the checksum rides on DCP's own I/O instead:
 
 - :class:`HashingFileSystem` is DCP's ``FileSystem`` whose write streams hash the bytes on their
-  way to disk (CRC-32C through ``google-crc32c`` when installed, else zlib's CRC-32:
-  :func:`lossguard.checkpoint.files.fast_checksum`) and record ``{name: {"size", algorithm: hex}}``
+  way to disk (the fastest checksum installed: CRC-32 through zlib-ng, else CRC-32C through
+  ``google-crc32c``, else the stdlib's CRC-32; :func:`lossguard.checkpoint.files.fast_checksum`)
+  and record ``{name: {"size", algorithm: hex}}``
   per file, ``.metadata`` included (its temp name's entry follows DCP's rename), plus ``marks``:
   the running CRC at every position DCP asks ``tell()`` for -- before and after each storage item,
   the ranges its metadata records and its reads come back by;

@@ -41,7 +41,7 @@ from ..errors import CheckpointError
 from .files import ChecksumMismatch, fast_checksum
 from .pending_save import PendingSave
 from .sharded_layout import SHARDED_FORMAT, active_dist
-from .sharded_load import load_verified, verify_share
+from .sharded_load import agreed_candidates, load_verified, verify_share
 from .sharded_publish import default_stager, finish_save
 from .store import CheckpointStore
 
@@ -86,7 +86,7 @@ class ShardedCheckpointStore(CheckpointStore):
         # Counts saves, the same on every rank (every rank saves together); the base class's
         # _counter also counts rank 0's renames during pruning, so it cannot name temp dirs.
         self._saves = 0
-        self._algorithm = fast_checksum()  # CRC-32C when google-crc32c is installed, else CRC-32
+        self._algorithm = fast_checksum()  # CRC-32 with zlib-ng, else CRC-32C, else zlib's CRC-32
         self._rank_bytes: dict[Path, bytes] = {}  # rank files read (and verified) before a load
         if dist:  # at exit: finish an async save in flight, then destroy the groups (clean_exit.py)
             from ..distributed.clean_exit import track_store
@@ -259,23 +259,12 @@ class ShardedCheckpointStore(CheckpointStore):
             raise CheckpointError("a sharded checkpoint loads into a template state dict",
                                   fix="call ShardedTrainState.restore(store), or pass template=state.state_dict()")
         dist = active_dist()
-        listing: list[Any] = [None]
-        if self.rank == 0:
-            valid = self.steps()
-            if step is None:
-                listing[0] = list(reversed(valid))
-            elif int(step) in valid:
-                listing[0] = [int(step)]
-            else:
-                reason = next((i.reason for i in self.list() if i.step == int(step)), "it does not exist")
-                listing[0] = f"checkpoint of step {step} is not loadable ({reason}; valid: {valid})"
-        if dist:
-            dist.broadcast_object_list(listing, src=0)
-        if isinstance(listing[0], str):
-            raise CheckpointError(listing[0], path=self.directory, fix="pick a valid step, or None for the newest")
+        # An explicit step (a rollback's target) needs no listing of the directory: every rank checks
+        # its share of that checkpoint below, and rank 0's listing only explains a failure.
+        candidates = [int(step)] if step is not None else agreed_candidates(self, None)
         damaged = []
-        for candidate in listing[0]:
-            problem = verify_share(self.path_of(candidate), rank=self.rank, world_size=self.world_size,
+        for candidate in candidates:
+            problem = verify_share(self.path_of(candidate), candidate, rank=self.rank, world_size=self.world_size,
                                    checksum=verify, rank_bytes=self._rank_bytes)
             problems: list[str | None] = [None] * self.world_size
             if dist:
@@ -289,6 +278,8 @@ class ShardedCheckpointStore(CheckpointStore):
                                          rank_bytes=self._rank_bytes)
                 except ChecksumMismatch as exc:  # every rank: DCP gathers the read errors of all ranks
                     problems = [str(exc)]
+            elif step is not None:
+                agreed_candidates(self, int(step))  # raises "not loadable" when rank 0 does not list it as valid
             damaged.append(f"step {candidate}: {problems[0]}")
             if step is None:
                 import warnings

@@ -37,40 +37,75 @@ def mismatch_in(exc: BaseException) -> str | None:
     return found.group(0) if found else None
 
 
-def verify_share(path: Path, *, rank: int, world_size: int, checksum: bool,
+def agreed_candidates(store: Any, step: int | None) -> list[int]:
+    """Rank 0's valid steps of a sharded ``store`` to try, newest first (only ``step`` when given),
+    the same on every rank (a collective).
+
+    Raises:
+        CheckpointError: ``step`` is not a valid checkpoint in rank 0's listing (the reason and the
+            valid steps in the message).
+    """
+    listing: list[Any] = [None]
+    if store.rank == 0:
+        valid = store.steps()
+        if step is None:
+            listing[0] = list(reversed(valid))
+        elif step in valid:
+            listing[0] = [step]
+        else:
+            reason = next((i.reason for i in store.list() if i.step == step), "it does not exist")
+            listing[0] = f"checkpoint of step {step} is not loadable ({reason}; valid: {valid})"
+    dist = active_dist()
+    if dist:
+        dist.broadcast_object_list(listing, src=0)
+    if isinstance(listing[0], str):
+        raise CheckpointError(listing[0], path=store.directory, fix="pick a valid step, or None for the newest")
+    return list(listing[0])
+
+
+def verify_share(path: Path, step: int, *, rank: int, world_size: int, checksum: bool,
                  rank_bytes: dict[Path, bytes]) -> str | None:
     """This rank's part of the verification of the checkpoint at ``path``: an error string or None.
+    Over all ranks, the shares check what the store's listing checks (manifest, step, every file's
+    size), so a load of an explicit step needs no listing first.
 
     Args:
         path: the checkpoint directory.
+        step: the step it must hold (its manifest's ``step``).
         rank, world_size: this rank and the number of ranks (the share is every world_size-th file).
         checksum: also read and verify this rank's own file; its bytes go into ``rank_bytes[path]``.
         rank_bytes: where the verified rank file is kept for :func:`load_verified`.
     """
     try:
         manifest = json.loads((path / MANIFEST).read_text())
-    except (OSError, ValueError) as exc:
+        files = manifest["files"]
+        if not isinstance(files, dict) or not files:
+            return f"{MANIFEST} lists no files"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         return f"{MANIFEST} unreadable on rank {rank} ({exc})"
     if manifest.get("format") != SHARDED_FORMAT:
         return "not a sharded checkpoint (use CheckpointStore for whole-model ones)"
+    if manifest.get("step") != step:
+        return f"manifest says step {manifest.get('step')!r}, directory says {step}"
     if manifest.get("world_size") != world_size:
         return (f"saved by {manifest.get('world_size')} ranks, this run has {world_size} (the per-rank "
                 "RNG and data position do not map onto a different world size)")
-    for k, (name, expected) in enumerate(sorted(manifest["files"].items())):
+    for k, (name, expected) in enumerate(sorted(files.items())):
         if k % world_size != rank:
             continue
         try:
             size = (path / name).stat().st_size
         except OSError:
             return f"{name} is missing"
-        if size != expected.get("size"):
-            return f"{name} has {size} bytes, the manifest recorded {expected.get('size')}"
+        recorded = expected.get("size") if isinstance(expected, dict) else None
+        if size != recorded:
+            return f"{name} has {size} bytes, the manifest recorded {recorded}"
     if checksum:  # this rank's own small file, read once here and kept for the load
         from .dcp_io import read_verified
 
         name = rank_file(rank)
         try:
-            rank_bytes[path] = read_verified(path / name, manifest["files"].get(name, {}))
+            rank_bytes[path] = read_verified(path / name, files.get(name, {}))
         except (OSError, ChecksumMismatch) as exc:
             return str(exc)
     return None

@@ -110,7 +110,7 @@ def _describe(sim: Simulation) -> list[str]:
             sb = d.get("skip_batches")
             line = (f"step {step}: roll back to checkpoint {d['to_step']} (onset {d['onset']}), skip batches "
                     f"[{sb[0]}, {sb[1]}) ({sb[1] - sb[0]} batches)" if sb
-                    else f"step {step}: roll back to {d['to_step']}")
+                    else f"step {step}: roll back to checkpoint {d['to_step']}, no data skipped ({why})")
         elif ev == Action.LR_CUT.value:
             until = d.get("until_step")
             line = (f"step {step}: cut the LR x{d['factor']:g} "

@@ -10,21 +10,30 @@ episode's half-open batch range when it reaches it (:mod:`.data_feed`).
 from __future__ import annotations
 
 from itertools import chain
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
+from ..recovery.decision import Decision
 from ..recovery.resume_watch import answered
+from ..recovery.update_jump import resolve_jump
 from ..recovery.verdict import Verdict
 
 if TYPE_CHECKING:
     from .guard import StabilityGuard
 
 
-def act_on_verdict(guard: StabilityGuard, v: Verdict, *, transient: bool) -> None:
+def act_on_verdict(guard: StabilityGuard, v: Verdict, *, transient: bool, responses: Iterable[Decision] = ()) -> None:
     """Ask the policy about ``v`` and have the executor carry out each decision; after a rollback,
-    put the restored timeline in place (step counter, data position, policy)."""
+    put the restored timeline in place (step counter, data position, policy).
+
+    ``responses``: decisions of the precursor responders for this step (an update jump's rollback
+    or LR cut, :mod:`lossguard.recovery.update_jump`), carried out first: a rollback for an LR
+    fault undoes the step the policy would otherwise judge."""
     finding = guard._timeline.watch.update(v.step, v.loss)  # repeated data after a resume (resume_watch.py)
+    ex = guard.executor
+    jumps = [resolve_jump(d, ex.checkpoints(), guard.ledger, max_rollbacks=guard.config.max_rollbacks,
+                          in_process=ex.in_process_rollback and ex.state is not None) for d in responses]
     with guard._timeline.parked():  # a rollback's restore must not reload this guard mid-decision
-        for d in chain(guard.policy.observe(v, transient=transient), answered(guard.policy, finding)):
+        for d in chain(jumps, guard.policy.observe(v, transient=transient), answered(guard.policy, finding)):
             data_count = guard.feed.count
             out = guard.executor.carry_out(d)
             if out.rolled_back_to is not None:

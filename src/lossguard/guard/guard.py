@@ -234,7 +234,7 @@ class StabilityGuard:
     def _process(self, packed, meta: dict) -> None:
         """Host side of one step: verdict -> log -> (replay check) -> policy -> executor."""
         v, transient = read_step(self, packed, meta)
-        act_on_verdict(self, v, transient=transient)
+        act_on_verdict(self, v, transient=transient, responses=meta.get("responses", ()))
 
     def flush(self) -> None:
         """Process the deferred verdict of the last step (on CUDA with ``defer_host_read``)."""

@@ -2,15 +2,16 @@
 
 Runs once the step's packed values are on the host (at once on CPU, a step late on CUDA): decode
 the verdict, note whether the LR is ramping, write the step's metrics line, let the precursor
-treatments respond, and -- for a withheld step -- run the replay check and name the samples that
-carried the excess. What to *do* about the verdict is the policy's, carried out by the executor
-(:meth:`StabilityGuard._process`).
+treatments respond (decisions they ask the executor for go into ``meta["responses"]``), and --
+for a withheld step -- run the replay check and name the samples that carried the excess. What to
+*do* about the verdict is the policy's, carried out by the executor (:meth:`StabilityGuard._process`).
 """
 from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING, Any
 
+from ..recovery.decision import Decision
 from ..recovery.verdict import Verdict
 from .judge.twins import Judgement
 
@@ -52,7 +53,10 @@ def read_step(guard: StabilityGuard, packed: Any, meta: dict[str, Any]) -> tuple
         from .precursor_hook import responders
         for responder in responders(guard.treatment):
             for rec in responder.respond(v.step, guard.precursors, pre, guard.ledger, v.lr):
-                guard.log.event(rec)
+                if isinstance(rec, Decision):  # for the executor (an update jump's rollback or LR cut)
+                    meta.setdefault("responses", []).append(rec)
+                else:  # done already (a QK-clip, the treatment's own LR cut): written down
+                    guard.log.event(rec)
     transient = False
     # Replay only when the update was withheld: in shadow mode the weights already moved.
     if v.bad and meta["replay"] is not None and meta["rng"] is not None and cfg.replay and not cfg.shadow:

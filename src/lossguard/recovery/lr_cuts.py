@@ -4,6 +4,8 @@
   lowest point (``loss_rise_lead`` steps), for the rest of the run, compounding with an earlier one;
 - a recurrence whose suspect is the optimizer: x ``recurrence_lr_factor`` from the rollback target,
   for ``recurrence_lr_steps`` (None: the rest of the run), compounding;
+- ``update_jump`` (an LR fault seen in the update size, :mod:`.update_jump`): x the measured jump
+  from the jump's first step, for the rest of the run, compounding;
 - otherwise, from the ``lr_cut_from``-th rollback: the recipe's mild cut (x ``recipe.lr_cut_factor``
   for ``lr_cut_steps``).
 
@@ -15,12 +17,16 @@ from .action import Action
 from .config import PolicyConfig
 from .decision import Decision
 from .ledger import LrCut, RunLedger
+from .update_jump import CAUSE as UPDATE_JUMP
+from .update_jump import cut_after_rollback
 
 
 def lr_cut_after_rollback(config: PolicyConfig, ledger: RunLedger, decision: Decision, to_step: int) -> Decision | None:
     """Book the LR cut the rollback ``decision`` (carried out to ``to_step``) brings; returns its
     decision, or None when it brings none."""
     cfg, led = config, ledger
+    if decision.numbers.get("cause") == UPDATE_JUMP:
+        return cut_after_rollback(led, decision, to_step)
     if decision.numbers.get("cause") == "loss_rising":
         old = led.cut("loss_rising")
         factor = (old.factor if old else 1.0) * cfg.recurrence_lr_factor

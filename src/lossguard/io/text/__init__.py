@@ -131,6 +131,9 @@ def read(path: Path, *, root: Path | None = None, step_key: str | None = None,
     for note in points.notes:
         builder.start_segment(str(path), note=note)
     for name, (seg, step, val, line) in points.metrics.items():
+        if len(points.notes) == 1:  # one segment: the arrays as they are (no masked copies of 1M rows)
+            builder.add(name, step, val, where=line, segment=0)
+            continue
         for s in range(len(points.notes)):
             m = seg == s
             if m.any():

@@ -89,7 +89,7 @@ def build(scan: Scan, choice: Choice) -> Points:
         epoch0 = int(raw[:, 0].min())
         steps_all = ((raw[:, 0] - epoch0) * per_epoch + raw[:, 1]).astype(np.int64)
         warnings.append(f"step = ({choice.step[0]}{f' - {epoch0}' if epoch0 else ''}) x {per_epoch} batches "
-                        f"per epoch + {choice.step[1]}")
+                        f"per epoch + {choice.step[1] or 'the bar count'}")
     else:
         raw = np.concatenate([p[2] for p in parts])
         ok = np.isfinite(raw)
@@ -111,7 +111,7 @@ def build(scan: Scan, choice: Choice) -> Points:
     seg_all[order] = seg_sorted
     # Rows of one rank only: where a table prints the rank, keep its lowest one.
     metrics: dict[str, list[tuple[np.ndarray, ...]]] = {}
-    offset = 0
+    offset, first_wins = 0, False
     for (t, lines, _, used), place in zip(parts, places, strict=True):
         n = len(lines)
         steps, segs = steps_all[offset:offset + n], seg_all[offset:offset + n]
@@ -122,16 +122,23 @@ def build(scan: Scan, choice: Choice) -> Points:
             r = t.column(names.index("rank"))
             keep &= r == np.nanmin(r)
         keep &= steps >= 0
-        if choice.rule is StepRule.EPOCH_BATCH and used[1] in t.totals and t.labels[used[1]] == "":
+        bar = used[-1] if used and used[-1] in t.totals and t.labels[used[-1]] == "" else None
+        if bar is not None and fold(choice.loss) in names:
+            loss = t.column(names.index(fold(choice.loss)))
+            count = t.column(bar)
+            zero = count == 0
+            same = np.zeros(n, dtype=bool)
+            same[1:] = (loss[1:] == loss[:-1]) | (np.isnan(loss[1:]) & np.isnan(loss[:-1]))
             # Lightning resets its bar to 0/M, still showing the last postfix, before the next epoch:
             # a bar at 0 that repeats the loss of the row before it reports no step.
-            names = [fold(lab) for lab in t.labels]
-            if fold(choice.loss) in names:
-                loss = t.column(names.index(fold(choice.loss)))
-                reset = t.column(used[1]) == 0
-                reset[1:] &= (loss[1:] == loss[:-1]) | (np.isnan(loss[1:]) & np.isnan(loss[:-1]))
-                reset[:1] = False
-                keep &= ~reset
+            keep &= ~(zero & same) if choice.rule is StepRule.EPOCH_BATCH else True
+            redrawn = n > 1 and np.mean(count[1:] == count[:-1]) >= 0.25  # a bar drawn again at each count
+            if redrawn and (zero & ~same & np.isfinite(loss)).any():
+                # A new value drawn at count 0 (YOLOv5 sets the bar's description before tqdm counts the
+                # batch): each value is drawn first at the count of the batches it covers, then again at
+                # the next count with the next value. The first of each count is its value; 0 is none.
+                keep &= ~zero
+                first_wins = True
         # every row kept: views, no copies of million-row columns
         rows: np.ndarray | slice = slice(None) if keep.all() else keep
         for j, (lab, kind) in enumerate(zip(t.labels, t.kinds, strict=True)):
@@ -162,14 +169,19 @@ def build(scan: Scan, choice: Choice) -> Points:
             idx = np.lexsort((place, step, seg))  # already in order in a plain run: no sort
             seg, step, val, line = seg[idx], step[idx], val[idx], line[idx]
         last = np.ones(len(step), dtype=bool)
-        last[:-1] = (seg[1:] != seg[:-1]) | (step[1:] != step[:-1])
+        if first_wins:  # keep the first value of each step (see the bar at count 0 above)
+            last[1:] = (seg[1:] != seg[:-1]) | (step[1:] != step[:-1])
+        else:
+            last[:-1] = (seg[1:] != seg[:-1]) | (step[1:] != step[:-1])
         if name == LOSS:
             same = ~last[:-1]
             repeated = int(np.sum(same & (val[:-1] != val[1:]) & ~(np.isnan(val[:-1]) & np.isnan(val[1:]))))
-        out[name] = (seg[last], step[last], val[last], line[last])
+        # every step printed once (a plain run): the arrays as they are, no masked copies of 1M rows
+        out[name] = (seg, step, val, line) if last.all() else (seg[last], step[last], val[last], line[last])
     if repeated:
         warnings.append(f"{repeated} loss line(s) repeat a step already printed with another value (progress-bar "
-                        "redraws, several ranks, or records over several lines): the last value of each step is kept")
+                        "redraws, several ranks, or records over several lines): the "
+                        f"{'first' if first_wins else 'last'} value of each step is kept")
     points = Points(out, notes, warnings=warnings)
     _crash_point(scan, choice, points)
     added, events = overflow_points(scan.overflows, points.metrics)

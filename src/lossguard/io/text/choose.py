@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .names import StepKind, fold, is_ppl, loss_rank
-from .guess import MIN_GUESS_ROWS, guessed_value, integral_increasing, only_value
+from .summary import summary_tables
+from .guess import MIN_GUESS_ROWS, guessed_value, integral_increasing, only_value, strided_counter
 from .records import Table
 
 
@@ -104,6 +105,7 @@ def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | 
         with_loss = [t for t in with_loss if t in pool]
     training = [t for t in with_loss if not t.template.evaluation]
     with_loss = training or with_loss  # an evaluation line printing the same label is not the training loss
+    with_loss = [t for t in with_loss if t not in summary_tables(with_loss)] if loss_key is None else with_loss
     rule, step, steps_seen = _step(with_loss, step_key)
     dropped = 0
     if rule is not StepRule.ORDER:
@@ -123,6 +125,9 @@ def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | 
     if dropped:
         choice.warnings.append(f"the counter on some '{loss}' lines is missing from {dropped} of {total} of them: "
                                "every line is read in order instead")
+    if rule is StepRule.LABEL and step_key is None and fold(step[0]) not in {fold(s) for s in steps_seen}:
+        choice.warnings.append(f"no label names a step counter: '{step[0]}', a whole number that counts up by the "
+                               "same amount on every loss line, is read as the step; pass --step-key to read another")
     if rule is StepRule.ORDER and step_key is None:
         choice.warnings.append(f"the lines with '{loss}' print no step counter: they are numbered 1, 2, 3, ... "
                                "in order; pass --step-key LABEL if a printed number is the step")
@@ -133,8 +138,9 @@ def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | 
                                f"{as_step}; "
                                "pass --loss-key '#N' / --step-key '#N' to read other columns")
     elif guessed:
-        choice.warnings.append(f"no value is labelled as a loss: '{loss}', the only value of the most frequent line, "
-                               "is read as the loss; pass --loss-key LABEL to read another")
+        choice.warnings.append(f"no value is labelled as a loss: '{loss}', the only value (or the first that names no "
+                               "time, rate or accuracy) of the most frequent line, is read as the loss; "
+                               "pass --loss-key LABEL to read another")
     if ppl:
         choice.warnings.append(f"no loss is printed, only the perplexity '{loss}': the loss is read as log({loss})")
     return choice
@@ -224,7 +230,8 @@ def _step(tables: list[Table], step_key: str | None) -> tuple[StepRule, tuple[st
             # global count beside a per-epoch bar and an epoch number printed as bare "N|M|").
             pick.sort(key=lambda lab: (_restarts(cols[lab][1]), not _unique(cols[lab][1])))
             return StepRule.LABEL, (labels[pick[0]],), seen
-    return StepRule.ORDER, (), seen
+    strided = strided_counter(tables)
+    return (StepRule.LABEL, (strided,), seen) if strided is not None else (StepRule.ORDER, (), seen)
 
 
 def _at_total(tables: list[Table], label: str) -> bool:

@@ -10,6 +10,7 @@ an error-like line (``error``, ``exception``, ``found``, ``detected``, ``stoppin
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from .names import StepKind, step_kind
 
@@ -31,3 +32,13 @@ def crash_step(line: str) -> tuple[StepKind | None, int | None] | None:
     if not found:
         return (None, None) if _LOSS.search(line) else None
     return min(found, key=lambda f: f[0])
+
+
+@dataclass
+class Crash:
+    """A line that names a NaN/Inf and a counter: where a run stopped on a non-finite loss."""
+
+    line: int
+    kind: StepKind | None
+    step: int | None
+    text: str

@@ -8,12 +8,22 @@ bars); the choice is always announced by a warning (:mod:`.choose`).
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from .records import Table
 
 MIN_GUESS_ROWS = 3
 """Rows a line needs before its only value is taken for the loss (no loss label anywhere)."""
+_AUXILIARY = re.compile(r"(?i)(?:^|[\s/_.-])(?:time|data|lr|learning.rate|eta|elapsed|speed|fps|ips|throughput|mem\w*|"
+                        r"gpu\w*|acc\w*|prec\w*|recall|f1|map\w*|iou|auc|score|tokens?|samples?|images?|words?|"
+                        r"grad\w*|norm|scale|lambda|temp\w*|momentum|wd|batch.?size|size|seq\w*|"
+                        r"rew\w*|return\w*|len\w*|success\w*|win\w*|epsilon|eps)(?:$|[\s/_.-])")
+"""Labels of what a training line prints beside its loss (time, rates, accuracy, memory, sizes; an RL
+episode's reward, return and length, which rise as training goes well)."""
+STRIDE_MIN_ROWS = 4
+"""Rows a named whole-number column needs, counting up by one constant stride, to be read as the step."""
 
 
 def only_value(tables: list[Table], *, bare: bool = False) -> str | None:
@@ -45,7 +55,13 @@ def _value_of(t: Table) -> str | None:
     """:func:`only_value` for one table."""
     if t.rows < MIN_GUESS_ROWS:
         return None
-    values = [j for j, k in enumerate(t.kinds) if k is None and not integral_increasing(t.column(j))]
+    values = [j for j, k in enumerate(t.kinds) if k is None and not integral_increasing(t.column(j))
+              and not _AUXILIARY.search(t.labels[j])]  # a lone "lr: 0.001" or "reward 12.5" is no loss
+    if len(values) > 1 and any(k is not None for k in t.kinds) and not t.labels[0].startswith("#"):
+        # A line with a counter and several named values, none named a loss (a GAN's "D_A: 0.2 G_A: 0.3"
+        # after "(epoch: 1, iters: 100, time: 0.5, data: 0.01)"): the first value that names no
+        # auxiliary quantity (time, rate, accuracy, memory...) is the series; announced by a warning.
+        values = [j for j in values if not whole_finite(t.column(j))][:1]
     if len(values) != 1:
         if (len(values) > 1 and all(lab.startswith("#") for lab in t.labels)
                 and any(integral_increasing(t.column(j)) for j in range(len(t.labels)))):
@@ -73,3 +89,17 @@ def whole_finite(v: np.ndarray) -> bool:
     """True when the finite values of a column are whole numbers (a count, a year: no loss)."""
     finite = v[np.isfinite(v)]
     return bool(len(finite)) and bool(np.all(finite == np.round(finite)))
+
+
+def strided_counter(tables: list[Table]) -> str | None:
+    """A named whole-number column of the loss lines that counts up by one constant stride on every
+    line (``训练次数：100``, 200, 300...): the step, when no label names a counter. None when none does."""
+    for t in sorted(tables, key=lambda u: -u.rows):
+        for j, (lab, kind) in enumerate(zip(t.labels, t.kinds, strict=True)):
+            if (kind is not None or lab.startswith("#") or t.rows < STRIDE_MIN_ROWS or _AUXILIARY.search(lab)
+                    or j - t.inherited in t.template.percent):  # "complete [10%]": progress, not a count
+                continue
+            d = np.diff(t.column(j))
+            if whole_finite(t.column(j)) and d[0] > 0 and np.all(d == d[0]):
+                return lab
+    return None

@@ -1,10 +1,11 @@
-"""The hot line of a console log: the most frequent line's template turned into one whole-line regex.
+"""The hot line of a console log: the most frequent line's template turned into one whole-line pattern.
 
-:func:`compile_hot` takes a template's first raw line and builds a regex that matches the whole
-line: its text literally (runs of spaces loosely), each kept number and counter total as a group,
-other numbers matched but not captured. The regex is checked once against the template (the same
-numbers, in the same places) and is not used if it disagrees. :mod:`lossguard.io.text.fast` searches
-the blocks of a file with it.
+:func:`compile_hot` takes a template's first raw line and turns it into :class:`~.vector.Step` s: its
+text literally (runs of spaces loosely), each number, kept numbers and counter totals captured. The
+steps are read two ways from one definition: as a regex that matches one whole line (Python's ``re``)
+and by :func:`lossguard.io.text.vector.match_block`, every line of a block at once. Both are checked
+once against the template (the same numbers, in the same places) and not used if they disagree.
+:mod:`lossguard.io.text.fast` reads the blocks of a file with them.
 """
 from __future__ import annotations
 
@@ -13,14 +14,12 @@ import re
 from .normalise import ANSI, normalise
 from .records import Table
 from .template import SPLIT
+from .vector import Step, StepKind, match_block, merged
 
 _NUMBER = r"([-+]?(?:\d++(?:\.\d*+)?|\.\d++)(?:[eE][-+]?\d++)?+|-?(?:[Nn][Aa][Nn]|[Ii]nfinity|[Ii]nf|INF))"
 """A kept number (possessive quantifiers: a number never gives back digits, so no backtracking)."""
-_SPACE = re.compile(r"[ \t]+")
+_BLANKS = re.compile(r"([ \t]+)")
 _CSI_GROUP = re.compile(r"(\x1b\[[0-9;?]*[ -/]*[@-~])")
-
-
-
 _OTHER = r"(?:[-+]?(?:\d++(?:\.\d*+)?|\.\d++)(?:[eE][-+]?\d++)?+)"  # a number that is not kept: not captured
 
 
@@ -30,23 +29,20 @@ class HotLine:
     Attributes:
         table: the table whose rows the line adds to.
         regex: the whole line, anchored at a line start (multi-line mode).
-        bulk: the same without the anchor when the line starts with literal text (faster to search).
-        colored: the line with its colour codes as literal text, or None.
+        steps: the same line as steps for :func:`~.vector.match_block`, or None when they would
+            not read the first line as the regex does.
+        colored: the steps of the line with its colour codes as literal text, or None.
         kept: positions among the groups of the kept values, in order.
         totals: positions among the groups of the counters' totals, in template order.
         plain: every group is a kept value, in order (no reordering needed).
     """
 
     def __init__(self, table: Table, regex: re.Pattern, kept: list[int], totals: list[int],
-                 bulk: re.Pattern | None = None) -> None:
+                 steps: list[Step] | None = None) -> None:
         self.table = table
         self.regex = regex
-        # For whole blocks of hot lines: the same regex without the line anchor when the line starts
-        # with literal text, so the regex engine jumps between lines by a fast search for that text
-        # (with "^" it tries a match at every character). A block is read in bulk only when it
-        # yields one match per line, each ending at a newline.
-        self.bulk = bulk or regex
-        self.colored: re.Pattern | None = None  # the line with its colour codes as literals (see _colored)
+        self.steps = steps
+        self.colored: list[Step] | None = None  # the line with its colour codes as literals (see _colored)
         self.kept = kept  # positions among the groups of the kept values, in order
         self.totals = totals  # positions among the groups of the counters' totals, in template order
         self.plain = kept == list(range(len(kept)))  # every group is a kept value: no reordering
@@ -68,9 +64,9 @@ def compile_hot(table: Table) -> HotLine | None:
     tpl = table.template
     kept = [offset + i for i in tpl.kept]
     totals = [offset + i for _, i in tpl.totals]
-    parts = _parts(pieces, kept, totals)
+    steps = _steps(pieces, kept, totals)
     try:
-        regex = re.compile("^" + "".join(parts) + r"[ \t]*\n", re.M)
+        regex = re.compile("^" + _regex(steps) + r"[ \t]*\n", re.M)
     except re.error:
         return None
     captured = sorted(set(kept) | set(totals))
@@ -78,52 +74,71 @@ def compile_hot(table: Table) -> HotLine | None:
     m = regex.match(raw.rstrip("\n") + "\n")
     if m is None or [m.groups()[k] for k in kept_at] != [nums[i] for i in kept]:
         return None
-    bulk = None
-    if parts[0] and not parts[0].startswith("[ \\t]") and pieces[0][:1].strip():
-        bulk = re.compile("".join(parts) + r"[ \t]*\n")
-    hot = HotLine(table, regex, kept_at, totals_at, bulk)
-    hot.colored = _colored(table.raw or "", kept, totals, [nums[i] for i in kept], kept_at)
+    values = [nums[i] for i in kept]
+    hot = HotLine(table, regex, kept_at, totals_at, _checked(steps, raw, values, kept_at))
+    hot.colored = _colored(table.raw or "", kept, totals, values, kept_at)
     return hot
 
 
-def _parts(pieces: list[str], kept: list[int], totals: list[int], start: int = 0) -> list[str]:
-    """Regex parts of a line split into text and numbers: text literal (runs of spaces loose), kept
+def _steps(pieces: list[str], kept: list[int], totals: list[int], start: int = 0) -> list[Step]:
+    """Steps of a line split into text and numbers: text literal (runs of spaces loose), kept
     numbers and totals captured, other numbers matched; ``start`` is the index of the first number."""
-    parts = []
+    steps = []
     nums = len(pieces) // 2
     for i, piece in enumerate(pieces[0::2]):
         if piece and not piece.strip() and 0 < i < nums:
-            parts.append(r"[ \t]++")
+            steps.append(Step(StepKind.GAP))
         else:
-            parts.append(r"[ \t]*+".join(re.escape(w) for w in _SPACE.split(piece)))
+            for k, word in enumerate(_BLANKS.split(piece)):  # words at even places, blanks at odd ones
+                steps.append(Step(StepKind.SPACES, word.encode()) if k % 2 else Step(StepKind.TEXT, word.encode()))
         if i < nums:
-            parts.append(_NUMBER if start + i in kept or start + i in totals else _OTHER)
-    return parts
+            steps.append(Step(StepKind.NUMBER, captured=start + i in kept or start + i in totals))
+    return steps
 
 
-def _colored(raw: str, kept: list[int], totals: list[int], values: list[str], kept_at: list[int]) -> re.Pattern | None:
-    """The whole-line regex of a line printed with the same colour codes on every line, the codes
-    matched as literal text: a block of such lines is read without removing the codes first (one
-    pass over the text instead of two). None when the line has no codes or the regex would read
-    other numbers than the template."""
+def _regex(steps: list[Step]) -> str:
+    """The regex of ``steps`` (possessive: a number or a run of spaces never gives back characters)."""
+    out = {StepKind.SPACES: r"[ \t]*+", StepKind.GAP: r"[ \t]++"}
+    return "".join(re.escape(s.text.decode()) if s.kind is StepKind.TEXT
+                   else (_NUMBER if s.captured else _OTHER) if s.kind is StepKind.NUMBER
+                   else out[s.kind] for s in steps)
+
+
+def _checked(steps: list[Step], raw: str, values: list[str], kept_at: list[int]) -> list[Step] | None:
+    """``steps`` merged, when :func:`~.vector.match_block` reads ``raw`` (one line) with ``values`` as its
+    kept numbers; else None (the line is then read by its regex only)."""
+    steps = merged(steps)
+    data = (raw.rstrip("\n") + "\n").encode()
+    ok, starts, ends = match_block(steps, data)
+    if not ok.all():
+        return None
+    got = [data[a:b].decode() for a, b in zip(starts[0].tolist(), ends[0].tolist(), strict=True)]
+    return steps if [got[k] for k in kept_at] == values else None
+
+
+def _colored(raw: str, kept: list[int], totals: list[int], values: list[str], kept_at: list[int]) -> list[Step] | None:
+    """The steps of a line printed with the same colour codes on every line, the codes matched as
+    literal text: a block of such lines is read without removing the codes first (one pass over the
+    text instead of two). None when the line has no codes or the steps would read other numbers
+    than the template (checked by the regex and by :func:`~.vector.match_block`)."""
     raw = raw.rstrip("\n")
     if "\x1b" not in raw:
         return None
     pieces = _CSI_GROUP.split(raw)
-    parts: list[str] = []
+    steps: list[Step] = []
     count = 0
     for k, seg in enumerate(pieces):
         if k % 2:
-            parts.append(re.escape(seg))
+            steps.append(Step(StepKind.TEXT, seg.encode()))
             continue
         split = SPLIT.split(seg)
-        parts += _parts(split, kept, totals, count)
+        steps += _steps(split, kept, totals, count)
         count += len(split) // 2
     try:
-        regex = re.compile("".join(parts) + r"[ \t]*\n")
+        regex = re.compile(_regex(steps) + r"[ \t]*\n")
     except re.error:
         return None
     m = regex.match(raw + "\n")
     if m is None or [m.groups()[k] for k in kept_at] != values:
         return None
-    return regex
+    return _checked(steps, raw, values, kept_at)

@@ -29,7 +29,9 @@ _FAMILIES = {
     StepKind.GLOBAL_STEP: ("step", "steps", "global_step", "global step", "globalstep", "train/global_step",
                            "trainer/global_step", "train step", "training step", "train_step", "optimizer step",
                            "opt step", "num_updates", "updates", "update", "up", "upd", "current_steps", "global_steps",
-                           "consumed_steps", "total_steps_done"),
+                           "consumed_steps", "total_steps_done",
+                           # reinforcement learning counts environment steps (SB3 and baselines log against them)
+                           "total_timesteps", "num_timesteps", "timesteps", "timesteps_total"),
     StepKind.ITERATION: ("iteration", "iter", "it", "iters", "iterations", "itr", "train iter", "iteration_num"),
     StepKind.BATCH: ("", "batch", "batches", "batch_idx", "minibatch", "mini-batch", "batch_id"),
     StepKind.EPOCH: ("epoch", "ep", "epochs", "train epoch", "training epoch", "epoch_num", "pass"),
@@ -53,6 +55,10 @@ def step_kind(label: str) -> StepKind | None:
     kind = _KIND_OF.get(low)
     if kind is None:
         kind = _KIND_OF.get(low.replace("_", " ")) or _KIND_OF.get(low.replace(" ", "_"))
+    if kind is None and "/" in low and not low.endswith("/"):  # "time/iterations": a step under a group tag
+        kind = _KIND_OF.get(low.rsplit("/", 1)[1].strip())
+        if kind is not None and kind > StepKind.ITERATION:
+            kind = None  # Composer's "time/batch", "time/epoch" are elapsed-time units, not its counters
     words = low.split()
     if kind is None and (len(words) == 2 or 2 < len(words) <= 4 and words[-2] in _LEADS):
         kind = _KIND_OF.get(words[-1])  # "completed step", "Train Epoch", "Metrics values at step"

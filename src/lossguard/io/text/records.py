@@ -12,10 +12,13 @@ from __future__ import annotations
 import re
 from array import array
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Iterable
 
-from .crash import crash_step
+from .crash import Crash, crash_step
+from .boxes import Boxes
+from .columns import Header, cell_columns, header_of
 from .join import Joiner, vector_means
+from .lines import iter_decoded  # noqa: F401 - re-exported: the sniffer and watch read through it
 from .names import StepKind, is_ppl, loss_rank, step_kind
 from .normalise import normalise, split_glued
 from .overflow import Overflow, parse_overflow
@@ -75,16 +78,6 @@ class Table:
 
 
 @dataclass
-class Crash:
-    """A line that names a NaN/Inf and a counter: where a run stopped on a non-finite loss."""
-
-    line: int
-    kind: StepKind | None
-    step: int | None
-    text: str
-
-
-@dataclass
 class Scan:
     """What a pass over the lines found."""
 
@@ -108,9 +101,14 @@ class Scanner:
         self._header: tuple[Template, list[float], list[tuple[int, float]]] | None = None
         self._pending: tuple | None = None  # a row that inherited a bar's counter, until the bar's next redraw
         self._joiner = Joiner()
+        self._boxes = Boxes()
         self._names: tuple[str, ...] | None = None  # the last table header (column names) seen
+        self._spans: Header | None = None  # where its names are printed (fixed-width tables)
         self._named: dict[tuple, Template] = {}
         self._rank: int | None = None  # the lowest rank a "[rankN]:" prefix named so far
+        self._last: Table | None = None  # the table of the last row read
+        self._header_at = 0  # the place (``numeric_lines``) of the header in force
+        self._follow: dict[tuple, tuple[tuple[int, int], ...]] = {}
 
     def feed(self, lines: Iterable[tuple[int, str]]) -> None:
         """Read ``(line number, text)`` pairs."""
@@ -124,6 +122,11 @@ class Scanner:
                     self._rank = rank
                 elif rank > self._rank:
                     continue
+            boxed = self._boxes.push(number, text)
+            if boxed is not None:  # a row of a vertical key/value box (SB3): read when the box closes
+                for first, record in boxed:
+                    self._line(first, record, None)
+                continue
             if "it/s" in text or "s/it" in text:
                 parts = split_glued(text)
                 if len(parts) > 1:  # a bar with a message glued after it: two lines
@@ -139,7 +142,7 @@ class Scanner:
 
     def finish(self) -> None:
         """Read what is still held: a record left open by the last lines (a bracket never closed)."""
-        for first, record in self._joiner.flush():
+        for first, record in self._joiner.flush() + self._boxes.flush():
             self._line(first, record, None)
 
     def _line(self, number: int, text: str, raw: str | None) -> None:
@@ -172,7 +175,7 @@ class Scanner:
         if not tpl.kept:
             return
         if tpl.columns and self._names is not None:
-            tpl = self._name_columns(tpl, self._names)
+            tpl = self._name_columns(tpl, self._names, pieces)
         nums = pieces[1::2]
         totals = [(j, float(nums[i])) for j, i in tpl.totals] if tpl.totals else ()
         table = self.record(tpl, [float(nums[i]) for i in tpl.kept], totals, number, text)
@@ -183,15 +186,19 @@ class Scanner:
         """Remember a line of column names when one names a counter or a loss (not any short prose)."""
         names = tuple(w for w in _HEADER_SPLIT.split(text.strip(" \t,|")) if w)
         if any(step_kind(w) is not None or loss_rank(w) is not None or is_ppl(w) for w in names):
-            self._names = names
+            self._names, self._spans = names, header_of(text, names)
 
-    def _name_columns(self, tpl: Template, names: tuple[str, ...]) -> Template:
-        """A line of numbers only under a table header (``names``) with as many columns: read by the header."""
+    def _name_columns(self, tpl: Template, names: tuple[str, ...], pieces: list[str]) -> Template:
+        """A line of numbers under a table header (``names``): read by the header, cell by cell when it
+        has as many columns, else by where each cell sits under the header (blank cells)."""
         key = (tpl, names)  # the template itself: an id could be reused after the cache empties
-        named = self._named.get(key, tpl)
         if key not in self._named:
-            named = self._named[key] = with_header(tpl, names) or tpl
-        return named
+            named = with_header(tpl, names)
+            if named is None and self._spans is not None:
+                at = cell_columns(tpl, pieces, self._spans)
+                named = with_header(tpl, names, at) if at is not None else None
+            self._named[key] = named or tpl
+        return self._named[key]
 
     def record(self, tpl: Template, values: list[float], totals, number: int, text: str) -> Table | None:
         """Add one line's kept ``values`` (``totals``: (kept index, total) of its ``N/M`` counters)
@@ -207,6 +214,7 @@ class Scanner:
                 for k, j in enumerate(keep):
                     table.data[at + k] = values[j]
             self._header = (tpl, values, list(totals))
+            self._header_at = scan.numeric_lines
         inherited: tuple = ()
         header = self._header
         if header is not None and not tpl.header:
@@ -221,7 +229,7 @@ class Scanner:
                 return None
             table = self._new_table(key, tpl, inherited, text, header)
         if inherited and header is not None:  # inherited only under a header
-            hv = header[1]
+            hv = self._current(header)
             if _is_bar(header[0]):
                 self._pending = (header[0], number, table, len(table.data), inherited[1])
             table.data.extend([hv[j] for j in inherited[1]])
@@ -231,11 +239,29 @@ class Scanner:
         table.data.extend(values)
         table.lines.append(number)
         table.order.append(scan.numeric_lines)
+        self._last = table
         if totals:
             off = len(inherited[1]) if inherited else 0
             for j, total in totals:
                 table.totals[off + j] = total
         return table
+
+    def _current(self, header: tuple[Template, list[float], list[tuple[int, float]]]) -> list[float]:
+        """The header's counters as of now: a later record printing the same counter (kind and label)
+        moved it on. A tqdm bar is drawn bare (a header), then with its postfix (records, maybe read by
+        the fast path); a ``tqdm.write`` message between redraws inherits the count as of then."""
+        last, hv = self._last, header[1]
+        if last is None or not last.order or last.order[-1] <= self._header_at:
+            return hv
+        pairs = self._follow.get(key := (last.index, header[0].key))
+        if pairs is None:
+            cols = {(lab, k): i for i, (lab, k) in enumerate(zip(last.labels, last.kinds, strict=True)) if k}
+            pairs = self._follow[key] = tuple((j, cols[c]) for j, c in enumerate(
+                zip(header[0].labels, header[0].kinds, strict=True)) if c[1] is not None and c in cols)
+        row, current = len(last.data) - len(last.labels), list(hv)
+        for j, col in pairs:
+            current[j] = last.data[row + col]
+        return current
 
     def _new_table(self, key: tuple, tpl: Template, inherited: tuple, text: str,
                    header: tuple[Template, list[float], list[tuple[int, float]]] | None) -> Table:
@@ -267,14 +293,3 @@ def scan_lines(lines: Iterable[tuple[int, str]]) -> Scan:
     scanner.feed(lines)
     scanner.finish()
     return scanner.scan
-
-
-def iter_decoded(data: bytes, first: int = 1) -> Iterator[tuple[int, str]]:
-    """``(line number, text)`` of a block of bytes, ``\\r`` redraws split (for sniffing and ``watch``)."""
-    for n, line in enumerate(data.decode("utf-8", errors="replace").split("\n"), first):
-        if "\r" in line:
-            for piece in line.split("\r"):
-                if piece.strip():
-                    yield n, piece
-        elif line:
-            yield n, line

@@ -89,6 +89,8 @@ class Template:
     ultralytics' ``Epoch GPU_mem loss Instances Size``) can name them."""
     overflow: bool = False
     """The skeleton names an overflow (an fp16 skipped step: :mod:`.overflow` reads the line)."""
+    percent: frozenset[int] = frozenset()
+    """Indices (in ``kept``) of values printed with a ``%`` (``complete [10%]``): never a step counter."""
 
 
 _COLUMN_BREAK = re.compile(r"[\s,;|]")
@@ -129,19 +131,20 @@ def _positional(texts: list[str], n: int, keep: tuple[int, ...] | None = None) -
                     skeleton="#".join(t.strip() for t in texts).strip(), columns=cells)
 
 
-def with_header(tpl: Template, names: tuple[str, ...]) -> Template | None:
+def with_header(tpl: Template, names: tuple[str, ...], at: dict[int, int] | None = None) -> Template | None:
     """A line whose leading cells are named by a table header (``epoch train_loss valid_loss``), or
-    None when the header has another number of columns. A cell ``N/M`` is a counter with its total;
-    a cell of other several numbers (a ``00:12`` time) is not kept; numbers after the cells keep the
-    labels of the line's own template."""
-    if not tpl.columns or tpl.columns[-1][1] + 1 != len(names):
+    None when the header has another number of columns and ``at`` (cell -> header column, found by
+    position: :mod:`.columns`) does not say where each cell goes. A cell ``N/M`` is a counter with its
+    total; a cell of other several numbers (a ``00:12`` time) is not kept; numbers after the cells keep
+    the labels of the line's own template."""
+    if not tpl.columns or (at is None and tpl.columns[-1][1] + 1 != len(names)):
         return None
     cells: dict[int, list[tuple[int, bool]]] = {}
     for pos, col, slash in tpl.columns:
         cells.setdefault(col, []).append((pos, slash))
     named: dict[int, tuple[str, StepKind | None, int | None]] = {}
     for col, nums in cells.items():
-        name = names[col]
+        name = names[col if at is None else at[col]]
         if len(nums) == 1:
             named[nums[0][0]] = (name, step_kind(name), None)
         elif len(nums) == 2 and nums[0][1]:  # "1/6": the epoch out of 6
@@ -166,7 +169,7 @@ def label_of(text: str) -> str:
     t = _OPENERS.sub("", stripped)
     if t != stripped and not t.strip() and stripped.lower().endswith("tensor("):
         return "tensor"  # a bare print(loss): "tensor(2.3456, device='cuda:0')"
-    t = t.rstrip(" :=\t'\"").translate(_QUOTES)
+    t = t.rstrip(" :=\t'\"\uff1a\uff1d").translate(_QUOTES)  # full-width "：" / "＝" (CJK prints) too
     bracketed = _BRACKETED.search(t)
     if bracketed is not None:  # "[loss] 2.3"
         return bracketed.group(1).strip()
@@ -191,7 +194,9 @@ def parse(pieces: list[str]) -> Template:
             units[i] = m.group(0)
             rest[i + 1] = texts[i + 1][m.end():]
     if n > 1 and all(not _LETTER.search(t) for t in texts):
-        return _positional(texts, n)
+        # numbers only; a percentage among them (xLearn's "[ 10% ]  1  0.52 ...") is progress, not a column
+        shares = tuple(i for i in range(n) if units[i] != "%")
+        return _positional(texts, n) if len(shares) == n else _positional(texts, n, shares)
     kept: list[int] = []
     labels: list[str] = []
     kinds: list[StepKind | None] = []
@@ -201,8 +206,8 @@ def parse(pieces: list[str]) -> Template:
     nest = None  # the label of an open "k: [a: v | b: w]" group
     piped = -1  # the next position of a leading "N|M|" chain of counters
     for i in range(n):
-        if i in skip:
-            continue
+        if i in skip or (units[i] == "%" and rest[i + 1][:1] == "|"):
+            continue  # a tqdm meter's "45%|": the bar's progress, even under a description ("Steps: 45%|")
         label = label_of(rest[i])
         outer = _NESTED.search(rest[i]) if "[" in rest[i] else None
         if outer is not None:  # "predict_loss: [local: 0.67 | reduced: 0.69]": the first is the value
@@ -269,6 +274,7 @@ def parse(pieces: list[str]) -> Template:
     lead = tuple(w.lower() for w in _WORD.findall(texts[0])[:6])  # "Train Metrics" vs "Valid Metrics"
     key = (tuple(zip(labels, kinds, strict=True)), lead)
     return Template(kept=tuple(kept), labels=tuple(labels), kinds=tuple(kinds), totals=tuple(totals),
+                    percent=frozenset(j for j, i in enumerate(kept) if units[i] == "%"),
                     header=header, errorish=bool(_ERRORISH.search("".join(texts))), key=key,
                     overflow="overflow" in "".join(texts).lower(),
                     evaluation=any(w in _EVALUATION for w in lead),
