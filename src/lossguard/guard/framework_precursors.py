@@ -57,21 +57,23 @@ class FrameworkPrecursors:
         return out
 
 
-def read_with_verdict(guard: StabilityGuard, packed: Any) -> Any:
+def read_with_verdict(guard: StabilityGuard, packed: Any) -> tuple[Any, list]:
     """The verdict's ``packed`` values, after the pending precursors (if any) were read in the same
-    transfer, logged and responded to. Returns the verdict's values (a host list when precursors
-    were read, else ``packed`` unchanged)."""
+    transfer, logged and responded to. Returns ``(verdict values, decisions)``: the values a host
+    list when precursors were read, else ``packed`` unchanged; the decisions the treatments ask the
+    executor for (an update jump's, :mod:`lossguard.recovery.update_jump`: in framework mode its
+    LR cut alone)."""
     fw = guard.framework_precursors
     pending = fw.take() if fw is not None else None
     if pending is None:
-        return packed
+        return packed, []
     step, lr, pre = pending
     from .precursor_hook import append_values
     both = append_values(packed, pre)  # one transfer for the verdict and the precursors
     values = both if isinstance(both, list) else both.tolist()
     n = len(values) - int(pre.numel())
-    record(guard, step, lr, values[n:])
-    return values[:n]
+    asks = record(guard, step, lr, values[n:])
+    return values[:n], asks
 
 
 def drain_precursors(guard: StabilityGuard) -> None:
@@ -80,13 +82,14 @@ def drain_precursors(guard: StabilityGuard) -> None:
     pending = fw.take() if fw is not None else None
     if pending is not None:
         step, lr, pre = pending
-        record(guard, step, lr, pre.tolist())
+        record(guard, step, lr, pre.tolist())  # the run's end: a decision asked now has no step to act on
 
 
-def record(guard: StabilityGuard, step: int, lr: float, values: list[float]) -> None:
-    """Log one step's precursor values as a metric record and let the treatments respond."""
+def record(guard: StabilityGuard, step: int, lr: float, values: list[float]) -> list:
+    """Log one step's precursor values as a metric record and let the treatments respond; returns
+    the decisions they ask the executor for."""
     from .precursor_hook import respond
 
     if guard.config.log_metrics:
         guard.log.metrics(step, guard.precursors.decode(values))
-    respond(guard, step, lr, values)
+    return respond(guard, step, lr, values)

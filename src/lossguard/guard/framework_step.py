@@ -45,7 +45,8 @@ def framework_step(guard: StabilityGuard, loss: Any) -> bool:
         meta["batch"] = held[0] if len(held) == 1 else MicroBatches(held)
     guard._advance()
     from .framework_precursors import read_with_verdict
-    guard._process(read_with_verdict(guard, j.packed), meta)  # the last step's precursors first
+    values, meta["responses"] = read_with_verdict(guard, j.packed)  # the last step's precursors first
+    guard._process(values, meta)
     if bad and not shadow:
         opt.zero_grad(set_to_none=True)
     if guard.framework_precursors is not None:  # a withheld step too: its logits, update ratio 0

@@ -49,6 +49,11 @@ class LogitGrowth:
         ratio = largest / first
         return ratio ** (self.window / span) if ratio >= self.factor else None
 
+    @property
+    def onset(self) -> int | None:
+        """The first step of the window (where the growth flagged now began), None when empty."""
+        return self._seen[0][0] if self._seen else None
+
     def restart(self) -> None:
         """Forget the history (after an LR cut: the next cut needs new evidence)."""
         self._seen.clear()

@@ -34,10 +34,10 @@ def append_values(packed, pre):
 
 
 def respond(guard, step: int, lr: float, values: list[float]) -> list:
-    """Framework mode (:mod:`.framework_precursors`): let every treatment of ``guard`` respond to one
-    step's precursor values (host floats) and log what they did (nothing in shadow mode). The plain
-    loop does the same in :func:`.host_side.read_step`. Returns the responses that are not event
-    records (decisions a responder asks the executor for), which framework mode does not carry out."""
+    """Let every treatment of ``guard`` respond to one step's precursor values (host floats) and log
+    the records of what they did (nothing in shadow mode); the plain loop (:func:`.host_side.read_step`)
+    and framework mode (:mod:`.framework_precursors`) both call it. Returns the decisions they ask the
+    executor for (an update jump's rollback or LR cut, :mod:`lossguard.recovery.update_jump`)."""
     if guard.treatment is None or guard.config.shadow:
         return []
     asks = []

@@ -81,6 +81,13 @@ class TreatmentConfig:
     there; halvings every 20 steps reach 1/32 at step ~100: final 2.74 against 2.02 at the best LR)."""
     min_cut_factor: float = 0.1
     """The deepest single cut."""
+    rollback: bool = True
+    """A growth-driven cut also rolls back to the newest checkpoint at or before the growth window's
+    first step (through the guard's update-jump answer, :mod:`lossguard.recovery.update_jump`: the
+    LR cut booked from there, no data skipped; without such a checkpoint, or in framework mode, the
+    cut alone). Why: on the harsh preset the loss stalls within the first ~10 warm-up steps at LR
+    0.1; a cut at step 10 to 0.1x still ended at 2.62 against 2.02 at the best LR, and at 3e-2 the
+    cut alone (2.505) did worse than the guard's own rollback to step 0 that it pre-empted (2.066)."""
     min_lr_factor: float = 1 / 32
     """The cumulative LR factor of the treatment never goes below this (issue 20's sweep spans 33x
     from its best LR to its highest)."""
@@ -135,6 +142,7 @@ class PrecursorTreatment:
         self.lr_cuts = 0
         self.lr_factor = 1.0
         self._last_cut: int | None = None
+        self._own = 1.0  # the factor of this treatment's own ledger cut (LR_CUT_CAUSE)
         cfg = self.config
         self._growth = None if cfg.growth_factor is None else \
             LogitGrowth(window=cfg.growth_window, factor=cfg.growth_factor, floor=cfg.growth_floor)
@@ -160,7 +168,7 @@ class PrecursorTreatment:
             return []
         while self._clip_steps and self._clip_steps[0] <= step - cfg.window:
             self._clip_steps.popleft()
-        events: list[dict[str, Any]] = []
+        events: list[Any] = []
         if hot and len(self._clip_steps) < cfg.max_clip_steps:
             self._clip_steps.append(step)
             heads = qk_clip_(probes, head_max, cfg.tau) if cfg.clip else []
@@ -176,27 +184,39 @@ class PrecursorTreatment:
             cut = cfg.lr_cut_factor
             if grew is not None:  # sized to the growth rate (see growth_target)
                 cut = min(cut, max(cfg.min_cut_factor, math.log(cfg.growth_target) / math.log(grew)))
+            cut = max(cut, cfg.min_lr_factor / self.lr_factor)
             self.lr_cuts += 1
-            self.lr_factor = max(cfg.min_lr_factor, self.lr_factor * cut)
+            self.lr_factor *= cut
             self._last_cut = step
+            onset = self._growth.onset if self._growth is not None else None
             # A fresh clip budget at the new LR: without it the heads would grow unclipped while
             # the cut takes effect (measured: to 448 from 115 in 80 steps at LR 0.1, issue 20's model).
             self._clip_steps.clear()
             if self._growth is not None:
                 self._growth.restart()
-            if ledger is not None:
-                from ..recovery.ledger import LrCut
-                ledger.set_lr_cut(LrCut(start_step=step + 1, until_step=None, factor=self.lr_factor,
-                                        cause=LR_CUT_CAUSE))
-                ledger.save()
-            events.append({"step": step, "event": "lr_cut", "factor": self.lr_factor, "cause": LR_CUT_CAUSE,
-                           "evidence": (f"attention logits above tau={cfg.tau:g} on {cfg.max_clip_steps} of the "
-                                        f"last {cfg.window} steps, clipping not holding them" if spent else
-                                        f"largest attention logit growing {grew:.3g}x per {cfg.growth_window} steps")
-                                       + f" (largest {largest:.4g}): the LR is too high for this model; "
-                                         f"LR cut {self.lr_cuts} of {cfg.max_lr_cuts}"})
-        for e in events:  # the key every guard decision record has
-            e["reasons"] = [e["evidence"]]
+            evidence = ((f"attention logits above tau={cfg.tau:g} on {cfg.max_clip_steps} of the last "
+                         f"{cfg.window} steps, clipping not holding them" if spent else
+                         f"largest attention logit growing {grew:.3g}x per {cfg.growth_window} steps "
+                         f"since step {onset}")
+                        + f" (largest {largest:.4g}): the LR is too high for this model; "
+                          f"LR cut {self.lr_cuts} of {cfg.max_lr_cuts}")
+            if grew is not None and cfg.rollback and ledger is not None and onset is not None:
+                # For the guard's executor: roll back to before the growth, LR x cut from there.
+                from ..recovery.update_jump import jump_decision
+                events.append(jump_decision(step=step, onset=onset, cut=cut, evidence=evidence, rollback=True,
+                                            numbers={"trigger": LR_CUT_CAUSE, "largest_logit": round(largest, 4)}))
+            else:
+                self._own *= cut
+                if ledger is not None:
+                    from ..recovery.ledger import LrCut
+                    ledger.set_lr_cut(LrCut(start_step=step + 1, until_step=None, factor=self._own,
+                                            cause=LR_CUT_CAUSE))
+                    ledger.save()
+                events.append({"step": step, "event": "lr_cut", "factor": self._own, "cause": LR_CUT_CAUSE,
+                               "evidence": evidence})
+        for e in events:  # the key every guard decision record has (a Decision carries its own reasons)
+            if isinstance(e, dict):
+                e["reasons"] = [e["evidence"]]
         return events
 
     def respond(self, step: int, monitor, values: list[float], ledger=None,
@@ -207,7 +227,7 @@ class PrecursorTreatment:
     def state_dict(self) -> dict[str, Any]:
         """The clip budget and LR-cut count (JSON-safe)."""
         return {"clip_steps": list(self._clip_steps), "lr_cuts": self.lr_cuts, "lr_factor": self.lr_factor,
-                "last_cut": self._last_cut,
+                "last_cut": self._last_cut, "own": self._own,
                 "growth": self._growth.state_dict() if self._growth is not None else None}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
@@ -219,3 +239,4 @@ class PrecursorTreatment:
             self._growth.load_state_dict(sd.get("growth"))
         if int(sd["lr_cuts"]) >= self.lr_cuts:
             self.lr_cuts, self.lr_factor, self._last_cut = int(sd["lr_cuts"]), float(sd["lr_factor"]), sd["last_cut"]
+            self._own = float(sd.get("own", self.lr_factor))
