@@ -83,3 +83,47 @@ def test_heads_held_near_tau_spend_the_clip_budget_without_an_lr_cut():
     escaped = held + [100.0 + 3 * i for i in range(1, 60)]  # the clip no longer holds them
     cuts = [e for e in _feed(PrecursorTreatment(treat.config), escaped) if e["event"] == "lr_cut"]
     assert cuts and all(e["step"] >= 150 for e in cuts) and "not holding" in cuts[0]["evidence"]
+
+
+def test_a_growth_cut_asks_the_guard_to_roll_back_to_before_the_growth():
+    from lossguard.recovery.action import Action
+    from lossguard.recovery.decision import Decision
+    from lossguard.recovery.ledger import RunLedger
+
+    ledger = RunLedger()
+    treat = PrecursorTreatment(TreatmentConfig(tau=1e6))
+    out = []
+    for step, v in enumerate([2.0] * 30 + _exp(2.0, 60.0, 21)[1:]):
+        out += treat.treat(step, [], [[v]], ledger)
+    asks = [d for d in out if isinstance(d, Decision)]
+    assert len(asks) == 1 and asks[0].action is Action.ROLLBACK
+    d = asks[0]
+    # back to the first step of the growth window, no further; the cut is the treatment's own
+    assert d.numbers["rollback_distance"] == 0 and 10 <= d.numbers["onset"] < d.step
+    assert d.numbers["cut"] == pytest.approx(treat.lr_factor) and "growing" in d.reasons[0]
+    assert ledger.lr_factor(d.step + 1) == 1.0  # booked by the executor when it rolls back, not here
+
+
+def test_the_guard_rolls_back_a_real_model_whose_logits_grow_fast(tmp_path):
+    torch = pytest.importorskip("torch")
+    from lossguard.checkpoint.store import CheckpointStore
+    from lossguard.demo.model import GPTConfig, TinyGPT
+    from lossguard.guard import GuardConfig, StabilityGuard
+
+    torch.manual_seed(0)
+    model = TinyGPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=8))
+    opt = torch.optim.AdamW(model.parameters(), lr=0.05)  # too high for it: logits x10 in < 20 steps
+    guard = StabilityGuard(model, opt, config=GuardConfig(max_grad_norm=1.0), store=CheckpointStore(tmp_path / "ck"),
+                           log_path=tmp_path / "run.jsonl", treatment=PrecursorTreatment(TreatmentConfig(tau=1e6)))
+    g = torch.Generator().manual_seed(0)
+    batches = [torch.randint(0, 256, (4, 9), generator=g) for _ in range(40)]
+    for _, b in guard.batches(batches, steps=40):
+        _, loss = model(b[:, :-1], b[:, 1:])
+        loss.backward()
+        guard.step(loss)
+    guard.close()
+    rollbacks = [e for e in guard.events if e.get("event") == "rollback"]
+    cuts = [e for e in guard.events if e.get("event") == "lr_cut"]
+    assert rollbacks and rollbacks[0]["trigger"] == "attention_logits" and rollbacks[0]["to_step"] == 0
+    assert cuts and cuts[0]["step"] == rollbacks[0]["onset"]  # the LR cut from the growth's first step
+    assert guard.ledger.lr_factor(39) < 0.5
