@@ -9,10 +9,11 @@ the largest attention logit grows by orders of magnitude hundreds of steps befor
    ``max_clip_steps`` clipping steps in any ``window`` steps at one LR.
 2. **LR cut**: when clipping keeps being needed (``max_clip_steps`` reached within ``window``), or
    the largest logit grows ``growth_factor``-fold within ``growth_window`` steps (:mod:`.logit_growth`:
-   the rate shows an LR too high before the level does), the weights are not the problem but the
-   step size is: the LR is cut by ``lr_cut_factor`` for the rest
-   of the run (through the run ledger, like every LR cut of the guard), at most ``max_lr_cuts``
-   times and no closer than ``cut_gap`` steps apart. The cut, not the clip, carries the treatment at
+   the rate shows an LR too high before the level does; such a cut also rolls back to before the
+   growth, ``rollback``), the weights are not the problem but the step size is: the LR is cut by
+   ``lr_cut_factor`` (a growth cut: sized to the growth) for the rest of the run (through the run
+   ledger, like every LR cut of the guard), at most ``max_lr_cuts`` times and no closer than
+   ``cut_gap`` steps apart. The cut, not the clip, carries the treatment at
    a high LR: Adam's update ``lr * m / sqrt(v)`` does not shrink with the weights, so a head whose
    W_q and W_k were just scaled down moves by the same absolute amount next step (a larger relative
    step) and its logits re-grow within a few steps.
