@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -41,6 +42,15 @@ ROWS = OUT / "natural_instability.jsonl"
 LOGS = OUT / "natural_logs"
 LRS = (3e-3, 1e-2, 3e-2, 1e-1)
 CONFIGS = ("clip", "guard", "treat", "tech")
+PRESETS: dict[str, dict[str, Any]] = {
+    # the first configuration: milder than issue 20's model (clip-only LR sensitivity 0.164)
+    "mild": {"n_layer": 3, "n_embd": 64, "n_head": 4, "weight_decay": 0.1, "steps": 800, "lrs": LRS},
+    # harsher: 4 layers, width 128, 2 heads of 64 (a wider head grows its logits faster), no weight
+    # decay (decoupled decay at LR 0.1 shrinks q and k by 1% a step, which itself holds the logits)
+    "harsh": {"n_layer": 4, "n_embd": 128, "n_head": 2, "weight_decay": 0.0, "steps": 600, "lrs": LRS},
+}
+"""Model and optimizer settings per ``--preset`` (rows and logs of a preset other than ``mild`` go to
+``natural_instability_<preset>.jsonl`` and ``natural_logs_<preset>/``)."""
 
 
 def lr_at(step: int, steps: int, peak: float) -> float:
@@ -52,10 +62,10 @@ def lr_at(step: int, steps: int, peak: float) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def build(config: str, seed: int, n_layer: int, n_embd: int):
+def build(config: str, seed: int, n_layer: int, n_embd: int, n_head: int = 4):
     torch.manual_seed(seed)
     tech = config == "tech"
-    cfg = GPTConfig(n_layer=n_layer, n_head=4, n_embd=n_embd, block_size=64,
+    cfg = GPTConfig(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=64,
                     qk_layernorm=tech, z_loss=1e-4 if tech else 0.0)
     return TinyGPT(cfg)
 
@@ -68,21 +78,23 @@ def held_out(model, val) -> float:
     return v / len(val)
 
 
-def run(config: str, lr: float, seed: int, *, steps: int, n_layer: int, n_embd: int) -> dict:
+def run(config: str, lr: float, seed: int, *, steps: int, n_layer: int, n_embd: int, n_head: int = 4,
+        weight_decay: float = 0.1, logs: Path = LOGS, treat: dict | None = None) -> dict:
     """One training run; returns its result row."""
     from lossguard.guard import GuardConfig, StabilityGuard, TrainingHalted
     from lossguard.guard.precursors import PrecursorMonitor
-    from lossguard.guard.treatment import PrecursorTreatment
+    from lossguard.guard.treatment import PrecursorTreatment, TreatmentConfig
 
     torch.set_num_threads(1)
     data = CorpusBatches(load_corpus(), batch_size=16, seq_len=64, seed=1000 + seed)
     val = data.val_batches(8)
-    model = build(config, seed, n_layer, n_embd)
+    model = build(config, seed, n_layer, n_embd, n_head)
     l0 = held_out(model, val)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_at(s, steps, lr) / lr)
-    LOGS.mkdir(parents=True, exist_ok=True)
-    log_path = LOGS / f"{config}_lr{lr:g}_s{seed}.jsonl"
+    logs.mkdir(parents=True, exist_ok=True)
+    tag = "".join(f"-{k}{v}" for k, v in (treat or {}).items()) if config == "treat" else ""
+    log_path = logs / f"{config}{tag}_lr{lr:g}_s{seed}.jsonl"
     log_path.unlink(missing_ok=True)
     t0 = time.perf_counter()
     events = []
@@ -97,7 +109,9 @@ def run(config: str, lr: float, seed: int, *, steps: int, n_layer: int, n_embd: 
         keep = 2 + cfg.recipe.rollback_distance // cfg.checkpoint_every
         guard = StabilityGuard(model, opt, scheduler=sched, sampler=sampler,
                                store=CheckpointStore(tmp.name, keep_last=keep), config=cfg, log_path=log_path,
-                               precursors=True, treatment=PrecursorTreatment() if config == "treat" else None)
+                               precursors=True,
+                               treatment=PrecursorTreatment(TreatmentConfig(**(treat or {})))
+                               if config == "treat" else None)
 
         def stream():
             for ids in sampler:
@@ -139,6 +153,7 @@ def run(config: str, lr: float, seed: int, *, steps: int, n_layer: int, n_embd: 
     attn = [json.loads(line).get("attn_logit_max") for line in log_path.read_text().splitlines()]
     attn = [a for a in attn if isinstance(a, (int, float))]
     return {"config": config, "lr": lr, "seed": seed, "steps": steps, "n_layer": n_layer, "n_embd": n_embd,
+            "n_head": n_head, "weight_decay": weight_decay,
             "params": model.num_params(), "l0": l0, "final_val": final, "wall_s": round(wall, 2),
             "attn_max": max(attn) if attn else None, "attn_at_200": attn[200] if len(attn) > 200 else None,
             "actions": [{k: e[k] for k in ("step", "event") if k in e} for e in events],
@@ -183,25 +198,41 @@ def summary(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="mild",
+                    help="model/optimizer preset (the options below override its values)")
     ap.add_argument("--configs", default=",".join(CONFIGS))
-    ap.add_argument("--lrs", default=",".join(str(x) for x in LRS))
+    ap.add_argument("--lrs", default=None)
     ap.add_argument("--seeds", default="0,1")
-    ap.add_argument("--steps", type=int, default=800)
-    ap.add_argument("--n-layer", type=int, default=3)
-    ap.add_argument("--n-embd", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--n-layer", type=int, default=None)
+    ap.add_argument("--n-embd", type=int, default=None)
+    ap.add_argument("--n-head", type=int, default=None)
+    ap.add_argument("--weight-decay", type=float, default=None)
     ap.add_argument("--summary", action="store_true", help="print the table of the saved rows and exit")
-    ap.add_argument("--rows", default=str(ROWS))
+    ap.add_argument("--rows", default=None, help="rows file (default: per preset)")
+    ap.add_argument("--treat", default="", help="TreatmentConfig fields for 'treat', e.g. growth_factor=None "
+                    "(the rows and logs then go under the configuration name 'treat[...]')")
     a = ap.parse_args(argv)
-    rows_path = Path(a.rows)
+    pre = PRESETS[a.preset]
+    suffix = "" if a.preset == "mild" else f"_{a.preset}"
+    rows_path = Path(a.rows) if a.rows else OUT / f"natural_instability{suffix}.jsonl"
+    logs = OUT / f"natural_logs{suffix}"
+    lrs = [float(x) for x in a.lrs.split(",")] if a.lrs else list(pre["lrs"])
+    shape = {k: pre[k] if getattr(a, k) is None else getattr(a, k)
+             for k in ("steps", "n_layer", "n_embd", "n_head", "weight_decay")}
     if a.summary:
         rows = [json.loads(x) for x in rows_path.read_text().splitlines() if x.strip()]
         print(summary(rows))
         return 0
     rows_path.parent.mkdir(parents=True, exist_ok=True)
     for seed in (int(s) for s in a.seeds.split(",")):
-        for lr in (float(x) for x in a.lrs.split(",")):
+        for lr in lrs:
             for config in a.configs.split(","):
-                row = run(config, lr, seed, steps=a.steps, n_layer=a.n_layer, n_embd=a.n_embd)
+                treat = {k: json.loads(v.replace("None", "null")) for k, v in
+                         (kv.split("=", 1) for kv in a.treat.split(",") if kv)}
+                row = run(config, lr, seed, **shape, logs=logs, treat=treat)
+                if treat and config == "treat":
+                    row["config"] = f"treat[{a.treat}]"
                 with open(rows_path, "a") as fh:
                     fh.write(json.dumps(row) + "\n")
                 print(f"{config:6s} lr={lr:<6g} seed={seed} val={row['final_val']:.3f} attn_max={row['attn_max']} "

@@ -12,8 +12,10 @@ head's query and key weights are (:meth:`AttentionProbe.qk_slices`, used by
 
 * lossguard's :class:`~lossguard.techniques.attention.CausalSelfAttention` (it records the maximum
   itself while it attends: free);
-* ``torch.nn.MultiheadAttention`` and Hugging Face's ``GPT2Attention`` (a forward hook recomputes
-  ``q k^T`` from the module's input: one extra score matmul per layer; ``every`` thins it out);
+* ``torch.nn.MultiheadAttention``, Hugging Face's ``GPT2Attention`` and HF's Llama-family attention
+  (Llama, Mistral, Qwen, Gemma, ...: rotary embeddings, grouped KV heads; :mod:`.hf_llama_attention`)
+  -- a forward hook recomputes ``q k^T`` from the module's input: one extra score matmul per layer;
+  ``every`` thins it out;
 * any attention of your own, with one line in its ``forward``: ``record_attention_logits(self, att)``
   on the pre-softmax logits.
 """
@@ -24,6 +26,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
+
+from . import hf_llama_attention as llama
+from .hf_llama_attention import is_llama_attention
 
 if TYPE_CHECKING:
     from ..techniques.attention import CausalSelfAttention
@@ -74,13 +79,14 @@ class AttentionProbe:
         self._calls = 0
         self._handle = None
         setattr(module, HEAD_MAX_ATTR, torch.zeros(self.n_head, device=self._device()))
-        if self.kind in ("mha", "gpt2"):
+        if self.kind in ("mha", "gpt2", "llama"):
             self._handle = module.register_forward_hook(self._hook, with_kwargs=True)
 
     # ------------------------------------------------------------------ kinds
     @property
     def kind(self) -> str:
-        """``shipped``, ``mha``, ``gpt2`` or ``recorded`` (a user's module calling record_attention_logits)."""
+        """``shipped``, ``mha``, ``gpt2``, ``llama`` or ``recorded`` (a user's module calling
+        record_attention_logits)."""
         from ..techniques.attention import CausalSelfAttention
 
         m = self.module
@@ -90,10 +96,14 @@ class AttentionProbe:
             return "mha"
         if type(m).__name__ == "GPT2Attention" and hasattr(m, "c_attn"):
             return "gpt2"
+        if is_llama_attention(m):
+            return "llama"
         return "recorded"
 
     def _n_head(self) -> int:
         m = self.module
+        if is_llama_attention(m):
+            return llama.n_heads(m)
         for attr in ("n_head", "num_heads", "num_attention_heads"):
             if isinstance(getattr(m, attr, None), int):
                 return int(getattr(m, attr))
@@ -122,7 +132,12 @@ class AttentionProbe:
         if not module.training or (self._calls - 1) % self.every:
             return
         with torch.no_grad():
-            head = self._mha(args, kwargs) if self.kind == "mha" else self._gpt2(args, kwargs)
+            if self.kind == "llama":
+                logits, causal = llama.scores(module, args, kwargs)
+                t = logits.shape[-1]
+                head = _masked_max(logits, _causal(t, t, logits.device) if causal else None)
+            else:
+                head = self._mha(args, kwargs) if self.kind == "mha" else self._gpt2(args, kwargs)
         setattr(module, HEAD_MAX_ATTR, head)
 
     def _mha(self, args, kwargs) -> torch.Tensor:
@@ -190,6 +205,8 @@ class AttentionProbe:
             if m.in_proj_bias is not None:
                 out += [(m.in_proj_bias, 0, slice(o + head * hd, o + (head + 1) * hd)) for o in (0, e)]
             return out
+        if kind == "llama":
+            return llama.qk_slices(m, head)
         if kind == "gpt2":  # Conv1D: y = x @ W + b, W of shape (in, 3 * embed): columns
             e, hd = m.embed_dim, m.head_dim
             out = [(m.c_attn.weight, 1, slice(o + head * hd, o + (head + 1) * hd)) for o in (0, e)]
@@ -200,8 +217,9 @@ class AttentionProbe:
 
 def find_attention(model: nn.Module, *, every: int = 1) -> list[AttentionProbe]:
     """Probes for every attention module of ``model`` that lossguard can read: the shipped one,
-    ``nn.MultiheadAttention``, HF ``GPT2Attention``, and any module that has called (or will call)
-    :func:`record_attention_logits` -- mark those beforehand with :func:`mark_attention`.
+    ``nn.MultiheadAttention``, HF ``GPT2Attention`` and Llama-family attention, and any module that
+    has called (or will call) :func:`record_attention_logits` -- mark those beforehand with
+    :func:`mark_attention`.
 
     Args:
         model: the model (a DDP wrapper is unwrapped).
@@ -213,7 +231,7 @@ def find_attention(model: nn.Module, *, every: int = 1) -> list[AttentionProbe]:
     probes = []
     for name, m in model.named_modules():
         if isinstance(m, (CausalSelfAttention, nn.MultiheadAttention)) or hasattr(m, HEAD_MAX_ATTR) \
-                or (type(m).__name__ == "GPT2Attention" and hasattr(m, "c_attn")):
+                or (type(m).__name__ == "GPT2Attention" and hasattr(m, "c_attn")) or is_llama_attention(m):
             probes.append(AttentionProbe(m, name, every=every))
     return probes
 

@@ -4,7 +4,8 @@ The verdict is needed before the framework's optimizer step, so this path reads 
 sync). A bad step's gradients are dropped instead of the step being gated: torch's optimizers skip
 every parameter without a gradient, so weights, moments, Adam's ``t`` and weight decay stay exactly
 as they were. The framework owns the data loader, so a rollback is left to a restarted process
-(the executor halts and books ``resume_from``).
+(the executor halts and books ``resume_from``). The precursor statistics (opt-in) are packed after
+the framework's optimizer step and read with the next verdict (:mod:`.framework_precursors`).
 """
 from __future__ import annotations
 
@@ -43,7 +44,11 @@ def framework_step(guard: StabilityGuard, loss: Any) -> bool:
         from .micro_batches import MicroBatches
         meta["batch"] = held[0] if len(held) == 1 else MicroBatches(held)
     guard._advance()
-    guard._process(j.packed, meta)
+    from .framework_precursors import read_with_verdict
+    values, meta["responses"] = read_with_verdict(guard, j.packed)  # the last step's precursors first
+    guard._process(values, meta)
     if bad and not shadow:
         opt.zero_grad(set_to_none=True)
+    if guard.framework_precursors is not None:  # a withheld step too: its logits, update ratio 0
+        guard.framework_precursors.before_step(guard, step, lr)
     return not bad or shadow

@@ -9,15 +9,12 @@ A plain loop::
         loss.backward()
         guard.step(loss)              # clip, judge, optimizer.step (or not), scheduler, zero_grad
 
-The **judge** (:mod:`.judge`) turns loss and grad norm into a typed :class:`Verdict`, the
-**policy** (:class:`lossguard.recovery.RecoveryPolicy`, pure) decides, the **executor**
-(:mod:`.executor`) carries the decisions out. This class wires them to the loop, one module per job:
-wiring, data_feed, step_stats, apply_update, host_copy, host_side, act_on_verdict, framework_step,
-saves, timeline_state.
-
-The *timeline* (detector windows, the open episode, the data counter: :meth:`state_dict`) is saved
-in every checkpoint and rolled back with it; the :class:`RunLedger` (budgets, skipped data, LR cuts,
-history) never is (``<store>/ledger.json``). Accounting: the table in ``docs/guard.md``.
+The **judge** (:mod:`.judge`) makes a typed :class:`Verdict`, the **policy**
+(:class:`lossguard.recovery.RecoveryPolicy`, pure) decides, the **executor** (:mod:`.executor`)
+acts. This class wires them to the loop, one module per job (wiring, data_feed, step_stats,
+apply_update, host_copy, host_side, act_on_verdict, framework_step, saves, timeline_state). The
+*timeline* (:meth:`state_dict`) is rolled back with every checkpoint; the :class:`RunLedger`
+(budgets, skipped data, LR cuts) never is. Accounting: the table in ``docs/guard.md``.
 """
 from __future__ import annotations
 
@@ -36,6 +33,7 @@ from .config import GuardConfig
 from .data_feed import DataFeed
 from .events import EventLog
 from .executor import RecoveryExecutor, TrainingHalted
+from .framework_precursors import FrameworkPrecursors, drain_precursors
 from .framework_step import framework_step
 from .host_copy import VerdictTransfer
 from .host_side import read_step
@@ -68,26 +66,24 @@ class StabilityGuard:
         log_path: the run's JSONL log (decisions and per-step metrics; rank 0 only).
         diagnosis_path: where a halt writes its diagnosis (default: beside the log, or the store).
         ledger: the run ledger to use (default: ``<store>/ledger.json``, or in memory).
-        snapshots: keep host-memory copies (:class:`lossguard.checkpoint.HostSnapshot`) of the last
-            N checkpoints the guard saves; a rollback to one of them reads no file. A rollback
-            ``rollback_distance`` back needs ``N >= rollback_distance // checkpoint_every + 2``.
-            Memory: N copies of this rank's model + optimizer state. 0: off.
+        snapshots: keep host-memory copies (:class:`lossguard.checkpoint.HostSnapshot`) of the last N
+            checkpoints (a rollback to one reads no file; ``rollback_distance`` back needs ``N >=
+            rollback_distance // checkpoint_every + 2``). Memory: N model + optimizer states. 0: off.
         attribution: a :class:`lossguard.guard.sample_namer.SampleAttribution`: on every withheld
-            step, replay its batch, name the samples carrying the excess and put them on the skip
-            list (``<store>/skiplist.json``, honoured by the sampler); it turns the deferred host
-            read off unless ``defer_host_read=True`` (:func:`.wiring.defers_host_read`).
+            step, replay its batch and put the samples carrying the excess on the skip list; it turns
+            the deferred host read off unless ``defer_host_read=True`` (:func:`.wiring.defers_host_read`).
         precursors: True, or a :class:`~lossguard.guard.precursors.PrecursorMonitor`: measure the
             precursor statistics (attention / output logits, update ratio, Adam's ratio) and log
-            them with each step's metrics, in the same one transfer per step.
+            them with each step's metrics, in the same one transfer per step (framework mode: see
+            :meth:`after_optimizer_step`).
         treatment: opt-in responders to the precursors (implies ``precursors``), one or a list:
             :class:`~lossguard.guard.treatment.PrecursorTreatment` (QK-clip, then an LR cut, driven by
             the attention logits), :class:`~lossguard.guard.update_size.UpdateSizeTest` (an LR cut
             when the update size jumps against its own history).
 
     Raises:
-        TrainingHalted: the ledger says this run was halted (a relaunch after a halt); the message
-            has the saved diagnosis, the checkpoint to resume from, and how to override
-            (:meth:`RunLedger.clear_halt`; see :mod:`lossguard.guard.halted`).
+        TrainingHalted: the ledger says this run was halted (a relaunch after a halt); the message has
+            the diagnosis, the checkpoint to resume from and how to override (:mod:`lossguard.guard.halted`).
     """
 
     def __init__(self, model, optimizer, *, store=None, sampler=None, scheduler=None, scaler=None,
@@ -124,16 +120,15 @@ class StabilityGuard:
                                          diagnosis_file=diagnosis_file(log_path, diagnosis_path, store),
                                          write_files=self.rank == 0, snapshot=self.snapshot)
         self.precursors, self.treatment = make_monitor(model, optimizer, precursors, treatment), treatment
+        self.framework_precursors = FrameworkPrecursors() if self.precursors is not None else None
         self.withheld = WithheldStreak(None if cfg.shadow else cfg.max_withheld_streak)
         """Consecutive withheld updates (timeline state); halts at ``max_withheld_streak``."""
         self.step_count = 0
         """The step the next batch feeds (skipped steps count; a rollback sets it back)."""
         self.halted = False
-        self.restart_requested = False
-        """Framework mode: a rollback was booked for a restarted process (exit with ExitCode.ROLLBACK)."""
+        self.restart_requested = False  # framework mode: a rollback was booked for a restarted process
         self._held: list = []     # framework mode: the step's micro-batches so far (references)
-        self.last_record: Verdict | None = None
-        """The verdict of the latest processed step."""
+        self.last_record: Verdict | None = None  # the verdict of the latest processed step
 
     # ------------------------------------------------------------------ views
     @property
@@ -217,11 +212,15 @@ class StabilityGuard:
             self.poll_save()
 
     def before_optimizer_step(self, loss) -> bool:
-        """Framework mode (Lightning, HF, ... call ``optimizer.step()`` themselves): judge this step;
-        call after backward, before the optimizer step. True if the update may be applied (always in
-        shadow mode or once halted); a bad step's gradients are dropped, and where the guard would
-        roll back it halts and books the rollback for a restarted process (:mod:`.framework_step`)."""
+        """Framework mode (Lightning, HF, ... call ``optimizer.step()``): judge this step, after backward,
+        before the optimizer step. True if the update may be applied (always in shadow mode or once halted);
+        a bad step's gradients are dropped; a rollback is booked for a restarted process (:mod:`.framework_step`)."""
         return framework_step(self, loss)
+
+    def after_optimizer_step(self) -> None:
+        """Framework mode, after ``optimizer.step()``: pack its precursors (:mod:`.framework_precursors`)."""
+        if self.framework_precursors is not None:
+            self.framework_precursors.after_step(self)
 
     def hold_batch(self, batch) -> None:
         """Framework mode: a (micro-)batch of the step in flight (a reference; a callback passes
@@ -242,6 +241,7 @@ class StabilityGuard:
         ready = self.transfer.drain()
         if ready is not None:
             self._process(*ready)
+        drain_precursors(self)  # framework mode: the last optimizer step's precursors
 
     # ------------------------------------------------------------------ checkpoints and state
     def save(self) -> Any:

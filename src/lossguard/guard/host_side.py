@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from ..recovery.decision import Decision
 from ..recovery.verdict import Verdict
 from .judge.twins import Judgement
 
@@ -49,14 +48,9 @@ def read_step(guard: StabilityGuard, packed: Any, meta: dict[str, Any]) -> tuple
         if pre is not None:
             m.update(guard.precursors.decode(pre))
         guard.log.metrics(v.step, m)
-    if pre is not None and guard.treatment is not None and not cfg.shadow:
-        from .precursor_hook import responders
-        for responder in responders(guard.treatment):
-            for rec in responder.respond(v.step, guard.precursors, pre, guard.ledger, v.lr):
-                if isinstance(rec, Decision):  # for the executor (an update jump's rollback or LR cut)
-                    meta.setdefault("responses", []).append(rec)
-                else:  # done already (a QK-clip, the treatment's own LR cut): written down
-                    guard.log.event(rec)
+    if pre is not None:  # records are logged; decisions (an update jump's) go to the executor
+        from .precursor_hook import respond
+        meta.setdefault("responses", []).extend(respond(guard, v.step, v.lr, pre))
     transient = False
     # Replay only when the update was withheld: in shadow mode the weights already moved.
     if v.bad and meta["replay"] is not None and meta["rng"] is not None and cfg.replay and not cfg.shadow:

@@ -21,11 +21,33 @@ def make_monitor(model, optimizer, precursors: Any, treatment: Any):
 
 def append_precursors(monitor, packed):
     """The judge's ``packed`` (a host list or a device tensor) with the monitor's values appended."""
-    pre = monitor.packed()
+    return append_values(packed, monitor.packed())
+
+
+def append_values(packed, pre):
+    """``packed`` (a host list or a device tensor) with the device tensor ``pre`` appended: a host
+    list stays a list (a host judge's verdict is already on the host), a tensor stays on its device."""
     if isinstance(packed, list):
-        return packed + pre.tolist()  # a host judge: the verdict is already on the host
+        return packed + pre.tolist()
     import torch
     return torch.cat([packed.reshape(-1), pre.to(device=packed.device, dtype=packed.dtype)])
+
+
+def respond(guard, step: int, lr: float, values: list[float]) -> list:
+    """Let every treatment of ``guard`` respond to one step's precursor values (host floats) and log
+    the records of what they did (nothing in shadow mode); the plain loop (:func:`.host_side.read_step`)
+    and framework mode (:mod:`.framework_precursors`) both call it. Returns the decisions they ask the
+    executor for (an update jump's rollback or LR cut, :mod:`lossguard.recovery.update_jump`)."""
+    if guard.treatment is None or guard.config.shadow:
+        return []
+    asks = []
+    for responder in responders(guard.treatment):
+        for rec in responder.respond(step, guard.precursors, values, guard.ledger, lr):
+            if isinstance(rec, dict):
+                guard.log.event(rec)
+            else:
+                asks.append(rec)
+    return asks
 
 
 def split_precursors(monitor, packed):

@@ -80,10 +80,22 @@ class StabilityCallback(_TrainerCallback, _ExportableState):
             for causal LMs; ``ids_of(inputs)`` for the sample ids). The run's skip list is attached
             to a :class:`ResumableSampler` the train loader uses (a ``Trainer`` whose
             ``_get_train_sampler`` returns one). Not saved in ``trainer_state.json``.
+        precursors: measure the precursor statistics (largest attention logit per layer of every
+            attention module the guard can read -- HF ``GPT2Attention``, ``nn.MultiheadAttention``,
+            lossguard's own, any marked with ``mark_attention`` --, output-logit statistics of an
+            ``lm_head``, the update-to-weight ratio, Adam's second-moment ratio) and log them, as
+            the plain guard's ``precursors=True`` does. Each step's values are packed on the device
+            after its optimizer step and read with the next step's verdict (no extra transfer).
+        treatment: opt-in responders to the precursors (implies ``precursors``), as the plain
+            guard's ``treatment``: e.g. :class:`~lossguard.guard.treatment.PrecursorTreatment`
+            (QK-clip, then an LR cut, applied through the run ledger like every LR cut of the
+            guard). They act one step later than in the plain loop. Their budgets are saved with
+            the guard's timeline; the object itself is not saved in ``trainer_state.json``.
     """
 
     def __init__(self, config: GuardConfig | dict | None = None, *, log_path=None, store=None,
-                 restart_on_rollback: bool = True, attribution=None) -> None:
+                 restart_on_rollback: bool = True, attribution=None, precursors: bool = False,
+                 treatment=None) -> None:
         if isinstance(config, dict):
             from ..guard.config_file import config_from_dict
             config = config_from_dict(config)
@@ -94,6 +106,7 @@ class StabilityCallback(_TrainerCallback, _ExportableState):
         self.log_path, self.store = log_path, store
         self.restart_on_rollback = bool(restart_on_rollback)
         self.attribution = attribution
+        self.precursors, self.treatment = bool(precursors), treatment
         self._batch_hook = None
         self.guard: StabilityGuard | None = None
         self._owns_exit = False  # the restart protocol is in force: a halt exits with ExitCode.HALT
@@ -111,7 +124,7 @@ class StabilityCallback(_TrainerCallback, _ExportableState):
         return {"args": {"config": config_to_dict(self.config),
                          "log_path": None if self.log_path is None else str(self.log_path),
                          "store": None if self.store is None else str(self.store.directory),
-                         "restart_on_rollback": self.restart_on_rollback},
+                         "restart_on_rollback": self.restart_on_rollback, "precursors": self.precursors},
                 "attributes": {"restored_state": guard_state(self.guard)}}
 
     def _keep_loss(self, module, inputs, output) -> None:
@@ -134,7 +147,8 @@ class StabilityCallback(_TrainerCallback, _ExportableState):
 
         def make():
             guard = StabilityGuard(model, optimizer, store=store, config=self.config, log_path=self.log_path,
-                                   attribution=self.attribution)
+                                   attribution=self.attribution, precursors=self.precursors or None,
+                                   treatment=self.treatment)
             restore_guard(guard, self.restored_state or _saved_state(state))
             return guard
         self.guard = build_guard(make, exit_code=self._owns_exit)
@@ -172,7 +186,10 @@ class StabilityCallback(_TrainerCallback, _ExportableState):
             return  # no loss seen (a model that returns tuples): nothing to judge
         loss, self._losses = torch.stack(self._losses).mean(), []
         step = self._live.step_count
-        if not self._live.before_optimizer_step(loss) or self._live.halted:
+        applied = self._live.before_optimizer_step(loss)
+        # the precursor treatments respond inside it and may book an LR cut from this step on
+        self._lr_cut.apply(self._live, step)
+        if not applied or self._live.halted:
             loader = kwargs.get("train_dataloader")
             try:
                 if loader is not None:
@@ -190,6 +207,8 @@ class StabilityCallback(_TrainerCallback, _ExportableState):
         # Right after optimizer.step(), before the Trainer steps its scheduler (called even when
         # an fp16 overflow made the optimizer skip the step), so the cut never compounds.
         self._lr_cut.restore()
+        if self.guard is not None:
+            self.guard.after_optimizer_step()  # the step's precursors, packed for the next read
 
     def on_train_end(self, args, state, control, **kwargs):
         self._lr_cut.restore()

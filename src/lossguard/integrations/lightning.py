@@ -62,14 +62,26 @@ class StabilityCallback(_Callback):
             train loader's ``batch_sampler`` (unless it has its own). With gradient accumulation
             every micro-batch of the step is replayed (the bisection starts from one gradient norm
             per micro-batch).
+        precursors: measure the precursor statistics (largest attention logit per layer of every
+            attention module the guard can read -- ``nn.MultiheadAttention``, HF ``GPT2Attention``,
+            lossguard's own, any marked with ``mark_attention`` --, output-logit statistics of an
+            ``lm_head`` / ``output`` projection, the update-to-weight ratio, Adam's second-moment
+            ratio) and log them, as the plain guard's ``precursors=True`` does. Each step's values
+            are packed on the device after its optimizer step and read with the next step's verdict.
+        treatment: opt-in responders to the precursors (implies ``precursors``), as the plain
+            guard's ``treatment`` (e.g. :class:`~lossguard.guard.treatment.PrecursorTreatment`);
+            they act one step later than in the plain loop; their budgets travel in the callback's
+            ``state_dict``.
     """
 
     def __init__(self, config: GuardConfig | None = None, *, log_path=None, store=None,
-                 restart_on_rollback: bool = True, attribution=None) -> None:
+                 restart_on_rollback: bool = True, attribution=None, precursors: bool = False,
+                 treatment=None) -> None:
         self.config = config or GuardConfig()
         self.log_path, self.store = log_path, store
         self.restart_on_rollback = bool(restart_on_rollback)
         self.attribution = attribution
+        self.precursors, self.treatment = bool(precursors), treatment
         self.guard: StabilityGuard | None = None
         self._owns_exit = False  # the restart protocol is in force: a halt exits with ExitCode.HALT
         self._loss = None
@@ -93,15 +105,22 @@ class StabilityCallback(_Callback):
 
         def make():
             guard = StabilityGuard(pl_module, trainer.optimizers[0], store=store, scaler=scaler,
-                                   config=self.config, log_path=self.log_path, attribution=self.attribution)
+                                   config=self.config, log_path=self.log_path, attribution=self.attribution,
+                                   precursors=self.precursors or None, treatment=self.treatment)
             if self._pending_state is not None:
                 restore_guard(guard, self._pending_state)
             return guard
         self.guard = build_guard(make, exit_code=self._owns_exit)
         self._pending_state = None
         # Lightning steps its schedulers before any callback hook that follows the optimizer step,
-        # so the LR cut is undone by a torch step post-hook: right after the update, before them.
-        self._lr_hook = trainer.optimizers[0].register_step_post_hook(self._lr_cut.restore)
+        # so the LR cut is undone by a torch step post-hook: right after the update, before them
+        # (the same hook packs the step's precursors for the next read).
+        self._lr_hook = trainer.optimizers[0].register_step_post_hook(self._after_optimizer_step)
+
+    def _after_optimizer_step(self, *_args) -> None:
+        self._lr_cut.restore()
+        if self.guard is not None:
+            self.guard.after_optimizer_step()
 
     @property
     def _live(self) -> StabilityGuard:
@@ -131,7 +150,10 @@ class StabilityCallback(_Callback):
         step = self._live.step_count
         # The ledger's LR cut on top of the scheduled LR for this step (undone by the post-hook).
         self._lr_cut.apply(self._live, step)
-        if not self._live.before_optimizer_step(self._loss) or self._live.halted:
+        applied = self._live.before_optimizer_step(self._loss)
+        # the precursor treatments respond inside it and may book an LR cut from this step on
+        self._lr_cut.apply(self._live, step)
+        if not applied or self._live.halted:
             # The update is dropped: undo the cut now, since an fp16 overflow also makes the
             # GradScaler skip optimizer.step(), and then the post-hook would never run.
             self._lr_cut.restore()

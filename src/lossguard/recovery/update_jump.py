@@ -70,10 +70,17 @@ def cut_after_rollback(ledger: RunLedger, decision: Decision, to_step: int) -> D
     onset, cut = int(decision.numbers["onset"]), float(decision.numbers["cut"])
     factor = _book(ledger, onset, cut)
     return Decision(Action.LR_CUT, onset, [
-        f"the update jump at step {onset} undone (rolled back to step {to_step}); LR x{cut:.3g} from step "
+        f"the {_what(decision)} at step {onset} undone (rolled back to step {to_step}); LR x{cut:.3g} from step "
         f"{onset} for the rest of the run (the measured jump, undone)"],
         {"factor": round(factor, 12), "cut": cut, "until_step": None, "cause": CAUSE,
          "evidence": decision.numbers.get("evidence", "")})
+
+
+def _what(decision: Decision) -> str:
+    """What the decision answers: an update jump, or (``numbers["trigger"]``, e.g. the precursor
+    treatment's ``attention_logits``) the growth another responder found."""
+    trigger = decision.numbers.get("trigger")
+    return "update jump" if trigger is None else f"{trigger} growth"
 
 
 def cut_instead(ledger: RunLedger, decision: Decision, why: str | None = None) -> Decision:
