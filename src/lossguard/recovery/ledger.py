@@ -104,6 +104,14 @@ class RunLedger:
         """Put ``cut`` in force, replacing any earlier cut of the same cause."""
         self.lr_cuts = [c for c in self.lr_cuts if c.cause != cut.cause] + [cut]
 
+    def compound_lr_cut(self, cause: str, cut: float, *, start_step: int, until_step: int | None = None) -> float:
+        """Multiply the cut of ``cause`` (1.0 when there is none) by ``cut``, in force from
+        ``start_step`` until ``until_step``; returns the new factor."""
+        old = self.cut(cause)
+        factor = (old.factor if old else 1.0) * cut
+        self.set_lr_cut(LrCut(start_step=int(start_step), until_step=until_step, factor=factor, cause=cause))
+        return factor
+
     def clear_halt(self, why: str = "cleared by hand") -> None:
         """Let a halted run train again: a halt is final across relaunches (a new guard on a halted
         ledger raises ``TrainingHalted``) until a person decides otherwise and calls this. Clears

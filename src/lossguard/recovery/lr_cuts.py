@@ -28,12 +28,10 @@ def lr_cut_after_rollback(config: PolicyConfig, ledger: RunLedger, decision: Dec
     if decision.numbers.get("cause") == UPDATE_JUMP:
         return cut_after_rollback(led, decision, to_step)
     if decision.numbers.get("cause") == "loss_rising":
-        old = led.cut("loss_rising")
-        factor = (old.factor if old else 1.0) * cfg.recurrence_lr_factor
         # From (just before) the lowest point on, where the loss stopped coming down -- not from
         # the rollback target: the steps replayed up to there were healthy at the scheduled LR.
         start = max(int(to_step), int(decision.numbers["onset"]) - cfg.loss_rise_lead)
-        led.set_lr_cut(LrCut(start_step=start, until_step=None, factor=factor, cause="loss_rising"))
+        factor = led.compound_lr_cut("loss_rising", cfg.recurrence_lr_factor, start_step=start)
         return Decision(Action.LR_CUT, to_step, [
             f"the loss did not come back (rising on new data since step {decision.numbers['onset']}): optimizer "
             f"instability suspected; LR x{cfg.recurrence_lr_factor:g} (recurrence_lr_factor) from step {start} "
@@ -42,10 +40,8 @@ def lr_cut_after_rollback(config: PolicyConfig, ledger: RunLedger, decision: Dec
              "cause": "loss_rising"})
     if decision.numbers.get("suspect") == "optimizer" and cfg.recurrence_lr_factor < 1:
         led.recurrences += 1
-        old = led.cut("recurrence")
-        factor = (old.factor if old else 1.0) * cfg.recurrence_lr_factor
         until = None if cfg.recurrence_lr_steps is None else to_step + cfg.recurrence_lr_steps
-        led.set_lr_cut(LrCut(start_step=to_step, until_step=until, factor=factor, cause="recurrence"))
+        factor = led.compound_lr_cut("recurrence", cfg.recurrence_lr_factor, start_step=to_step, until_step=until)
         held = "for the rest of the run" if until is None else f"until step {until}"
         return Decision(Action.LR_CUT, to_step, [
             f"episode recurred at step {decision.numbers['onset']} after the rollback for the episode at "

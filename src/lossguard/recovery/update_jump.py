@@ -27,7 +27,7 @@ from typing import Any, Iterable
 from .action import Action
 from .checkpoint_choice import choose_checkpoint
 from .decision import Decision
-from .ledger import LrCut, RunLedger
+from .ledger import RunLedger
 
 CAUSE = "update_jump"
 """The ledger's LR-cut cause, and the rollback's ``cause``, of an update jump."""
@@ -57,18 +57,11 @@ def can_roll_back(decision: Decision, checkpoints: Iterable[int] | None, ledger:
     return choose_checkpoint(int(decision.numbers["onset"]), checkpoints, 0) is not None
 
 
-def _book(ledger: RunLedger, start: int, cut: float) -> float:
-    old = ledger.cut(CAUSE)
-    factor = (old.factor if old else 1.0) * cut
-    ledger.set_lr_cut(LrCut(start_step=int(start), until_step=None, factor=factor, cause=CAUSE))
-    return factor
-
-
 def cut_after_rollback(ledger: RunLedger, decision: Decision, to_step: int) -> Decision:
     """Book the LR cut of a carried-out update-jump rollback (from the jump's first step on, so the
     replayed steps run at the corrected LR) and return its decision."""
     onset, cut = int(decision.numbers["onset"]), float(decision.numbers["cut"])
-    factor = _book(ledger, onset, cut)
+    factor = ledger.compound_lr_cut(CAUSE, cut, start_step=onset)
     return Decision(Action.LR_CUT, onset, [
         f"the {_what(decision)} at step {onset} undone (rolled back to step {to_step}); LR x{cut:.3g} from step "
         f"{onset} for the rest of the run (the measured jump, undone)"],
@@ -87,7 +80,7 @@ def cut_instead(ledger: RunLedger, decision: Decision, why: str | None = None) -
     """Book an update jump's LR cut without a rollback (from the step after ``decision.step``) and
     return it as an LR_CUT decision; ``why`` says why there is no rollback (None: none was asked)."""
     cut = float(decision.numbers["cut"])
-    factor = _book(ledger, int(decision.step) + 1, cut)
+    factor = ledger.compound_lr_cut(CAUSE, cut, start_step=int(decision.step) + 1)
     nums = {k: v for k, v in decision.numbers.items() if k != "rollback_distance"}
     nums.update(factor=round(factor, 12), until_step=None)
     reasons = [str(nums.get("evidence", ""))] + ([f"no rollback: {why}"] if why else [])

@@ -18,7 +18,7 @@ from typing import Iterator
 import numpy as np
 
 from .hot import HotLine, compile_hot
-from .lines import MAX_LINE
+from .lines import MAX_LINE, redraw_pieces
 from .records import Scan, Scanner
 from .vector import match_block
 
@@ -201,17 +201,7 @@ def _pick(scanner: Scanner) -> HotLine | None:
 def _slow(scanner: Scanner, text: str, first: int) -> None:
     """Line by line, ``\\r`` redraws split, pieces over :data:`MAX_LINE` skipped (a physical line of
     redraws is as long as the run; each redraw is short)."""
-    def lines() -> Iterator[tuple[int, str]]:
-        for n, line in enumerate(text.split("\n"), first):
-            if not line:
-                continue
-            if "\r" in line:
-                for piece in line.split("\r"):
-                    if piece.strip() and len(piece) <= MAX_LINE:
-                        yield n, piece
-            elif len(line) <= MAX_LINE:
-                yield n, line
-    scanner.feed(lines())
+    scanner.feed((n, piece) for n, piece in redraw_pieces(text, first) if len(piece) <= MAX_LINE)
 
 
 def _blocks(path: Path) -> Iterator[tuple[int, bytes, int]]:

@@ -76,7 +76,13 @@ def _pieces(number: int, raw: bytes) -> Iterator[tuple[int, str]]:
 
 def iter_decoded(data: bytes, first: int = 1) -> Iterator[tuple[int, str]]:
     """``(line number, text)`` of a block of bytes, ``\\r`` redraws split (for sniffing and ``watch``)."""
-    for n, line in enumerate(data.decode("utf-8", errors="replace").split("\n"), first):
+    return redraw_pieces(data.decode("utf-8", errors="replace"), first)
+
+
+def redraw_pieces(text: str, first: int = 1) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of every non-empty line of ``text`` (numbered from ``first``), a line of
+    ``\\r`` redraws split into its non-blank pieces, all under that line's number."""
+    for n, line in enumerate(text.split("\n"), first):
         if "\r" in line:
             for piece in line.split("\r"):
                 if piece.strip():
