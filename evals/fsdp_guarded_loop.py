@@ -51,7 +51,7 @@ def _die() -> None:
 def main(argv=None) -> int:
     import torch
 
-    from evals.fsdp_train_loop import build
+    from evals.fsdp_train_loop import build, end_job
     from lossguard.checkpoint import ShardedCheckpointStore
     from lossguard.detect.outlier import OutlierConfig
     from lossguard.distributed.restart import init_distributed
@@ -102,11 +102,7 @@ def main(argv=None) -> int:
               "rollbacks": [(e["step"], e["to_step"]) for e in guard.events if e["event"] == "rollback"],
               "skip_ranges": guard.ledger.to_dict()["skip_ranges"]}
     torch.save(result, f"{args.out}-rank{ctx.rank}.pt")
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+    end_job()
     return 0
 
 

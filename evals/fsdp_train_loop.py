@@ -162,12 +162,18 @@ def main(argv=None) -> int:
         torch.save(shards, f"{args.out}-rank{rank}.pt")
     if log:
         log.close()
+    end_job()
+    return 0
+
+
+def end_job() -> None:
+    """Every rank done (a barrier), then the process group destroyed: the job's own ending, so no
+    rank exits while another still talks to it (both FSDP eval loops end this way)."""
     import torch.distributed as dist
 
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
-    return 0
 
 
 if __name__ == "__main__":
