@@ -24,7 +24,9 @@ def _series(ctx: Context, name: str):
 
 
 def _evidence(st: Stall, metric: str) -> str:
-    words = [f"The {metric} stopped improving from step {st.onset} to {st.end} at about {st.level:.4g}, "
+    how = (f"nearly stopped improving (it fell by {st.decline:.3g})" if st.decline > st.tol
+           else "stopped improving")
+    words = [f"The {metric} {how} from step {st.onset} to {st.end} at about {st.level:.4g}, "
              f"while its progress before was heading to {st.expected:.4g} ({st.level - st.expected:.3g} lower)."]
     if st.lr_at_peak:
         words.append(f"The LR was at its peak over the plateau ({st.lr_ratio:.0%} of its largest value) and "
@@ -47,7 +49,8 @@ def stall_pass(ctx: Context, cfg: StallConfig | None = None) -> None:
     steps, values = ctx.log.live(ctx.metric)
     lr, attn = _series(ctx, M.LR), _series(ctx, M.ATTN_LOGIT_MAX)
     for st in find_stalls(steps, values, lr=lr, attn=attn, cfg=cfg):
-        details = {"expected": st.expected, "level": st.level, "tolerance": st.tol, "tests": list(st.reasons),
+        details = {"expected": st.expected, "level": st.level, "tolerance": st.tol, "decline": st.decline,
+                   "tests": list(st.reasons),
                    "resumed_at": st.resumed_at, "lr_at_peak": st.lr_at_peak,
                    "lr_ratio": None if not math.isfinite(st.lr_ratio) else st.lr_ratio,
                    "attn_logit_max": None if not math.isfinite(st.attn_max) else st.attn_max}
