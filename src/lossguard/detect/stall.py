@@ -44,7 +44,8 @@ stall may set in within the first blocks: 5.5 -> 3.4 by step 8 of 600, then 3.4 
 the longest such stretch that meets conditions 2 and 3 **with the attention logits as the cause**: a
 resumption alone does not decide there, because a healthy curve that merely decelerates and then
 falls faster as the LR decays (a cosine tail, a linear cooldown) is, from the loss and the LR, a
-creep followed by a "resumption". A creeping stall overlapping a level one is left to the level one.
+creep followed by a "resumption". A creeping stall replaces the level ones it contains; one that
+overlaps a level one only in part is left out.
 """
 from __future__ import annotations
 
@@ -77,9 +78,12 @@ def find_stalls(steps: np.ndarray, loss: np.ndarray, *, lr: tuple[np.ndarray, np
     early = float(s[0] + cfg.attn_early_fraction * (s[-1] - s[0]))
     grew = _logits_grew(attn, cfg.attn_logit_high)
     if grew is not None and grew <= early:
-        # With the cause measured, a plateau that creeps is named too (where no level one was).
-        out += [c for c in _scan(bl, lr, attn, cfg, creep_from=grew, early=early)
-                if not any(c.onset <= o.end and o.onset <= c.end for o in out)]
+        # With the cause measured, a plateau that creeps is named too: where no level one was, or in
+        # place of the level ones it contains (a level stretch inside a creep is a piece of it).
+        for c in _scan(bl, lr, attn, cfg, creep_from=grew, early=early):
+            near = [o for o in out if c.onset <= o.end and o.onset <= c.end]
+            if all(c.onset <= o.onset and o.end <= c.end for o in near):
+                out = [o for o in out if o not in near] + [c]
         out.sort(key=lambda st: st.onset)
     return out
 
