@@ -79,8 +79,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     hit = miss = fa = clean = 0
     if a.markdown:
-        print("| log | P (steps) | loss over P | best LR over P | plateau at peak LR | analyze names |")
-        print("|---|---|---|---|---|---|")
+        print("| log | P (steps) | loss over P | best LR over P | fall / best's | plateau at peak LR | analyze names |")
+        print("|---|---|---|---|---|---|---|")
     for folder in map(Path, a.folders):
         runs = {}
         for p in sorted(folder.glob("*.jsonl")):
@@ -105,11 +105,11 @@ def main(argv=None) -> int:
             if a.markdown:
                 print(f"| {label} | {info['phase']} | {info['start']:.3f} -> {info['end']:.3f} | "
                       f"{info['best_end'] + info['best_fall']:.3f} -> {info['best_end']:.3f} | "
-                      f"{'**yes**' if stuck else 'no'} | {'; '.join(found) or '-'} |")
+                      f"{info['fall'] / info['best_fall']:.2f} | {'**yes**' if stuck else 'no'} | {'; '.join(found) or '-'} |")
             else:
                 print(f"{label:55s} {'PLATEAU' if stuck else '-':8s} P {info['phase']:>8s} "
                       f"{info['start']:.3f}->{info['end']:.3f} (best {info['best_end'] + info['best_fall']:.3f}->"
-                      f"{info['best_end']:.3f})  named: {'; '.join(found) or '-'}")
+                      f"{info['best_end']:.3f}, ratio {info['fall'] / info['best_fall']:.2f})  named: {'; '.join(found) or '-'}")
     print(f"\nplateau runs named: {hit}/{hit + miss}; other runs named (false alarms): {fa}/{fa + clean}")
     return 0
 
