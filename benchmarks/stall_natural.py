@@ -62,6 +62,12 @@ def verdict(run: Path, best: Path) -> tuple[bool, dict]:
                    "best_end": b_end}
 
 
+def _final(path: Path) -> float:
+    """Median loss over the last 10% of a log (the best LR has the lowest)."""
+    x = _series(path)[1]
+    return float(np.median(x[-max(3, len(x) // 10):]))
+
+
 def named(path: Path) -> list[str]:
     """The stalls ``analyze`` names, as ``onset-end (tests)``."""
     out = []
@@ -87,12 +93,12 @@ def main(argv=None) -> int:
             m = NAME.match(p.name)
             if m:
                 runs[(m["config"], m["seed"], m["lr"])] = p
-        for (config, seed, lr), p in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1], float(kv[0][2]))):
+        for (config, seed, _lr), p in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1], float(kv[0][2]))):
             group = {k[2]: v for k, v in runs.items() if k[:2] == (config, seed)}
             if a.best_lr is not None:
                 best = group.get(a.best_lr)
             else:
-                best = min(group.values(), key=lambda q: float(np.median(_series(q)[1][-max(3, len(_series(q)[1]) // 10):])))
+                best = min(group.values(), key=_final)
             if best is None:
                 continue
             stuck, info = verdict(p, best)
@@ -102,14 +108,15 @@ def main(argv=None) -> int:
             fa += (not stuck) and bool(found)
             clean += (not stuck) and not found
             label = f"{folder.name}/{p.name}"
+            ratio, names = info["fall"] / info["best_fall"], "; ".join(found) or "-"
             if a.markdown:
                 print(f"| {label} | {info['phase']} | {info['start']:.3f} -> {info['end']:.3f} | "
                       f"{info['best_end'] + info['best_fall']:.3f} -> {info['best_end']:.3f} | "
-                      f"{info['fall'] / info['best_fall']:.2f} | {'**yes**' if stuck else 'no'} | {'; '.join(found) or '-'} |")
+                      f"{ratio:.2f} | {'**yes**' if stuck else 'no'} | {names} |")
             else:
                 print(f"{label:55s} {'PLATEAU' if stuck else '-':8s} P {info['phase']:>8s} "
                       f"{info['start']:.3f}->{info['end']:.3f} (best {info['best_end'] + info['best_fall']:.3f}->"
-                      f"{info['best_end']:.3f}, ratio {info['fall'] / info['best_fall']:.2f})  named: {'; '.join(found) or '-'}")
+                      f"{info['best_end']:.3f}, ratio {ratio:.2f})  named: {names}")
     print(f"\nplateau runs named: {hit}/{hit + miss}; other runs named (false alarms): {fa}/{fa + clean}")
     return 0
 
