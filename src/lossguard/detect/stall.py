@@ -36,16 +36,25 @@ resumed. Such a plateau is named only with the attention logits in the log.
 **A plateau that creeps** (issue 20's harsh preset at LR 0.1, + guard: 3.34 -> 3.13 over steps 80-599
 at the peak LR, against ~2.0 at the best LR) improves by more than ``tol`` and was cut by the level
 test above into pieces each shorter than ``min_fraction``. "Stopped improving" is then read as a
-rate: a second reading, run only when the attention logits in the log pass ``attn_logit_high``,
-grows the plateau along a line that may fall at ``flat_ratio`` of the early trend's rate per unit
-log(step) (and ends where a block falls ``tol`` below its recent level: a resumption), and reads the
-early trend as at least the average progress per unit log(step) since the log's first point (such a
-stall may set in within the first blocks: 5.5 -> 3.4 by step 8 of 600, then 3.4 -> 3.15). It names
-the longest such stretch that meets conditions 2 and 3 **with the attention logits as the cause**: a
-resumption alone does not decide there, because a healthy curve that merely decelerates and then
-falls faster as the LR decays (a cosine tail, a linear cooldown) is, from the loss and the LR, a
-creep followed by a "resumption". A creeping stall replaces the level ones it contains; one that
-overlaps a level one only in part is left out.
+rate, in a second reading that runs only when the largest attention logit passed
+``attn_logit_high`` from below within the first ``attn_early_fraction`` of the log (the issue's
+precursor: above 100 by step 200 of 1,200 flags every unstable LR and no stable one). It grows the
+plateau, from after that step, along a line that may fall at ``flat_ratio`` of the early trend's
+rate per unit log(step), ending where a block falls ``tol`` below the plateau's recent level (a
+resumption); when the plateau begins within that early stretch, the early trend is at least the
+average progress per unit log(step) since the log's first point (such a stall sets in within the
+warm-up: 5.5 -> 3.4 by step 8 of 600, then 3.4 -> 3.15). It names the longest such stretch that
+meets condition 2 **with the attention logits as the cause and the LR at its peak**; a resumption
+alone does not decide there, because a healthy curve that decelerates and then falls faster as the
+LR decays (a cosine tail, a linear cooldown) is, from the loss and the LR, a creep followed by a
+"resumption". A creeping stall replaces the level ones it contains; one that overlaps a level one
+only in part is left out.
+
+The price, measured (``benchmarks/stall_counter.py``): from the loss alone such a creep is not told
+from a healthy curve's deceleration (progress per log(step) after the logits passed 100 over before
+it: 0.14-0.19 on the harsh 1e-1 runs, 0.09-2.6 on the real logs), so a healthy curve whose logits
+pass ``attn_logit_high`` early is named too (20 of 20 synthetic cosine and cooldown curves); with
+the logits below it, or passing it later, nothing changes.
 """
 from __future__ import annotations
 

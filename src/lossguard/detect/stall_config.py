@@ -57,9 +57,11 @@ class StallConfig:
     passed ``attn_logit_high`` within this fraction of the log's steps, and its early progress is read
     from the log's first point only when it begins within it too. Issue 20: a largest attention logit
     above 100 by step 200 of 1,200 (0.17) flags every unstable LR and no stable one; a healthy curve's
-    progress per unit log(step) since its start is dominated by its first steps, and any late stretch
-    of it is flat against that (measured: 116 of 120 healthy cosine curves named when this reading
-    was allowed anywhere in the run)."""
+    progress per unit log(step) since its start is dominated by its first steps, and a late stretch
+    of it is flat against that. Measured (``benchmarks/stall_counter.py``, logits past the bar at
+    30% / 50% of the run): with 1.0 here 16/20 and 0/20 healthy cosine curves and 20/20 and 20/20
+    linear-cooldown curves are named; with 0.2, 0/20 and 0/20, 8/20 and 6/20 (the level reading's,
+    as before this reading existed)."""
     attn_logit_high: float = 100.0
     """An attention logit above this is evidence of logit growth. Issue 20: 28-59 at stable LRs,
     294-4.9e5 at unstable ones; Kimi K2 clips at 100."""
