@@ -23,7 +23,6 @@ KNOWN_GAPS = {
     "open_clip__healthy.log": "open_clip counts samples ('[ 40960/819200'): the step needs the batch size",
     "open_clip__spike.log": "same as open_clip__healthy.log",
     # pastes corpus
-    "yolact__1.txt": "the loss is the column 'T' (total) among B, C, M, S: no name says so (--loss-key T reads it)",
 }
 
 

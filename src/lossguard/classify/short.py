@@ -13,8 +13,8 @@ the whole log, the same relative distance the point test uses while its window f
   spike without recovery whose log ends too soon to tell a slow recovery from none; unless the
   rise is no more than the log's own upward swings (:func:`.short_noise.within_swing`);
 * **climb**: the same rise over at least three points, no step carrying half of it: a divergence,
-  onset at the turn: the last point before the peak still within a quarter of the rise of the
-  lowest point before it (dips at that level before the climb are noise, not its start).
+  onset at the turn: the foot of the final unbroken rise to the peak when it is back at the level
+  of the lowest point before it (swings at that level are not the climb yet), else that lowest point.
 
 The highest point is judged first; then the stretch before the low point it rose from is judged
 the same way, and so on: a paste with a recovered spike and a blow-up at its end has two events.
@@ -57,6 +57,8 @@ MIN_JUDGED_POINTS = 3
 """The fewest points the relative rules judge: two to set a level, one to leave it."""
 JUMP_SHARE = 0.5
 """A rise is a jump when one step carries at least this share of it, else a climb."""
+TURN_SHARE = 0.1
+"""A climb's final unbroken rise starts at its turn when its foot is this share of the rise from the low."""
 CLIMB_POINTS = 3
 """A climb spans at least this many points (its lowest point and two rising after it)."""
 REPLACED = frozenset({K.SPIKE_FAST, K.SPIKE_SLOW, K.SPIKE_NO_RECOVERY, K.DIVERGENCE, K.LEVEL_SHIFT})
@@ -157,10 +159,12 @@ def _spike(ctx: Context, s: int, stop: int) -> Incident:
 def _climb(ctx: Context, m: int, p: int) -> Incident:
     x, st = ctx.ev.values, ctx.st
     rise = float(x[p] - x[m])
-    # The turn is the last point still at the low level: a point less than a quarter of the way up
-    # (the log's dips between m and the climb are noise at that level, not yet the climb).
-    m = m + int(np.flatnonzero(x[m:p] <= x[m] + FALL_START * rise)[-1])
-    rise = float(x[p] - x[m])
+    # The turn: the foot of the final unbroken rise, when back at the low level (swings there are no climb).
+    k = p
+    while k > m and x[k - 1] < x[k]:
+        k -= 1
+    if x[k] <= x[m] + TURN_SHARE * rise:
+        m, rise = k, float(x[p] - x[k])
     evidence = (f"The {ctx.metric} climbed from {x[m]:.4g} (step {int(st[m])}) to {x[p]:.4g} (step {int(st[p])}), "
                 f"+{rise / abs(x[m]):.0%} over {p - m + 1} logged points, no single step carrying half the rise: "
                 f"a climb, not a jump; the last point is {x[-1]:.4g}. Judged by the relative rule "
@@ -258,8 +262,7 @@ def short_pass(ctx: Context) -> None:
         return
     stop = n
     while stop >= MIN_JUDGED_POINTS:
-        # The largest rise first; then the stretch before its low point is judged the same way (a
-        # paste with a recovered spike, then a blow-up at its end: both are events).
+        # The largest rise first, then the stretch before its low point (a recovered spike, then a blow-up).
         found = _judge(ctx, stop)
         if found is None:
             return
@@ -274,8 +277,7 @@ def short_pass(ctx: Context) -> None:
 
 
 def _judge(ctx: Context, stop: int) -> tuple[Incident, int] | None:
-    """The jump or climb to the highest point of ``x[:stop]`` and the index of the low point it
-    rose from, or None when that rise is no event."""
+    """The jump or climb to the highest point of ``x[:stop]`` and the index of its low, or None."""
     x = ctx.ev.values[:stop]
     o = ctx.cfg.detectors.outlier
     p = int(np.argmax(x))

@@ -138,9 +138,9 @@ def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | 
                                f"{as_step}; "
                                "pass --loss-key '#N' / --step-key '#N' to read other columns")
     elif guessed:
-        choice.warnings.append(f"no value is labelled as a loss: '{loss}', the only value (or the first that names no "
-                               "time, rate or accuracy) of the most frequent line, is read as the loss; "
-                               "pass --loss-key LABEL to read another")
+        choice.warnings.append(f"no value is labelled as a loss: '{loss}', the only value (or the sum of others, "
+                               "or the first that names no time, rate or accuracy) of the most frequent line, "
+                               "is read as the loss; pass --loss-key LABEL to read another")
     if ppl:
         choice.warnings.append(f"no loss is printed, only the perplexity '{loss}': the loss is read as log({loss})")
     return choice

@@ -1,0 +1,52 @@
+"""Two reader mechanisms of issue 18's closing round: a loss printed only as its parts and their
+total (no label names a loss), and a bare whole number right after a leading ``[N]`` counter (epoch,
+then iteration). Every example is written here in the shape a trainer prints it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lossguard.io import read_log
+
+
+def _parts_log(tmp_path: Path, rows: int = 12, *, total=lambda parts: sum(parts)) -> Path:
+    rng = np.random.default_rng(0)
+    lines = []
+    for k in range(rows):
+        parts = [round(float(v), 3) for v in rng.uniform(0.5, 4.0, 4)]
+        t = round(total(parts), 3)
+        lines.append(f"[{k // 6:3d}]  {520 + 10 * k:6d} || B: {parts[0]:.3f} | C: {parts[1]:.3f} | "
+                     f"M: {parts[2]:.3f} | S: {parts[3]:.3f} | T: {t:.3f} || ETA: 2 days, 4:31:22 || "
+                     f"timer: {rng.uniform(1.2, 1.7):.3f}")
+    p = tmp_path / "train.log"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def test_the_column_that_sums_the_others_is_the_loss_and_the_bare_counter_the_step(tmp_path):
+    log = read_log(_parts_log(tmp_path))
+    steps, values = log.live("loss")
+    assert log.metadata["text"]["loss"] == "T"
+    assert steps.tolist() == list(range(520, 640, 10))  # the bare iteration, not the epoch in brackets
+    c = log.metadata["text"]
+    assert any("sum of others" in w for w in log.metadata["warnings"]), c
+
+
+def test_no_column_sums_the_others_then_the_first_value_is_read_as_before(tmp_path):
+    # T is no sum here (parts times 1.5): the rule must not pick a column by chance
+    log = read_log(_parts_log(tmp_path, total=lambda parts: 1.5 * sum(parts)))
+    assert log.metadata["text"]["loss"] == "B"
+
+
+@pytest.mark.parametrize("line, step", [
+    ("[3] 1200 loss: {v:.4f}", 1200),     # epoch, then the iteration
+    ("(3) 1200 | loss {v:.4f}", 1200),
+])
+def test_a_bare_count_after_a_leading_counter_is_the_step(tmp_path, line, step):
+    text = "\n".join(line.replace("1200", str(step + 100 * k)).format(v=2.0 - 0.01 * k) for k in range(10))
+    p = tmp_path / "t.log"
+    p.write_text(text + "\n")
+    steps, _ = read_log(p).live("loss")
+    assert steps.tolist() == [step + 100 * k for k in range(10)]
