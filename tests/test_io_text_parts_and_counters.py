@@ -50,3 +50,43 @@ def test_a_bare_count_after_a_leading_counter_is_the_step(tmp_path, line, step):
     p.write_text(text + "\n")
     steps, _ = read_log(p).live("loss")
     assert steps.tolist() == [step + 100 * k for k in range(10)]
+
+
+def _keras_epochs(epochs: int, stop_at: int | None) -> str:
+    """Keras 2's verbose=1 bar: each epoch's redraws joined by backspaces on one line, a redraw every
+    5 batches of 100; with ``stop_at``, TerminateOnNaN's message (0-based batch) over the last
+    redraw, then the bar finalised at its target with the NaN."""
+    out = []
+    for e in range(1, epochs + 1):
+        out.append(f"Epoch {e}/{epochs}\n")
+        draws = []
+        for n in range(5, 101, 5):
+            if stop_at is not None and e == epochs and n > stop_at:
+                draws[-1] += f"Batch {stop_at}: Invalid loss, terminating training\n"
+                draws.append("\n100/100 [==============================] - 2s 20ms/step - loss: nan")
+                break
+            bar = "=" * (n * 30 // 100)
+            draws.append(f"{n:3d}/100 [{bar:30s}] - ETA: 1s - loss: {3.0 - 0.01 * (e * 20 + n // 5):.4f}")
+        if stop_at is None or e < epochs:
+            draws.append("100/100 [==============================] - 2s 20ms/step - loss: 2.0000")
+        out.append(("\b" * 66 + "\r").join(draws) + "\n")
+    return "".join(out)
+
+
+def test_a_crash_message_over_the_last_redraw_is_the_nan_step_before_the_finalised_bar(tmp_path):
+    p = tmp_path / "keras.log"
+    p.write_text(_keras_epochs(3, stop_at=49))
+    log = read_log(p)
+    steps, values = log.live("loss")
+    # epoch 3 starts at 200: the crash's batch 49 is step 249, the finalised "100/100" bar 300
+    assert steps[-3:].tolist() == [245, 249, 300] and np.isnan(values[-2:]).all() and np.isfinite(values[-3])
+    assert any("step 249" in w for w in log.metadata["warnings"])
+
+
+def test_a_crash_message_followed_by_finite_losses_adds_no_point(tmp_path):
+    p = tmp_path / "went_on.log"
+    p.write_text("".join(f"step {k} loss {2.0 - 0.01 * k:.3f}\n" for k in range(1, 6))
+                 + "warning: Invalid loss at step 6, stopping\n"
+                 + "".join(f"step {k} loss {2.0 - 0.01 * k:.3f}\n" for k in range(7, 10)))
+    steps, values = read_log(p).live("loss")
+    assert 6 not in steps.tolist() and np.isfinite(values).all()

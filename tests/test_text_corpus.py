@@ -19,10 +19,8 @@ from evals import text_corpus  # noqa: E402
 
 KNOWN_GAPS = {
     # console corpus
-    "keras2__terminal_nan.log": "one point short (510 of 511): TerminateOnNaN's last 'N/N ... loss: nan' redraw",
     "open_clip__healthy.log": "open_clip counts samples ('[ 40960/819200'): the step needs the batch size",
     "open_clip__spike.log": "same as open_clip__healthy.log",
-    # pastes corpus
 }
 
 
