@@ -90,3 +90,33 @@ def test_a_crash_message_followed_by_finite_losses_adds_no_point(tmp_path):
                  + "".join(f"step {k} loss {2.0 - 0.01 * k:.3f}\n" for k in range(7, 10)))
     steps, values = read_log(p).live("loss")
     assert 6 not in steps.tolist() and np.isfinite(values).all()
+
+
+def _mnist(tmp_path: Path) -> Path:
+    """PyTorch's MNIST example: ``[batch_idx * len(data)/len(dataset) (p%)]``, a sample count."""
+    lines = [f"Train Epoch: {e} [{b * 64}/60000 ({100 * b * 64 / 60000:.0f}%)]\tLoss: {2.3 - 0.001 * (e * 938 + b):.6f}"
+             for e in (1, 2) for b in range(0, 938, 10)]
+    p = tmp_path / "mnist.log"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def test_a_sample_counter_is_read_in_samples_with_a_warning_naming_the_flag(tmp_path):
+    log = read_log(_mnist(tmp_path))
+    steps, _ = log.live("loss")
+    assert steps[1] - steps[0] == 640
+    assert any("may count samples" in w and "--step-key '/N'" in w for w in log.metadata["warnings"])
+
+
+def test_the_flag_divides_the_sample_counter_into_steps(tmp_path):
+    log = read_log(_mnist(tmp_path), step_key="/64")
+    steps, _ = log.live("loss")
+    assert steps[:3].tolist() == [0, 10, 20] and int(steps[94]) == 60000 // 64  # epoch 2 starts at 937
+    assert not any("may count samples" in w for w in log.metadata["warnings"])
+
+
+def test_a_batch_counter_gets_no_sample_warning(tmp_path):
+    p = tmp_path / "batches.log"
+    p.write_text("".join(f"Train Epoch: {e} [{b}/938]\tLoss: {2.3 - 0.001 * b:.4f}\n" for e in (1, 2)
+                         for b in range(10, 939, 10)))
+    assert not any("may count samples" in w for w in read_log(p).metadata.get("warnings") or [])

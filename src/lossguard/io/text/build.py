@@ -19,6 +19,7 @@ from .names import StepKind, fold
 from .overflow import overflow_points
 from .records import Scan, Table
 from .stop import crash_point
+from .units import to_steps
 
 
 _UNIT = re.compile(r"\s*\([^()]*\)?\s*$")
@@ -92,11 +93,14 @@ def build(scan: Scan, choice: Choice) -> Points:
         steps_all = ((raw[:, 0] - epoch0) * per_epoch + raw[:, 1]).astype(np.int64)
         warnings.append(f"step = ({choice.step[0]}{f' - {epoch0}' if epoch0 else ''}) x {per_epoch} batches "
                         f"per epoch + {choice.step[1] or 'the bar count'}")
+        steps_all, said = to_steps(steps_all, choice.per_step, raw[order, 1])
+        warnings += said
     else:
         raw = np.concatenate([p[2] for p in parts])
         ok = np.isfinite(raw)
         raw = np.where(ok, raw, -1)
-        steps_all = raw.astype(np.int64)
+        steps_all, said = to_steps(raw.astype(np.int64), choice.per_step, None)
+        warnings += said
     seq = steps_all[order]
     breaks = np.flatnonzero(np.diff(seq) < 0) + 1
     notes = ["start of text"] + [f"step {int(seq[i])} after {int(seq[i - 1])} at line {int(all_lines[order][i])}"
