@@ -133,3 +133,14 @@ def test_a_climb_whose_final_rise_starts_high_is_dated_at_its_lowest_point(tmp_p
     a = _csv(tmp_path, [1.0, 1.1, 1.3, 1.25, 1.6, 2.0])
     (inc,) = a.incidents
     assert inc.kind is K.DIVERGENCE and inc.onset == 100
+
+
+def test_a_swing_that_fell_back_before_the_peak_counts_as_the_logs_own_noise(tmp_path):
+    # a noisy loss (a GAN's discriminator): 0.05 -> 0.27 -> 0.13 then 0.46 and back: no event
+    a = _csv(tmp_path, [0.20, 0.11, 0.22, 0.05, 0.27, 0.26, 0.13, 0.46, 0.12])
+    assert not [i for i in a.incidents if i.severity in ("warning", "critical")], a.incidents
+
+
+def test_rises_kept_on_the_way_up_are_the_event_not_noise(tmp_path):
+    a = _csv(tmp_path, [1.1, 1.0, 1.05, 1.0, 1.6, 2.2, 3.2, 3.1])
+    assert [i for i in a.incidents if i.kind in (K.SPIKE_NO_RECOVERY, K.DIVERGENCE, K.SPIKE_SLOW, K.SPIKE_FAST)]
