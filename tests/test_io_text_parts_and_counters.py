@@ -120,3 +120,11 @@ def test_a_batch_counter_gets_no_sample_warning(tmp_path):
     p.write_text("".join(f"Train Epoch: {e} [{b}/938]\tLoss: {2.3 - 0.001 * b:.4f}\n" for e in (1, 2)
                          for b in range(10, 939, 10)))
     assert not any("may count samples" in w for w in read_log(p).metadata.get("warnings") or [])
+
+
+def test_a_constant_whole_valued_part_does_not_blur_the_sum(tmp_path):
+    # "C: 2.000" on every line reads as the float 2.0: its printed digits are those of the others
+    p = tmp_path / "const.log"
+    p.write_text("".join(f"[{k // 5:3d}] {10 * k:6d} || B: {1 + k / 50:.3f} | C: 2.000 | T: {3 + k / 50:.3f} || "
+                         f"timer: {1.3 + k / 100:.2f}\n" for k in range(1, 12)))
+    assert read_log(p).metadata["text"]["loss"] == "T"

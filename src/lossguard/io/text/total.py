@@ -34,13 +34,16 @@ def total_column(t: Table, columns: list[int]) -> int | None:
         return None  # parts of a loss are finite and not negative
     probe = data[:PROBE_ROWS]
     step = np.array([_resolution(data[:, k]) for k in range(len(columns))])
+    fine = step[step < 1]
+    # A column of whole values ("2.000") hides its printed digits: take the finest of the others.
+    step = np.where(step >= 1, float(fine.min()) if len(fine) else 1.0, step)
     found = set()
     for c in range(len(columns)):
         rest = [k for k in range(len(columns)) if k != c]
-        # each printed number is off by up to half its last digit: the parts' and the total's
-        tol = 0.5 * (step[rest].sum() + step[c]) + REL_TOLERANCE * np.abs(data[:, c])
         for size in range(MIN_PARTS, len(rest) + 1):
             for parts in combinations(rest, size):
+                # each printed number is off by up to half its last digit: the parts' and the total's
+                tol = 0.5 * (step[list(parts)].sum() + step[c]) + REL_TOLERANCE * np.abs(data[:, c])
                 if np.all(np.abs(probe[:, list(parts)].sum(axis=1) - probe[:, c]) <= tol[:PROBE_ROWS]) \
                         and np.all(np.abs(data[:, list(parts)].sum(axis=1) - data[:, c]) <= tol):
                     found.add(columns[c])
