@@ -128,3 +128,30 @@ def test_a_constant_whole_valued_part_does_not_blur_the_sum(tmp_path):
     p.write_text("".join(f"[{k // 5:3d}] {10 * k:6d} || B: {1 + k / 50:.3f} | C: 2.000 | T: {3 + k / 50:.3f} || "
                          f"timer: {1.3 + k / 100:.2f}\n" for k in range(1, 12)))
     assert read_log(p).metadata["text"]["loss"] == "T"
+
+
+def _nemo_bar(tmp_path: Path, last: int) -> Path:
+    """NeMo's MegatronProgressBar: the postfix (one update behind n) goes through tqdm's format_num
+    ('{:.3g}' when shorter: global_step=10009.0 prints '1e+4'), then the closing refresh at the same n."""
+    def num(x: float) -> str:
+        f = f"{x:.3g}".replace("+0", "+").replace("-0", "-")
+        return f if len(f) < len(str(x)) else str(x)
+    parts = [f"\rEpoch 0:  50%|#####     | {n}/{last} [10:00<10:00, reduced_train_loss=2.500, "
+             f"global_step={num(float(n - 11))}, consumed_samples={num(float(n * 256))}]" for n in range(9990, last + 1, 10)]
+    parts.append(f"\rEpoch 0: 100%|##########| {last}/{last} [10:00<00:00, reduced_train_loss=2.400, "
+                 f"global_step={num(float(last - 1))}, consumed_samples=3.0]")
+    p = tmp_path / "nemo.log"
+    p.write_text("".join(parts) + "\n")
+    return p
+
+
+def test_a_step_printed_with_three_significant_digits_is_restored_from_the_bar_count(tmp_path):
+    steps, _ = read_log(_nemo_bar(tmp_path, 10300)).live("loss")
+    # 10009 ... 10049 all print '1e+4'; n - 11 restores them; the closing refresh (10299 -> '1.03e+4'
+    # is no shorter than '10299.0') is printed in full
+    assert steps.tolist() == list(range(9979, 10290, 10)) + [10299]
+
+
+def test_a_closing_refresh_whose_rounded_step_disagrees_with_the_bar_keeps_what_it_printed(tmp_path):
+    steps, _ = read_log(_nemo_bar(tmp_path, 12000)).live("loss")
+    assert steps[-1] == 12000 and steps[-2] == 11989  # 11999 prints '1.2e+4': not n - 11 (11989)

@@ -18,6 +18,7 @@ from .choose import Choice, StepRule
 from .names import StepKind, fold
 from .overflow import overflow_points
 from .records import Scan, Table
+from .rounded import restore
 from .stop import crash_point
 from .units import to_steps
 
@@ -56,7 +57,7 @@ def _steps(table: Table, choice: Choice) -> tuple[np.ndarray | None, list[int]]:
 
     if choice.rule is StepRule.LABEL:
         j = col(choice.step[0])
-        return table.column(j), [j]
+        return restore(table, j), [j]  # a step printed as "1e+4" from the exact counter beside it
     if choice.rule is StepRule.ORDER:
         return None, []
     e, b = col(choice.step[0]), col(choice.step[1])
