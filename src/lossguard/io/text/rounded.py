@@ -49,7 +49,7 @@ def restore(t: Table, j: int) -> np.ndarray:
 
 def _sig3(v: np.ndarray) -> np.ndarray:
     """``v`` rounded to three significant digits, as ``'{:.3g}'`` prints it."""
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(all="ignore"):  # inf and nan give nan, never equal to anything
         mag = np.floor(np.log10(np.abs(np.where(v == 0, 1.0, v))))
-    scale = 10.0 ** (mag - 2)
-    return np.round(v / scale) * scale
+        scale = 10.0 ** (mag - 2)
+        return np.round(v / scale) * scale
