@@ -3,7 +3,9 @@
 For every entry (schema: CORPUS_SCHEMA in the lead's brief, mirrored in ``tests/data/console`` and
 ``tests/data/pastes``): is the file read without ``--format``, with the step numbering and the loss
 values the manifest gives, does ``analyze`` find each event (kind family, onset within a margin), and
-does a healthy entry raise no alarm (an incident of severity warning or critical)?
+does a healthy entry raise no alarm (an incident of severity warning or critical)? An entry whose text
+lacks what the reader needs (the batch size of a sample counter) names the flags in ``read_with`` and
+the warning that asks for them in ``warns``: it is read with them, and must give that warning without.
 
 Run ``python -m evals.text_corpus`` from the repository root for the per-entry results, and
 ``python -m evals.text_corpus --markdown`` for the table of docs/formats.md.
@@ -82,7 +84,9 @@ def score(corpus: str, entry: dict) -> Score:
 
     s = Score(entry["file"], entry["writer"], events=len(entry.get("events") or []), healthy=bool(entry.get("healthy")))
     try:
-        log = read_log(CORPORA[corpus] / entry["file"])
+        # "read_with": the flags a user must pass because the text lacks what they say (the batch
+        # size of a sample counter); the entry then also names the warning that asks for them.
+        log = read_log(CORPORA[corpus] / entry["file"], **(entry.get("read_with") or {}))
     except LossguardError as exc:
         s.problems.append(f"not read: {exc.what}")
         return s
@@ -90,6 +94,9 @@ def score(corpus: str, entry: dict) -> Score:
         s.problems.append(f"no loss series (read as {log.format}: {', '.join(sorted(log.series)[:6])})")
         return s
     s.read = True
+    if entry.get("warns") and not any(entry["warns"] in w for w in _warnings(corpus, entry)):
+        s.problems.append(f"read without {entry.get('read_with')}: no warning with '{entry['warns']}'")
+        return s
     steps, values = log.live("loss")
     want = entry.get("steps") or {}
     got = {"first": int(steps[0]) if len(steps) else None, "last": int(steps[-1]) if len(steps) else None,
@@ -138,6 +145,13 @@ def score(corpus: str, entry: dict) -> Score:
             near = ", ".join(f"{i.kind.value}@{i.onset}" for i in result.incidents[:4]) or "no incident"
             s.problems.append(f"{event['kind']}@{event['step']} not found ({near})")
     return s
+
+
+def _warnings(corpus: str, entry: dict) -> list[str]:
+    """The warnings of the entry read without its flags (what tells the user to pass them)."""
+    from lossguard.io import read_log
+
+    return list(read_log(CORPORA[corpus] / entry["file"]).metadata.get("warnings") or [])
 
 
 def main() -> None:

@@ -86,3 +86,21 @@ def test_a_loss_scale_collapse_with_nan_grad_norms_is_one_incident():
     assert inc.kind is K.LOSS_SCALE_COLLAPSE and inc.onset == 2001
     assert {f["kind"] for f in inc.details["folded"]} == {"non_finite"}
     assert a.plans[0].reset_loss_scale
+
+
+def _shift_in_a_fine_tune(seed: int):
+    # 675 points: a fine-tune still falling (3.3 -> 3.0 over steps 226-337), a step up of ~1.1 at 338,
+    # then the same decline from the new level (4.2 -> 3.8 by the end), as litgpt's fixture shows it
+    rng = np.random.default_rng(seed)
+    steps = np.arange(1, 676)
+    x = 6.69 - 0.625 * np.log(steps) + 0.04 * rng.standard_normal(len(steps))
+    x[337:] += 1.1
+    return _log(steps, loss=x)
+
+
+def test_a_shift_with_little_history_is_judged_against_the_falling_trend_before_it():
+    # fewer than three 128-point windows before the shift: the trend comes from thirds of the history
+    for seed in range(3):
+        incs = [i for i in analyze(_shift_in_a_fine_tune(seed)).incidents if i.metric == "loss"]
+        assert [i.kind for i in incs] == [K.LEVEL_SHIFT], [(i.kind, i.onset) for i in incs]
+        assert abs(incs[0].onset - 338) <= 2

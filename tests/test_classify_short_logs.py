@@ -101,3 +101,46 @@ def test_a_spike_far_above_a_noisy_short_logs_swings_is_still_found():
     a = _short([3.1, 3.3, 3.0, 3.25, 2.95, 3.2, 9.4, 3.1, 3.2, 3.0])
     (inc,) = a.incidents
     assert inc.kind is K.SPIKE_FAST and inc.onset == 7
+
+
+def _csv(tmp_path, values, start=100, every=100):
+    p = tmp_path / "short.csv"
+    p.write_text("step,loss\n" + "".join(f"{start + every * i},{v}\n" for i, v in enumerate(values)))
+    return analyze(read_log(p))
+
+
+def test_a_recovered_spike_before_a_blow_up_is_a_second_event(tmp_path):
+    # the largest rise (the blow-up at the end) is judged first, then the stretch before its low
+    a = _csv(tmp_path, [0.83, 0.61, 11.85, 0.12, 0.27, 0.33, 0.45, 0.39, 0.15, 0.54, 3417.8], start=317, every=1)
+    kinds = {(i.kind, i.onset) for i in a.incidents}
+    assert (K.SPIKE_FAST, 319) in kinds and (K.SPIKE_NO_RECOVERY, 327) in kinds
+
+
+def test_a_falling_short_log_with_one_blow_up_has_one_event(tmp_path):
+    a = _csv(tmp_path, [2.3, 2.1, 1.9, 1.8, 1.7, 1.65, 9.9])
+    assert [(i.kind, i.onset) for i in a.incidents] == [(K.SPIKE_NO_RECOVERY, 700)]
+
+
+def test_a_climb_is_dated_at_the_foot_of_its_final_rise_when_that_is_back_at_the_low(tmp_path):
+    # swings at the low level (1.19-1.44), back to 1.20 at 600, then 1.77, 2.16, 2.37
+    a = _csv(tmp_path, [1.396, 1.192, 1.346, 1.36, 1.444, 1.204, 1.774, 2.155, 2.374])
+    (inc,) = a.incidents
+    assert inc.kind is K.DIVERGENCE and inc.onset == 600
+
+
+def test_a_climb_whose_final_rise_starts_high_is_dated_at_its_lowest_point(tmp_path):
+    # a dip inside the climb (1.3 -> 1.25) is not its start: 1.25 is a quarter of the way up
+    a = _csv(tmp_path, [1.0, 1.1, 1.3, 1.25, 1.6, 2.0])
+    (inc,) = a.incidents
+    assert inc.kind is K.DIVERGENCE and inc.onset == 100
+
+
+def test_a_swing_that_fell_back_before_the_peak_counts_as_the_logs_own_noise(tmp_path):
+    # a noisy loss (a GAN's discriminator): 0.05 -> 0.27 -> 0.13 then 0.46 and back: no event
+    a = _csv(tmp_path, [0.20, 0.11, 0.22, 0.05, 0.27, 0.26, 0.13, 0.46, 0.12])
+    assert not [i for i in a.incidents if i.severity in ("warning", "critical")], a.incidents
+
+
+def test_rises_kept_on_the_way_up_are_the_event_not_noise(tmp_path):
+    a = _csv(tmp_path, [1.1, 1.0, 1.05, 1.0, 1.6, 2.2, 3.2, 3.1])
+    assert [i for i in a.incidents if i.kind in (K.SPIKE_NO_RECOVERY, K.DIVERGENCE, K.SPIKE_SLOW, K.SPIKE_FAST)]

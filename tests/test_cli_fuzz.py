@@ -59,6 +59,14 @@ _GRAMMAR_SEEDS = {
     "crash.log": b"".join(b"step %d | loss %.2f\n" % (k, 3 - k / 100) for k in range(1, 9))
                  + b"RuntimeError: Rank 0, iteration 12: Unexpected result nan (found NaN in local forward loss)\n",
     "numbers.txt": b"".join(b"%d %.4f\n" % (76930 + 10 * k, 2.6 - k / 100) for k in range(12)),
+    # parts and their total after "[epoch] iteration"; a crash message over a bar's redraw; a sample counter
+    "parts.log": b"".join(b"[%3d] %6d || B: %.3f | C: %.3f | T: %.3f || timer: 1.3\n" % (k // 5, 10 * k, 1 + k / 50, 2.0, 3 + k / 50)
+                          for k in range(1, 12)),
+    "terminate.log": b"Epoch 1/1\n" + b"\x08\x08\r".join(b"%3d/100 [==>...] - ETA: 1s - loss: %.4f" % (b, 2 - b / 100)
+                                                          for b in range(5, 50, 5))
+                     + b"Batch 49: Invalid loss, terminating training\n100/100 [=====] - 2s - loss: nan\n",
+    "samples.log": b"".join(b"Train Epoch: %d [%d/60000 (%d%%)]\tLoss: %.6f\n" % (e, b * 64, b * 64 // 600, 2.3 - b / 1e3)
+                            for e in (1, 2) for b in range(0, 938, 100)),
 }
 
 

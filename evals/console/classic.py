@@ -111,8 +111,11 @@ FIXTURES = [
     Spec("opennmt__level_shift.log", "OpenNMT-py", ONMT, "step", "xent", onmt, points=400, interval=50, seed=1504,
          events=(Event(EventKind.LEVEL_SHIFT, 0.55),), notes="level shift of ~1.2 nats (xent printed to 0.1)"),
     Spec("open_clip__healthy.log", "open_clip", CLIP, "epoch*batch", "Contrastive_loss", open_clip, points=150, interval=10,
-         seed=1506, notes="healthy; 'Start epoch N' lines between epochs"),
+         seed=1506, read_with={"step_key": "/4096"}, warns="it may count samples",
+         notes="healthy; 'Start epoch N' lines between epochs; a sample counter read with --step-key '/4096'"),
     Spec("open_clip__spike.log", "open_clip", CLIP, "epoch*batch", "Contrastive_loss", open_clip, points=300, interval=10,
-         seed=1505, events=(Event(EventKind.SPIKE, 0.45),),
-         notes="'Train Epoch: e [n/N (p%)]' counts samples, not steps; step = e*200 + batch; 'Contrastive_loss: val (ema)' #.5g"),
+         seed=1505, events=(Event(EventKind.SPIKE, 0.45),), read_with={"step_key": "/4096"}, warns="it may count samples",
+         notes="'Train Epoch: e [n/N (p%)]' counts samples (batch_count * batch_size * world_size), not steps; the text "
+               "does not hold the batch size (4096): read with --step-key '/4096'; step = e*200 + batch; "
+               "'Contrastive_loss: val (ema)' #.5g"),
 ]

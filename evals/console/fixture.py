@@ -45,6 +45,10 @@ class Spec:
     """seed of the curve and of every other random number of the file"""
     notes: str = ""
     """what is special about this format (MANIFEST notes)"""
+    read_with: dict | None = None
+    """the reader flags the text needs because it lacks what they say (MANIFEST read_with)"""
+    warns: str = ""
+    """a phrase of the warning that asks for ``read_with`` when the file is read without it (MANIFEST warns)"""
 
 
 def parse_printed(text: str) -> float:
@@ -138,6 +142,7 @@ class Run:
             "loss_at": {str(st): v for st, v in picks},
             "events": [{"kind": k, "step": st} for k, st in events],
             "notes": s.notes,
+            **({"read_with": s.read_with, "warns": s.warns} if s.read_with else {}),
         }
 
 

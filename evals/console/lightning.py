@@ -127,7 +127,9 @@ def nemo_bar(run: Run) -> str:
     ``on_train_batch_end`` redraws at the new n (``_update_n``) and only then stores the metrics with
     ``set_postfix(..., refresh=False)``: every redraw shows the metrics of the *previous* update, so the loss printed
     beside n belongs to the previous logged step; the end-of-epoch refresh finally shows the last one at the last n.
-    The MANIFEST records what the file shows beside each n (events appear one logged point late).
+    The MANIFEST numbers each loss by the ``global_step`` printed beside it (``trainer.global_step`` logged in the
+    same training_step: the loss's own step, 0-based), not by the bar's n, which runs one update ahead; the closing
+    redraw prints it through tqdm's 3-significant-digit format_num (``4e+3`` for 3999), recorded as printed.
     """
     head = ["[NeMo I 2026-03-02 09:14:05 nemo_logging:393] Rank 0 has data parallel group : [0, 1, 2, 3, 4, 5, 6, 7]",
             "[NeMo I 2026-03-02 09:14:05 megatron_init:314] All data parallel group ranks: [[0, 1, 2, 3, 4, 5, 6, 7]]",
@@ -144,18 +146,19 @@ def nemo_bar(run: Run) -> str:
 
     for i in range(run.n):
         s = run.steps[i]
-        if i:
-            run.show(i, pl_num(float(run.loss[i - 1])), step=s)  # shown beside n: the previous update's value
+        if i:  # shown beside n: the previous update's value, with the global_step logged with it
+            run.show(i - 1, pl_num(float(run.loss[i - 1])), step=int(float(pl_num(float(run.steps[i - 1] - 1)))))
         parts.append("\r" + _meter("Epoch 0", s, run.total, s * 0.42, post, rate=False))
         post = postfix(i, pl_num(float(run.loss[i])))
         if s % 500 == 0:
             parts.append(f"\n[NeMo I 2026-03-02 10:{s // 100:02d}:00 nemo_model_checkpoint:497] Checkpoint save for step "
                          f"{s} started at 1772444400.0.\n")
     last = run.steps[-1]
-    run.show(run.n - 1, pl_num(float(run.loss[-1])), step=last)  # the end-of-epoch refresh: the last value at the last n
-    run.printed = [p for k, p in enumerate(run.printed) if not (p[0] == last and k < len(run.printed) - 1)]
+    shown = int(float(pl_num(float(last - 1))))  # the end-of-epoch refresh: the last value, its global_step
+    run.show(run.n - 1, pl_num(float(run.loss[-1])), step=shown)
+    run.printed = [p for k, p in enumerate(run.printed) if not (p[0] == shown and k < len(run.printed) - 1)]
     parts.append("\r" + _meter("Epoch 0", last, run.total, last * 0.42, post, rate=False))
-    run.event_steps = [(k.value, run.steps[min(j + 1, run.n - 1)]) for k, j in run.onsets()]
+    run.event_steps = [(k.value, run.steps[j] - 1) for k, j in run.onsets()]
     return "\n".join(head) + "\n" + "".join(parts) + "\n"
 
 
@@ -198,12 +201,12 @@ FIXTURES = [
     Spec("lightning2__nan.log", "Lightning 2.x", PL2, "epoch*batch", "train_loss", lambda r: lightning(r, False),
          points=200, interval=20, seed=609, events=(Event(EventKind.NONFINITE, 0.6),),
          notes="Lightning pads the postfix number to 5 characters, so a NaN loss prints as 'train_loss=nan.0'"),
-    Spec("nemo_bar__divergence.log", "NeMo (MegatronProgressBar)", NEMO_BAR, "step", "reduced_train_loss", nemo_bar,
+    Spec("nemo_bar__divergence.log", "NeMo (MegatronProgressBar)", NEMO_BAR, "global_step", "reduced_train_loss", nemo_bar,
          points=400, interval=10, seed=605, events=(Event(EventKind.DIVERGENCE, 0.7),),
          notes="tqdm bar over max_steps without rate; postfix reduced_train_loss=..., global_step=99.00 (padded float); the "
                "postfix beside n is the previous update's (set_postfix(refresh=False)): losses and events show one logged "
-               "point late; recorded as shown"),
-    Spec("nemo_bar__healthy.log", "NeMo (MegatronProgressBar)", NEMO_BAR, "step", "reduced_train_loss", nemo_bar,
+               "point late; each loss is numbered by the global_step printed beside it"),
+    Spec("nemo_bar__healthy.log", "NeMo (MegatronProgressBar)", NEMO_BAR, "global_step", "reduced_train_loss", nemo_bar,
          points=200, interval=10, seed=608, notes="healthy; checkpoint lines break the \\r line every 500 steps"),
     Spec("nemo2__healthy.log", "NeMo 2", NEMO2, "global_step", "reduced_train_loss", nemo2_printer, points=350,
          interval=10, first=9, seed=606,

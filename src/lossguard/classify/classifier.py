@@ -56,18 +56,27 @@ def expected_level(ev: SeriesEvents, ep: Excursion, step) -> float | np.ndarray:
     scalar = np.ndim(step) == 0
     step = np.asarray(step, dtype=np.float64)
     flat = np.full(step.shape, ep.base)
-    if i < 3 * w or not (np.isfinite(ev.baseline[i - w]) and np.isfinite(ev.baseline[i - 2 * w])):
+    if i < 3 * w and i >= 3 * SHORT_TREND_WINDOW:
+        # Fewer points before the event than three windows: the same slopes from medians of three
+        # thirds of them (a shift 300 points into a fine-tune is still on a falling curve).
+        w = i // 3
+        b1, b0 = (float(np.median(ev.values[i - k * w:i - (k - 1) * w])) for k in (2, 3))
+    elif i < 3 * w or not (np.isfinite(ev.baseline[i - w]) and np.isfinite(ev.baseline[i - 2 * w])):
         return float(flat) if scalar else flat
+    else:
+        b1, b0 = float(ev.baseline[i - w]), float(ev.baseline[i - 2 * w])
     t1, t0, tm = (float(ev.steps[i - w // 2]), float(ev.steps[i - w - w // 2]), float(ev.steps[i - 2 * w - w // 2]))
     if not (0 < tm < t0 < t1):
         return float(flat) if scalar else flat
-    s1 = (ep.base - float(ev.baseline[i - w])) / np.log(t1 / t0)
-    s0 = (float(ev.baseline[i - w]) - float(ev.baseline[i - 2 * w])) / np.log(t0 / tm)
+    s1 = (ep.base - b1) / np.log(t1 / t0)
+    s0 = (b1 - b0) / np.log(t0 / tm)
     slope = min(0.0, max(s1, s0))  # the gentler of the two declines; never a rise
     out = ep.base + slope * np.log(np.maximum(step, t1) / t1)
     return float(out) if scalar else out
 
 
+SHORT_TREND_WINDOW = 32
+"""The shortest window :func:`expected_level` estimates a pre-event slope from (three of them)."""
 NEXT_POINT = 1
 """A spike back on its trend this many logged points after its peak recovered at the next point."""
 POINT_BAND_Z = 3.0

@@ -13,7 +13,11 @@ the whole log, the same relative distance the point test uses while its window f
   spike without recovery whose log ends too soon to tell a slow recovery from none; unless the
   rise is no more than the log's own upward swings (:func:`.short_noise.within_swing`);
 * **climb**: the same rise over at least three points, no step carrying half of it: a divergence,
-  onset at the lowest point before the climb (the turn).
+  onset at the turn: the foot of the final unbroken rise to the peak when it is back at the level
+  of the lowest point before it (swings at that level are not the climb yet), else that lowest point.
+
+The highest point is judged first; then the stretch before the low point it rose from is judged
+the same way, and so on: a paste with a recovered spike and a blow-up at its end has two events.
 
 Sudden drops need a longer view: the windowed test of :mod:`lossguard.detect.drop` judges nothing
 on a log shorter than its spans, nor before a full window past the LR warm-up. There, from 10
@@ -53,6 +57,8 @@ MIN_JUDGED_POINTS = 3
 """The fewest points the relative rules judge: two to set a level, one to leave it."""
 JUMP_SHARE = 0.5
 """A rise is a jump when one step carries at least this share of it, else a climb."""
+TURN_SHARE = 0.1
+"""A climb's final unbroken rise starts at its turn when its foot is this share of the rise from the low."""
 CLIMB_POINTS = 3
 """A climb spans at least this many points (its lowest point and two rising after it)."""
 REPLACED = frozenset({K.SPIKE_FAST, K.SPIKE_SLOW, K.SPIKE_NO_RECOVERY, K.DIVERGENCE, K.LEVEL_SHIFT})
@@ -118,10 +124,10 @@ def _back(x: np.ndarray, after: int, level: float, rel: float) -> int | None:
     return after + 1 + int(ok[0]) if len(ok) else None
 
 
-def _spike(ctx: Context, s: int) -> Incident:
+def _spike(ctx: Context, s: int, stop: int) -> Incident:
     x, st, cfg = ctx.ev.values, ctx.st, ctx.cfg
     base = float(np.median(x[:s]))
-    peak = s + int(np.argmax(x[s:]))
+    peak = s + int(np.argmax(x[s:stop]))
     rel = (x[peak] - base) / abs(base)
     back = _back(x, peak, base, cfg.detectors.outlier.rel_threshold)
     what = (f"The {ctx.metric} jumped from {base:.4g} to {x[s]:.4g} at step {int(st[s])} and peaked at {x[peak]:.4g} "
@@ -153,6 +159,12 @@ def _spike(ctx: Context, s: int) -> Incident:
 def _climb(ctx: Context, m: int, p: int) -> Incident:
     x, st = ctx.ev.values, ctx.st
     rise = float(x[p] - x[m])
+    # The turn: the foot of the final unbroken rise, when back at the low level (swings there are no climb).
+    k = p
+    while k > m and x[k - 1] < x[k]:
+        k -= 1
+    if x[k] <= x[m] + TURN_SHARE * rise:
+        m, rise = k, float(x[p] - x[k])
     evidence = (f"The {ctx.metric} climbed from {x[m]:.4g} (step {int(st[m])}) to {x[p]:.4g} (step {int(st[p])}), "
                 f"+{rise / abs(x[m]):.0%} over {p - m + 1} logged points, no single step carrying half the rise: "
                 f"a climb, not a jump; the last point is {x[-1]:.4g}. Judged by the relative rule "
@@ -245,34 +257,44 @@ def short_pass(ctx: Context) -> None:
     if drop is not None:
         ctx.incidents.append(drop)
         ctx.claims.events.append((drop.onset, drop.end if drop.end is not None else drop.peak))  # a drop has an end
-    x = ctx.ev.values
-    n = len(x)
+    n = len(ctx.ev.values)
     if not MIN_JUDGED_POINTS <= n < SHORT_LOG_POINTS:
         return
+    stop = n
+    while stop >= MIN_JUDGED_POINTS:
+        # The largest rise first, then the stretch before its low point (a recovered spike, then a blow-up).
+        found = _judge(ctx, stop)
+        if found is None:
+            return
+        inc, stop = found[0], found[1] + 1
+        # Where the detectors named the same stretch from their rough noise estimate, the relative rule
+        # decides (the 13B excerpt: a divergence "without a spike" dated after the jump it denies).
+        last = inc.end if inc.end is not None else int(ctx.st[-1])
+        ctx.incidents[:] = [i for i in ctx.incidents if not (
+            i.metric == ctx.metric and i.kind in REPLACED and i.onset <= last and inc.onset <= (i.end or i.peak))]
+        ctx.incidents.append(inc)
+        ctx.claims.events.append((inc.onset, last))
+
+
+def _judge(ctx: Context, stop: int) -> tuple[Incident, int] | None:
+    """The jump or climb to the highest point of ``x[:stop]`` and the index of its low, or None."""
+    x = ctx.ev.values[:stop]
     o = ctx.cfg.detectors.outlier
     p = int(np.argmax(x))
     if p < 1:
-        return
+        return None
     m = int(np.argmin(x[:p]))
     rise = float(x[p] - x[m])
     if not (x[m] != 0 and rise >= o.rel_threshold * o.warmup_rel_factor * abs(x[m])):
-        return
+        return None
     d = np.diff(x[m:p + 1])
     s = m + 1 + int(np.argmax(d))
     if float(d.max()) >= JUMP_SHARE * rise:
         if s < MIN_JUDGED_POINTS - 1 and not sustained(x, s, x[m], rise):
-            return  # one point before the jump sets no level, unless the loss stays up after it
-        if within_swing(x, m, p):
-            return  # no more than the swings the log makes all along (a per-sample loss)
-        inc = _spike(ctx, s)
-    elif p - m + 1 >= CLIMB_POINTS and x[-1] - x[m] >= STILL_HIGH * rise:
-        inc = _climb(ctx, m, p)
-    else:
-        return
-    # Where the detectors named the same stretch from their rough noise estimate, the relative rule
-    # decides (the 13B excerpt: a divergence "without a spike" dated after the jump it denies).
-    last = inc.end if inc.end is not None else int(ctx.st[-1])
-    ctx.incidents[:] = [i for i in ctx.incidents if not (
-        i.metric == ctx.metric and i.kind in REPLACED and i.onset <= last and inc.onset <= (i.end or i.peak))]
-    ctx.incidents.append(inc)
-    ctx.claims.events.append((inc.onset, last))
+            return None  # one point before the jump sets no level, unless the loss stays up after it
+        if within_swing(ctx.ev.values, m, p):
+            return None  # no more than the swings the log makes all along (a per-sample loss)
+        return _spike(ctx, s, stop), m
+    if p - m + 1 >= CLIMB_POINTS and x[-1] - x[m] >= STILL_HIGH * rise:
+        return _climb(ctx, m, p), m
+    return None

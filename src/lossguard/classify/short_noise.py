@@ -44,9 +44,12 @@ def sustained(x: np.ndarray, s: int, level: float, rise: float) -> bool:
 def within_swing(x: np.ndarray, low: int, peak: int) -> bool:
     """True when the rise from index ``low`` to index ``peak`` is no more than the log's own upward
     swings: less than :data:`SWING_Z` sigmas of the other rises (the upward steps of ``x`` outside
-    the stretch from ``low`` to ``peak``)."""
+    the stretch from ``low`` to ``peak``, and those inside it that fell back before the peak)."""
     d = np.diff(x)
-    others = np.concatenate([d[:low], d[peak:]])
+    # Rises inside the stretch that fell back before the peak are swings too (a noisy GAN loss goes
+    # 0.04 -> 0.27 -> 0.13 -> 0.46): only a rise that the loss kept on its way up belongs to the event.
+    inside = [d[j] for j in range(low, peak - 1) if d[j] > 0 and float(np.min(x[j + 2:peak + 1])) < x[j + 1]]
+    others = np.concatenate([d[:low], d[peak:], np.asarray(inside, dtype=float)])
     rises = others[others > 0]
     if len(rises) < MIN_RISES:
         return False

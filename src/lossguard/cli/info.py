@@ -106,7 +106,7 @@ def explain(log) -> str:
         out.append(f"  {'*' if t['read'] else ' '} {t['rows']:>8,}  {t['example'][:110]}")
         cols = ", ".join(c if c and not c.startswith(" ") else "(counter)" + c for c in t["columns"])
         out.append(f"              columns: {cols}")
-    out.append("  override: --step-key LABEL (or 'order', 'epoch*batch'), --loss-key LABEL")
+    out.append("  override: --step-key LABEL (or 'order', 'epoch*batch', a '/N' suffix: N per step), --loss-key LABEL")
     return "\n".join(out) + "\n"
 
 

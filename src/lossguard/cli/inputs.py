@@ -22,7 +22,8 @@ def add_grammar_options(p: argparse.ArgumentParser) -> None:
     """Add ``--step-key`` and ``--loss-key`` (the text grammar's choices, see ``info --explain``)."""
     p.add_argument("--step-key", default=None, metavar="LABEL",
                    help="text logs: the printed counter that is the step (e.g. 'iteration', 'global_step'; "
-                        "'epoch*batch' combines two; 'order' numbers the loss lines); default: the best counter")
+                        "'epoch*batch' combines two; 'order' numbers the loss lines; a '/N' suffix divides it "
+                        "by N, e.g. '/4096' for a counter of samples with 4096 per step); default: the best counter")
     p.add_argument("--loss-key", default=None, metavar="LABEL",
                    help="the printed label (text logs) or series (other formats) that is the training loss "
                         "(e.g. 'lm loss', 'xent'); default: the best-ranked loss name")

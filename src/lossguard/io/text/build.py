@@ -3,8 +3,8 @@
 Each row's step is computed by the chosen rule; rows are put back in line order to find restarts
 (a step lower than the one before starts a new segment, as in every other reader); within a
 segment a step printed again (a redraw, a rank's copy, a line split over records) keeps its last
-value. A non-finite loss named by a crash line after the last loss line becomes a NaN loss at that
-step. A gradient norm is never negative: DeepSpeed prints ``-1`` when it found a NaN, read as NaN.
+value. A non-finite loss named by a crash line becomes a NaN loss at that step (:mod:`.stop`). A
+gradient norm is never negative: DeepSpeed prints ``-1`` when it found a NaN, read as NaN.
 """
 from __future__ import annotations
 
@@ -15,9 +15,12 @@ import numpy as np
 
 from ...metrics import EPOCH, GRAD_NORM, LOSS, canonical_name
 from .choose import Choice, StepRule
-from .names import StepKind, fold, step_kind
+from .names import StepKind, fold
 from .overflow import overflow_points
 from .records import Scan, Table
+from .rounded import restore
+from .stop import crash_point
+from .units import to_steps
 
 
 _UNIT = re.compile(r"\s*\([^()]*\)?\s*$")
@@ -54,7 +57,7 @@ def _steps(table: Table, choice: Choice) -> tuple[np.ndarray | None, list[int]]:
 
     if choice.rule is StepRule.LABEL:
         j = col(choice.step[0])
-        return table.column(j), [j]
+        return restore(table, j), [j]  # a step printed as "1e+4" from the exact counter beside it
     if choice.rule is StepRule.ORDER:
         return None, []
     e, b = col(choice.step[0]), col(choice.step[1])
@@ -77,6 +80,7 @@ def build(scan: Scan, choice: Choice) -> Points:
     all_lines = np.concatenate([p[1] for p in parts])
     order = np.argsort(np.concatenate(places), kind="stable")
     warnings: list[str] = []
+    per_epoch = None
     if choice.rule is StepRule.ORDER:
         steps_all = np.empty(len(all_lines), dtype=np.int64)
         steps_all[order] = np.arange(1, len(all_lines) + 1)
@@ -90,11 +94,14 @@ def build(scan: Scan, choice: Choice) -> Points:
         steps_all = ((raw[:, 0] - epoch0) * per_epoch + raw[:, 1]).astype(np.int64)
         warnings.append(f"step = ({choice.step[0]}{f' - {epoch0}' if epoch0 else ''}) x {per_epoch} batches "
                         f"per epoch + {choice.step[1] or 'the bar count'}")
+        steps_all, said = to_steps(steps_all, choice.per_step, raw[order, 1])
+        warnings += said
     else:
         raw = np.concatenate([p[2] for p in parts])
         ok = np.isfinite(raw)
         raw = np.where(ok, raw, -1)
-        steps_all = raw.astype(np.int64)
+        steps_all, said = to_steps(raw.astype(np.int64), choice.per_step, None)
+        warnings += said
     seq = steps_all[order]
     breaks = np.flatnonzero(np.diff(seq) < 0) + 1
     notes = ["start of text"] + [f"step {int(seq[i])} after {int(seq[i - 1])} at line {int(all_lines[order][i])}"
@@ -183,7 +190,10 @@ def build(scan: Scan, choice: Choice) -> Points:
                         "redraws, several ranks, or records over several lines): the "
                         f"{'first' if first_wins else 'last'} value of each step is kept")
     points = Points(out, notes, warnings=warnings)
-    _crash_point(scan, choice, points)
+    stopped = crash_point(scan, choice, points.metrics[LOSS], per_epoch) if LOSS in points.metrics else None
+    if stopped is not None:
+        points.metrics[LOSS] = stopped[0]
+        points.warnings.append(stopped[1])
     added, events = overflow_points(scan.overflows, points.metrics)
     points.metrics.update(added)
     points.events += events
@@ -233,36 +243,3 @@ def _per_epoch(parts, raw: np.ndarray) -> int:
         return int(max(totals))
     b = raw[:, 1]
     return int(np.nanmax(b) + (1 if np.nanmin(b) == 0 else 0))
-
-
-def _crash_point(scan: Scan, choice: Choice, points: Points) -> None:
-    """A crash line naming a NaN/Inf after the last loss line: a non-finite loss at its step (the
-    step after the last one logged when the line names none)."""
-    if LOSS not in points.metrics or not scan.crashes:
-        return
-    seg, step, val, line = points.metrics[LOSS]
-    crash = scan.crashes[-1]
-    if choice.rule is StepRule.EPOCH_BATCH and crash.step is not None:
-        return  # a step named in a crash line is in one counter, not in epoch x batches + batch
-    if crash.line <= int(line.max()):
-        return
-    last_seg = int(seg.max())
-    mine = step[seg == last_seg]
-    if not np.isfinite(val[seg == last_seg][np.argmax(mine)]):
-        return  # the log printed the non-finite loss itself: the crash line reports that one
-    if crash.step is None:
-        gaps = np.diff(mine)
-        at = int(mine.max()) + (int(np.median(gaps)) if len(gaps) else 1)
-    else:
-        kind = step_kind(choice.step[0]) if choice.rule is StepRule.LABEL else None
-        same_counter = {crash.kind, kind} == {StepKind.GLOBAL_STEP, StepKind.ITERATION}
-        if kind is not None and crash.kind is not kind and not same_counter:
-            return
-        at = crash.step
-    if at <= int(mine.max()):
-        return
-    points.metrics[LOSS] = (np.append(seg, last_seg), np.append(step, at), np.append(val, np.nan),
-                            np.append(line, crash.line))
-    points.warnings.append(f"line {crash.line} stops the run on a non-finite value at step {at}"
-                           f"{'' if crash.step is not None else ' (the step after the last one printed)'}: "
-                           "read as a NaN loss there")

@@ -18,6 +18,7 @@ from .names import StepKind, fold, is_ppl, loss_rank
 from .summary import summary_tables
 from .guess import MIN_GUESS_ROWS, guessed_value, integral_increasing, only_value, strided_counter
 from .records import Table
+from .units import split_divisor
 
 
 class StepRule(enum.Enum):
@@ -54,6 +55,8 @@ class Choice:
     other_losses: list[str] = field(default_factory=list)
     other_steps: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    per_step: int = 1
+    """The step counter's units per step (``--step-key KEY/N``: samples per step, :mod:`.units`)."""
 
 
 def loss_candidates(tables: list[Table], *, min_rows: int = 1) -> list[tuple[int, int, str]]:
@@ -75,6 +78,7 @@ def loss_candidates(tables: list[Table], *, min_rows: int = 1) -> list[tuple[int
 def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | None = None) -> Choice | None:
     """The loss and step of the tables, or None when no table holds a loss (or ``loss_key``)."""
     ppl = guessed = False
+    step_key, per_step = split_divisor(step_key)
     others = [c[2] for c in loss_candidates(tables)]
     if loss_key is None and others and only_value(tables, bare=True) is not None:
         # A label on a line seen once or twice (prose: "... and the loss became nan") does not beat
@@ -121,7 +125,7 @@ def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | 
     if rule is StepRule.ORDER:
         tables_used = with_loss
     choice = Choice(loss=loss, ppl=ppl, rule=rule, step=step, tables=tables_used, other_losses=others,
-                    other_steps=[s for s in steps_seen if (s,) != step and s not in step])
+                    other_steps=[s for s in steps_seen if (s,) != step and s not in step], per_step=per_step)
     if dropped:
         choice.warnings.append(f"the counter on some '{loss}' lines is missing from {dropped} of {total} of them: "
                                "every line is read in order instead")
@@ -138,9 +142,9 @@ def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | 
                                f"{as_step}; "
                                "pass --loss-key '#N' / --step-key '#N' to read other columns")
     elif guessed:
-        choice.warnings.append(f"no value is labelled as a loss: '{loss}', the only value (or the first that names no "
-                               "time, rate or accuracy) of the most frequent line, is read as the loss; "
-                               "pass --loss-key LABEL to read another")
+        choice.warnings.append(f"no value is labelled as a loss: '{loss}', the only value (or the sum of others, "
+                               "or the first that names no time, rate or accuracy) of the most frequent line, "
+                               "is read as the loss; pass --loss-key LABEL to read another")
     if ppl:
         choice.warnings.append(f"no loss is printed, only the perplexity '{loss}': the loss is read as log({loss})")
     return choice

@@ -2,10 +2,11 @@
 
 Megatron's default on a NaN loss is to raise, ``RuntimeError: Rank 0, ..., iteration 2151:
 Unexpected result nan (message='found NaN in local forward loss calculation')``; other trainers
-print ``Loss is nan at step 812, stopping training``. Such a line is read, by any reader of text,
-as a non-finite loss at that step when it comes after the last logged step. The test is general:
-an error-like line (``error``, ``exception``, ``found``, ``detected``, ``stopping`` ...) holding a
-``nan``/``inf`` word and a counter (``iteration N``, ``step N``).
+print ``Loss is nan at step 812, stopping training`` or ``Batch 49: Invalid loss, terminating
+training``. Such a line is read, by any reader of text, as a non-finite loss at that step
+(:mod:`.stop` says when). The test is general: an error-like line (``error``, ``exception``,
+``found``, ``detected``, ``stopping`` ...) holding a ``nan``/``inf`` word (or an invalid loss named
+in words) and a counter (``iteration N``, ``step N``).
 """
 from __future__ import annotations
 
@@ -14,11 +15,15 @@ from dataclasses import dataclass
 
 from .names import StepKind, step_kind
 
-_NONFINITE = re.compile(r"(?<![\w.])(?:nan|inf|infinity)(?!\w)", re.I)
+_NONFINITE = re.compile(r"(?<![\w.])(?:nan|inf|infinity)(?!\w)|\b(?:invalid|non-?finite|not finite)\s+loss\b", re.I)
+"""A NaN/Inf word, or an invalid / non-finite loss named in words (Keras' ``TerminateOnNaN``: ``Batch 49:
+Invalid loss, terminating training``)."""
 ERRORISH = re.compile(r"error|exception|abort|found|detected|encountered|diverg|stopp|terminat|invalid", re.I)
 """Words of an error-like line (one definition: the template marks such lines, :func:`crash_step` reads them)."""
 _LOSS = re.compile(r"loss|objective", re.I)
-_COUNTER = re.compile(r"\b(global[ _]step|step|iteration|iter|it|update|batch|epoch)\b[\s:=#]*(\d+)", re.I)
+_COUNTER = re.compile(r"(?<![^\W\d])(global[ _]step|step|iteration|iter|it|update|batch|epoch)\b[\s:=#]*(\d+)", re.I)
+"""A counter and its value; a word glued after a number counts (a crash message printed over a bar's
+last redraw: ``loss: 2.6745Batch 49: ...``)."""
 
 
 def crash_step(line: str) -> tuple[StepKind | None, int | None] | None:

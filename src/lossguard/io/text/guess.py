@@ -13,6 +13,7 @@ import re
 import numpy as np
 
 from .records import Table
+from .total import total_column
 
 MIN_GUESS_ROWS = 3
 """Rows a line needs before its only value is taken for the loss (no loss label anywhere)."""
@@ -61,7 +62,8 @@ def _value_of(t: Table) -> str | None:
         # A line with a counter and several named values, none named a loss (a GAN's "D_A: 0.2 G_A: 0.3"
         # after "(epoch: 1, iters: 100, time: 0.5, data: 0.01)"): the first value that names no
         # auxiliary quantity (time, rate, accuracy, memory...) is the series; announced by a warning.
-        values = [j for j in values if not whole_finite(t.column(j))][:1]
+        total = total_column(t, values)  # parts and their sum ("B: 3.4 | C: 2.9 | T: 6.3"): the sum is the loss
+        values = [total] if total is not None else [j for j in values if not whole_finite(t.column(j))][:1]
     if len(values) != 1:
         if (len(values) > 1 and all(lab.startswith("#") for lab in t.labels)
                 and any(integral_increasing(t.column(j)) for j in range(len(t.labels)))):

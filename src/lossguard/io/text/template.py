@@ -228,6 +228,9 @@ def parse(pieces: list[str]) -> Template:
         elif (i == 0 and not label and rest[0].strip() in ("", "[", "(") and rest[1][:1] in (":", "]", ")")
               and not units[0]):
             counter = True  # a leading "N: ..." or "[N] ..." (accelerate's examples, CLU's writer, custom prints)
+            piped = -2  # a bare whole number right after it is a counter too ("[  0]     520 || B: ...")
+        elif piped == -2 and i == 1 and not _LETTER.search(rest[1]) and not units[i] and pieces[2 * i + 1].isdigit():
+            label, counter = f"#{i + 1}", True  # epoch then iteration, before any label
         elif not label and not units[i] and rest[i + 1][:1] == "|" and (i == 0 and not rest[0].strip() or piped == i):
             # Leading integers joined by "|" ("1|12|Loss: 2.34", torchtune's bar description): counters
             # "#1", "#2", ...; the one that counts up on every line is taken as the step (choose.py).
