@@ -118,9 +118,10 @@ def render_tf_nmt() -> tuple[Fixture, dict]:
     meta = dict(writer="tensorflow/nmt nmt.nmt (GNMT, WMT16 de-en)", step_key="global step", loss_key="ppl (training perplexity; its log is the loss)",
                 events=[{"kind": "spike", "step": spike}],
                 notes="Every 100 steps '  global step N lr 1 step-time Ts wps WK ppl P gN G bleu B, <ctime>' (from source; B is the best dev BLEU so far, "
-                      "0.00 until the first external evaluation). Every 1000 steps '# Save eval, global step N' (from source) then eval lines with "
-                      "dev/test perplexities ~25-30% above the training one (approximate); every 5000 steps an external evaluation block "
-                      "(approximate). Perplexity falls from ~1400 to ~12. One spike at step 17600 (x6.5, then x1.6, then back).")
+                      "0.00 until the first external evaluation). Every 1000 steps '# Save eval, global step N' (from source) then '  eval dev: perplexity P, time Ts, <ctime>.' and the same for test "
+                      "(the format of nmt/model_helper.py compute_perplexity + nmt/utils/misc_utils.py print_time, found by code search, commit not "
+                      "pinned; their placement and the checkpoint-load line approximate), dev/test perplexities ~25-30% above the training one; "
+                      "every 5000 steps an external evaluation block (approximate). Perplexity falls from ~1400 to ~12. One spike at step 17600 (x6.5, then x1.6, then back).")
     return fx, meta
 
 
