@@ -1,10 +1,12 @@
 """Loading a sharded checkpoint: each rank verifies its share of the files, then DCP loads in place.
 
 The files of a checkpoint are spread over the ranks for the size check (file ``k`` goes to rank
-``k % world_size``); each rank reads its own small rank file once, verified, and keeps the bytes for
-the load. DCP's own read then checks every shard's checksum on the way (:mod:`.dcp_io`). A damaged
-file is reported as a :class:`ChecksumMismatch` on every rank alike, so the store can pass over the
-checkpoint on all ranks together.
+``k % world_size``); the manifest each rank read for it is kept for the load. DCP's own read then
+checks every item's checksum on the way (:mod:`.dcp_io`), this rank's own state included: it is
+one DCP item of the rank's shard file (:func:`~.sharded_layout.rank_key`). A checkpoint of an older
+lossguard keeps that state in ``rank-NNNNN.pt``, read once here, verified, and kept for the load.
+A damaged file is reported as a :class:`ChecksumMismatch` on every rank alike, so the store can
+pass over the checkpoint on all ranks together.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from typing import Any
 from ..errors import CheckpointError
 from .files import ChecksumMismatch
 from .manifest import MANIFEST
-from .sharded_layout import SHARDED_FORMAT, active_dist, rank_file
+from .sharded_layout import SHARDED_FORMAT, active_dist, rank_file, rank_key
 
 _MISMATCH_TEXT = re.compile(r"\S+ (?:does not match its [\w-]+ in manifest\.json \(corrupted\)"
                             r"|has \d+ bytes, the manifest recorded \S+)")
@@ -64,7 +66,7 @@ def agreed_candidates(store: Any, step: int | None) -> list[int]:
 
 
 def verify_share(path: Path, step: int, *, rank: int, world_size: int, checksum: bool,
-                 rank_bytes: dict[Path, bytes]) -> str | None:
+                 seen: dict[Path, dict[str, Any]]) -> str | None:
     """This rank's part of the verification of the checkpoint at ``path``: an error string or None.
     Over all ranks, the shares check what the store's listing checks (manifest, step, every file's
     size), so a load of an explicit step needs no listing first.
@@ -73,8 +75,9 @@ def verify_share(path: Path, step: int, *, rank: int, world_size: int, checksum:
         path: the checkpoint directory.
         step: the step it must hold (its manifest's ``step``).
         rank, world_size: this rank and the number of ranks (the share is every world_size-th file).
-        checksum: also read and verify this rank's own file; its bytes go into ``rank_bytes[path]``.
-        rank_bytes: where the verified rank file is kept for :func:`load_verified`.
+        checksum: also read and verify this rank's own file (an older lossguard's checkpoint).
+        seen: where the manifest's files (``"files"``) and that rank file's bytes (``"rank"``) are
+            kept for :func:`load_verified`.
     """
     try:
         manifest = json.loads((path / MANIFEST).read_text())
@@ -100,21 +103,23 @@ def verify_share(path: Path, step: int, *, rank: int, world_size: int, checksum:
         recorded = expected.get("size") if isinstance(expected, dict) else None
         if size != recorded:
             return f"{name} has {size} bytes, the manifest recorded {recorded}"
-    if checksum:  # this rank's own small file, read once here and kept for the load
+    seen[path] = {"files": files}
+    name = rank_file(rank)
+    if checksum and name in files:  # an older checkpoint's own small file, read once, kept for the load
         from .dcp_io import read_verified
 
-        name = rank_file(rank)
         try:
-            rank_bytes[path] = read_verified(path / name, files.get(name, {}))
+            seen[path]["rank"] = read_verified(path / name, files[name])
         except (OSError, ChecksumMismatch) as exc:
             return str(exc)
     return None
 
 
 def load_verified(path: Path, step: int, template: dict[str, Any], *, rank: int, verify: bool,
-                  rank_bytes: dict[Path, bytes]) -> dict[str, Any]:
+                  seen: dict[Path, dict[str, Any]]) -> dict[str, Any]:
     """DCP-load the checkpoint at ``path`` into ``template``, each file's checksum verified as DCP
-    reads it; this rank's own state from ``rank_bytes`` (read by :func:`verify_share`) or the file.
+    reads it; this rank's own state from its DCP item, or (an older checkpoint) from its rank file,
+    read by :func:`verify_share` into ``seen``.
 
     Raises:
         ChecksumMismatch: a file DCP read is damaged (on every rank: DCP gathers read errors).
@@ -123,16 +128,24 @@ def load_verified(path: Path, step: int, template: dict[str, Any], *, rank: int,
     import torch
     import torch.distributed.checkpoint as dcp
 
+    known = seen.pop(path, {})
+    seen.clear()
+    files = known.get("files")
+    if files is None:
+        files = json.loads((path / MANIFEST).read_text())["files"]
     source: dict[str, Any] = {"checkpoint_id": path}
     if verify:
         from .dcp_io import verifying_reader
 
-        files = json.loads((path / MANIFEST).read_text())["files"]
         source = {"storage_reader": verifying_reader(path, files)}
+    own_file = rank_file(rank) in files
+    # DCP loads tensors in place; the dict is copied only to add this rank's own item, whose bytes
+    # DCP puts in its place.
+    sharded = template["sharded"] if own_file else dict(template["sharded"], **{rank_key(rank): b""})
     from torch.distributed.checkpoint.api import CheckpointException
 
     try:
-        dcp.load(template["sharded"], no_dist=active_dist() is None, **source)
+        dcp.load(sharded, no_dist=active_dist() is None, **source)
     except (Exception, CheckpointException) as exc:  # CheckpointException is a BaseException
         mismatch = mismatch_in(exc)
         if mismatch is not None:
@@ -140,9 +153,11 @@ def load_verified(path: Path, step: int, template: dict[str, Any], *, rank: int,
         raise CheckpointError(f"DCP load failed: {str(exc).splitlines()[0]}", path=path,
                               fix="the checkpoint does not match this model/optimizer; use the same "
                                   "configuration as the run that saved it") from exc
-    raw = rank_bytes.pop(path, None)
-    if raw is None:
-        raw = (path / rank_file(rank)).read_bytes()
-    rank_bytes.clear()
+    if own_file:
+        raw = known.get("rank")
+        if raw is None:
+            raw = (path / rank_file(rank)).read_bytes()
+    else:
+        raw = sharded[rank_key(rank)]
     rank_state = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=False)
     return {"format": SHARDED_FORMAT, "step": step, "sharded": template["sharded"], "rank": rank_state}
