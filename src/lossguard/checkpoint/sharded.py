@@ -6,7 +6,8 @@ directory; rank 0 alone publishes it. Layout of one checkpoint::
     step-00000200/__0_0.distcp      rank 0's shards of model and optimizer, and its own state (DCP)
     step-00000200/__1_0.distcp      rank 1's shards and own state
     step-00000200/.metadata         DCP's index of every item (written by the coordinator)
-    step-00000200/manifest.json     {"format": 2, "kind": "dcp", "step", "world_size", "files": {name: {size, crc32, marks}}}
+    step-00000200/manifest.json     {"format": 2, "kind": "dcp", "step", "world_size",
+                                     "files": {name: {size, crc32, marks}}}
 
 A rank's own state (RNG, data position, scheduler, extras) is one DCP item of its shard file, under
 the key ``lossguard_rank_NNNNN``; checkpoints of an older lossguard keep it in ``rank-NNNNN.pt``
@@ -219,10 +220,11 @@ class ShardedCheckpointStore(CheckpointStore):
             except BaseException as exc:  # noqa: BLE001 - DCP raises the same failure on every rank
                 if self.rank == 0:
                     shutil.rmtree(tmp, ignore_errors=True)  # every rank is past its writes
-                box["error"] = CheckpointError(f"sharded save of step {step} failed: {failure_text(exc)}",
-                                               path=self.directory,
-                                               fix="check the filesystem on every rank; older checkpoints are untouched")
-                box["error"].__cause__ = exc
+                error = CheckpointError(f"sharded save of step {step} failed: {failure_text(exc)}",
+                                        path=self.directory,
+                                        fix="check the filesystem on every rank; older checkpoints are untouched")
+                error.__cause__ = exc
+                box["error"] = error
             finally:
                 self._in_flight.discard(name)
 

@@ -9,30 +9,33 @@ finishes before any rank can start its next save and make the next temp director
 What is fsynced, and why that is enough (a crash must never leave a checkpoint that ``restore()``
 takes as valid when it is not; a published one must survive a power loss):
 
-- every shard and ``.metadata``: by DCP itself (``sync_files=True``), as a plain ``dcp.save``;
-- the manifest, once, *after* the rename, then the parent directory. On ext4 (and XFS) the
-  manifest's fsync commits one journal transaction that holds the rename too, so the parent's
-  fsync finds nothing left to write: one commit where the store used to pay four (rank file,
-  manifest, temp directory, parent). Until those fsyncs return, a power loss can leave the final
-  name with an empty or missing manifest: that checkpoint is *invalid* (the listing requires a
-  readable manifest whose sizes match, a load checks every checksum) and ``restore()`` passes over
-  it to the previous one, as if the save had not happened. A process kill in that window loses
-  nothing: the page cache holds every byte. The temp directory is not fsynced on its own: a file
-  entry lost with it makes the checkpoint invalid (missing file), never wrongly valid.
-- overwriting an existing checkpoint of the same step (a rare re-save) keeps the old order --
-  manifest fsynced before the two renames -- so ``_recover`` never drops the old copy for a new one
-  whose manifest could still be lost.
+- every shard: by DCP itself (``sync_files=True``), as a plain ``dcp.save``;
+- ``.metadata``, the manifest and the parent directory (for the rename), *after* the rename and
+  all three at once, one thread each (:func:`fsync_together`): independent fsyncs issued together
+  let the filesystem's journal commit them in one transaction instead of one commit (and on this
+  project's VM a ~4 ms wait) each. The store used to pay four in a row beside DCP's own (rank
+  file, manifest, temp directory, parent). Until they return, a power loss can leave the final
+  name with a missing or empty manifest or ``.metadata``: that checkpoint is *invalid* (the listing
+  requires a readable manifest whose sizes match, a load checks every checksum) and ``restore()``
+  passes over it to the previous one, as if the save had not happened. A process kill in that
+  window loses nothing: the page cache holds every byte. Pruning, the one step that deletes an
+  older checkpoint, runs only after all three returned. The temp directory is not fsynced on its
+  own: a file entry lost with it makes the checkpoint invalid (missing file), never wrongly valid.
+- overwriting an existing checkpoint of the same step (a rare re-save) makes the new directory
+  durable *before* the two renames, so ``_recover`` never drops the old copy for a new one whose
+  files could still be lost.
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .files import Checksum, file_crc, fsync_dir
+from .files import Checksum, file_crc
 from .manifest import MANIFEST
 from .sharded_layout import SHARDED_FORMAT
 
@@ -57,12 +60,28 @@ def default_stager() -> Any:
     return DefaultStager(StagingOptions(False, False, False, False))
 
 
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+def _fsync_path(path: Path, errors: list[OSError]) -> None:
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        errors.append(exc)
+
+
+def fsync_together(paths: list[Path]) -> None:
+    """fsync every path (files or directories) at once, one short-lived thread each, and wait for
+    all (see module). Raises the first ``OSError`` any of them met."""
+    errors: list[OSError] = []
+    threads = [threading.Thread(target=_fsync_path, args=(p, errors), name="lossguard-fsync") for p in paths]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
 
 
 def publish_files(store: ShardedCheckpointStore, step: int, tmp: Path, files: dict[str, Any]) -> None:
@@ -84,14 +103,13 @@ def publish_files(store: ShardedCheckpointStore, step: int, tmp: Path, files: di
         final = store.path_of(step)
         with open(tmp / MANIFEST, "w") as fh:
             fh.write(text)
-            if final.exists():  # overwrite: the new manifest durable before the old copy is moved aside
-                fh.flush()
-                os.fsync(fh.fileno())
-        if final.exists():
+        # DCP fsynced the shards; what it wrote in finish (.metadata) is fsynced here with the rest.
+        unsynced = [name for name in files if not name.endswith(".distcp")] + [MANIFEST]
+        if final.exists():  # overwrite: the new checkpoint durable before the old copy is moved aside
+            fsync_together([tmp / name for name in unsynced] + [tmp])
             store._discard(final, "old")
         os.rename(tmp, final)
-        _fsync_file(final / MANIFEST)  # one journal commit: the manifest's bytes and the rename
-        fsync_dir(store.directory)  # what POSIX asks for the rename (nothing left to commit on ext4)
+        fsync_together([final / name for name in unsynced] + [store.directory])
         store._recover()  # removes the ".old" copy of an overwritten checkpoint
         store.prune()
     except OSError as exc:

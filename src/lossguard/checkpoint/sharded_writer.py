@@ -56,8 +56,9 @@ else:
 
 
 class PublishingWriter(FileSystemWriter):
-    """``FileSystemWriter`` (fsyncs every file it writes, as plain DCP does) that hashes every file
-    and, on the coordinator, hands all ranks' file tables to ``publish`` once ``.metadata`` is written.
+    """``FileSystemWriter`` (fsyncs every shard it writes, as plain DCP does) that hashes every file
+    and, on the coordinator, hands all ranks' file tables to ``publish`` once ``.metadata`` is
+    written; ``publish`` fsyncs ``.metadata`` (with the manifest and the rename, all at once).
 
     Args:
         path: the temp directory DCP writes into.
@@ -69,7 +70,8 @@ class PublishingWriter(FileSystemWriter):
     def __init__(self, path: str | os.PathLike, algorithm: type[Checksum],
                  publish: Callable[[dict[str, dict[str, Any]]], None]) -> None:
         super().__init__(path)
-        self.fs = HashingFileSystem(algorithm)
+        self.hashing = HashingFileSystem(algorithm)
+        self.fs = self.hashing
         self._publish = publish
 
     def write_data(self, plan: Any, planner: Any) -> Any:
@@ -78,7 +80,8 @@ class PublishingWriter(FileSystemWriter):
         results = list(super().write_data(plan, planner).value())
         if results:  # a rank that wrote nothing has no file to report
             first = results[0]
-            results[0] = dataclasses.replace(first, storage_data=FileTable(first.storage_data, dict(self.fs.table)))
+            table = FileTable(first.storage_data, dict(self.hashing.table))
+            results[0] = dataclasses.replace(first, storage_data=table)
         done: Future = Future()
         done.set_result(results)
         return done
@@ -94,6 +97,11 @@ class PublishingWriter(FileSystemWriter):
                     result = dataclasses.replace(result, storage_data=result.storage_data.storage_data)
                 unwrapped.append(result)
             plain.append(unwrapped)
-        super().finish(metadata=metadata, results=plain)
-        files.update(self.fs.table)  # .metadata, just written (hashed, fsynced, renamed into place)
+        # .metadata is fsynced by publish, at once with the manifest and the rename (sharded_publish).
+        sync, self.sync_files = self.sync_files, False
+        try:
+            super().finish(metadata=metadata, results=plain)
+        finally:
+            self.sync_files = sync
+        files.update(self.hashing.table)  # .metadata, just written (hashed, fsynced, renamed into place)
         self._publish(files)
