@@ -49,7 +49,7 @@ from ..errors import CheckpointError
 from .files import ChecksumMismatch, fast_checksum
 from .pending_save import PendingSave
 from .sharded_layout import SHARDED_FORMAT, active_dist, rank_key
-from .sharded_load import agreed_candidates, load_verified, verify_share
+from .sharded_load import agreed_candidates, load_verified
 from .sharded_publish import default_stager, failure_text, publish_files
 from .store import CheckpointStore
 
@@ -95,7 +95,6 @@ class ShardedCheckpointStore(CheckpointStore):
         # _counter also counts rank 0's renames during pruning, so it cannot name temp dirs.
         self._saves = 0
         self._algorithm = fast_checksum()  # CRC-32 with zlib-ng, else CRC-32C, else zlib's CRC-32
-        self._seen: dict[Path, dict[str, Any]] = {}  # manifests (and old rank files) read before a load
         if dist:  # at exit: finish an async save in flight, then destroy the groups (clean_exit.py)
             from ..distributed.clean_exit import track_store
             track_store(self)
@@ -280,32 +279,22 @@ class ShardedCheckpointStore(CheckpointStore):
         if template is None or "sharded" not in template:
             raise CheckpointError("a sharded checkpoint loads into a template state dict",
                                   fix="call ShardedTrainState.restore(store), or pass template=state.state_dict()")
-        dist = active_dist()
         # An explicit step (a rollback's target) needs no listing of the directory: every rank checks
         # its share of that checkpoint below, and rank 0's listing only explains a failure.
         candidates = [int(step)] if step is not None else agreed_candidates(self, None)
         damaged = []
         for candidate in candidates:
-            problem = verify_share(self.path_of(candidate), candidate, rank=self.rank, world_size=self.world_size,
-                                   checksum=verify, seen=self._seen)
-            problems: list[str | None] = [None] * self.world_size
-            if dist:
-                dist.all_gather_object(problems, problem)
-            else:
-                problems = [problem]
-            problems = [p for p in problems if p]
-            if not problems:
-                try:
-                    return load_verified(self.path_of(candidate), candidate, template, rank=self.rank, verify=verify,
-                                         seen=self._seen)
-                except ChecksumMismatch as exc:  # every rank: DCP gathers the read errors of all ranks
-                    problems = [str(exc)]
-            elif step is not None:
+            try:  # every rank checks its share inside DCP's planning: all pass over damage together
+                return load_verified(self.path_of(candidate), candidate, template, rank=self.rank,
+                                     world_size=self.world_size, verify=verify)
+            except ChecksumMismatch as exc:
+                problem = str(exc)
+            if step is not None:
                 agreed_candidates(self, int(step))  # raises "not loadable" when rank 0 does not list it as valid
-            damaged.append(f"step {candidate}: {problems[0]}")
+            damaged.append(f"step {candidate}: {problem}")
             if step is None:
                 import warnings
 
-                warnings.warn(f"{self.path_of(candidate)}: {problems[0]}; trying an older checkpoint", stacklevel=2)
+                warnings.warn(f"{self.path_of(candidate)}: {problem}; trying an older checkpoint", stacklevel=2)
         raise CheckpointError("no sharded checkpoint verifies" + (f" ({'; '.join(damaged)})" if damaged else ""),
                               path=self.directory, fix="start from scratch or point to the right directory")
