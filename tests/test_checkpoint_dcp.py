@@ -104,6 +104,22 @@ def _scenario(rank: int, world: int, tmpdir: str):
         out["explicit_damaged"] = "loaded"
     except CheckpointError as exc:
         out["explicit_damaged"] = str(exc)
+    # truncate a file only rank 1 checks the size of (file k of the sorted manifest goes to rank
+    # k % 2): rank 0 finds nothing wrong, yet both refuse the step before loading a single tensor
+    older = store2.agreed_steps()[0]  # not the step the model holds now: a load of it would show
+    names = sorted(json.loads((store2.path_of(older) / "manifest.json").read_text())["files"])
+    if rank == 0:
+        victim = store2.path_of(older) / names[1]
+        victim.write_bytes(victim.read_bytes()[:-7])
+    torch.distributed.barrier()
+    before = _shards(model, opt)
+    try:
+        state.restore(store2, older)
+        out["explicit_truncated"] = "loaded"
+    except CheckpointError as exc:
+        out["explicit_truncated"] = str(exc)
+    out["untouched_by_refused_load"] = all(torch.equal(a, b) for a, b in zip(before, _shards(model, opt)))
+    out["truncated_name"] = names[1]
     if rank == 0:
         out["manifest"] = json.loads((store2.path_of(8) / "manifest.json").read_text())
         out["listing"] = sorted(p.name for p in Path(tmpdir, "ck").iterdir())
@@ -141,7 +157,7 @@ def test_async_save_publishes_a_complete_checksummed_checkpoint(scenario):
     assert r0["async_path"].endswith("step-00000008")
     files = r0["manifest"]["files"]
     assert r0["manifest"]["format"] == 2 and r0["manifest"]["world_size"] == 2
-    assert {"__0_0.distcp", "__1_0.distcp", ".metadata", "rank-00000.pt", "rank-00001.pt"} <= set(files)
+    assert set(files) == {"__0_0.distcp", "__1_0.distcp", ".metadata"}  # rank states: items of the shards
     assert all(len(f.get("crc32c", f.get("crc32", ""))) == 8 and f["size"] > 0 for f in files.values())  # crc32c: issue 23
     assert not [n for n in r0["listing"] if n.startswith(".")]  # no temp dirs left behind
 
@@ -157,6 +173,13 @@ def test_a_damaged_shard_is_passed_over_on_every_rank(scenario):
         assert r["newest_after_damage"] == 13  # 14 is damaged, both ranks fall back together
         assert any("CRC-32" in w and "step-00000014" in w for w in r["warned"])
         assert "CRC-32" in r["explicit_damaged"] and "__1_0.distcp" in r["explicit_damaged"]
+
+
+def test_a_file_only_one_rank_checks_is_refused_on_every_rank_before_loading(scenario):
+    for r in scenario:
+        assert r["truncated_name"] == "__0_0.distcp"  # rank 1's share
+        assert "not loadable" in r["explicit_truncated"] and "__0_0.distcp has" in r["explicit_truncated"]
+        assert r["untouched_by_refused_load"]
 
 
 def test_single_process_sharded_store_round_trip(tmp_path):

@@ -1,6 +1,7 @@
 """Sharded checkpoints are checksummed while DCP writes them and verified while DCP reads them
 (issue 23): the manifest's checksums are those of the bytes on disk, a plain CheckpointStore
-validates them, and a damaged .metadata or rank file is caught on load."""
+validates them, and a damaged .metadata or rank state (one DCP item of the rank's shard file) is
+caught on load."""
 from __future__ import annotations
 
 import warnings
@@ -23,10 +24,19 @@ def _state():
     return ShardedTrainState(model, opt)
 
 
-def _flip(path):
+def _flip(path, at=None):
     raw = bytearray(path.read_bytes())
-    raw[len(raw) // 2] ^= 0xFF
+    raw[len(raw) // 2 if at is None else at] ^= 0xFF
     path.write_bytes(bytes(raw))
+
+
+def _rank_item(path):
+    """(file, middle byte) of rank 0's own-state item, from DCP's .metadata."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    info = next(v for k, v in FileSystemReader(path).read_metadata().storage_data.items()
+                if k.fqn == "lossguard_rank_00000")
+    return info.relative_path, info.offset + info.length // 2
 
 
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
@@ -38,17 +48,18 @@ def test_checksums_hashed_while_writing_are_the_files_own(tmp_path):
         state.step = step
         state.save(store)
     files = json.loads((store.path_of(2) / "manifest.json").read_text())["files"]
-    assert {"__0_0.distcp", ".metadata", "rank-00000.pt"} <= set(files)
+    assert set(files) == {"__0_0.distcp", ".metadata"}  # the rank's own state is an item of its shard file
     assert all(fast_checksum().NAME in e for e in files.values())  # CRC-32 with zlib-ng, else CRC-32C
     assert all(entry_matches(store.path_of(2) / n, e) for n, e in files.items())
     assert all(i.valid for i in CheckpointStore(tmp_path).validate())
-    for damaged in (".metadata", "rank-00000.pt"):
-        _flip(store.path_of(2) / damaged)
+    name, middle = _rank_item(store.path_of(2))
+    for damaged, at in ((".metadata", None), (name, middle)):
+        _flip(store.path_of(2) / damaged, at)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             assert state.restore(store) == 1  # passed over, the older one loads
         assert any(damaged in str(w.message) for w in caught)
         with pytest.raises(CheckpointError, match=damaged.replace(".", r"\.")):
             state.restore(store, 2)
-        _flip(store.path_of(2) / damaged)  # repaired: loads again
+        _flip(store.path_of(2) / damaged, at)  # repaired: loads again
         assert state.restore(store, 2) == 2

@@ -58,8 +58,8 @@ def test_a_manifest_of_another_step_is_refused(tmp_path):
 
 def test_a_truncated_file_of_an_explicit_step_is_named(tmp_path):
     state, store = _saved(tmp_path)
-    rank_file = store.path_of(3) / "rank-00000.pt"
-    rank_file.write_bytes(rank_file.read_bytes()[:-5])
-    with pytest.raises(CheckpointError, match=r"rank-00000\.pt has \d+ bytes, the manifest recorded"):
+    shard = store.path_of(3) / "__0_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:-5])
+    with pytest.raises(CheckpointError, match=r"__0_0\.distcp has \d+ bytes, the manifest recorded"):
         state.restore(store, 3)
     assert state.restore(store, 2) == 2

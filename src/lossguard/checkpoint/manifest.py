@@ -1,9 +1,10 @@
 """A checkpoint directory's ``manifest.json``: what it lists, how it is written, how it is checked.
 
-The manifest is written last, fsynced, before the directory is renamed into place; it lists every
-file of the checkpoint with its size and checksum (``state.pt`` alone for a whole-model checkpoint;
-the ``.distcp`` shards, DCP's ``.metadata`` and the per-rank files for a sharded one). A directory
-whose manifest is missing, unreadable or disagrees with the files is not a valid checkpoint.
+The manifest is written last and fsynced, before the directory is renamed into place (a sharded
+checkpoint's right after the rename, with ``.metadata`` and the parent: :mod:`.sharded_publish`); it
+lists every file of the checkpoint with its size and checksum (``state.pt`` alone for a whole-model
+checkpoint; the ``.distcp`` shards and DCP's ``.metadata`` for a sharded one). A directory whose
+manifest is missing, unreadable or disagrees with the files is not a valid checkpoint.
 """
 from __future__ import annotations
 

@@ -3,12 +3,15 @@
 Every rank writes its own shards with ``torch.distributed.checkpoint`` (DCP) into one temporary
 directory; rank 0 alone publishes it. Layout of one checkpoint::
 
-    step-00000200/__0_0.distcp      rank 0's shards of model and optimizer (DCP)
-    step-00000200/__1_0.distcp      rank 1's shards
-    step-00000200/.metadata         DCP's index of every shard (written by the coordinator)
-    step-00000200/rank-00000.pt     rank 0's own state: RNG, data position, scheduler, extras
-    step-00000200/rank-00001.pt     rank 1's own state
-    step-00000200/manifest.json     {"format": 2, "kind": "dcp", "step", "world_size", "files": {name: {size, crc32}}}
+    step-00000200/__0_0.distcp      rank 0's shards of model and optimizer, and its own state (DCP)
+    step-00000200/__1_0.distcp      rank 1's shards and own state
+    step-00000200/.metadata         DCP's index of every item (written by the coordinator)
+    step-00000200/manifest.json     {"format": 2, "kind": "dcp", "step", "world_size",
+                                     "files": {name: {size, crc32, marks}}}
+
+A rank's own state (RNG, data position, scheduler, extras) is one DCP item of its shard file, under
+the key ``lossguard_rank_NNNNN``; checkpoints of an older lossguard keep it in ``rank-NNNNN.pt``
+beside the shards, and still load.
 
 How a save is coordinated (:meth:`save`; :meth:`async_save` runs the same steps after the
 in-memory copy, in a background thread on the store's own gloo process group):
@@ -16,12 +19,17 @@ in-memory copy, in a background thread on the store's own gloo process group):
 1. every rank names the same temp directory ``.tmp-step-<step>-<rank 0's pid>-<n>`` without
    communicating (rank 0's pid is shared once, when the store is built; ``n`` counts saves, and
    every rank saves the same number of times);
-2. DCP writes the shards and the coordinator writes ``.metadata`` (DCP fsyncs each file);
-3. each rank writes its ``rank-NNNNN.pt``, the file tables are gathered on rank 0, which writes
-   the manifest and renames the directory into place (:mod:`.sharded_publish`).
+2. DCP writes the shards (each file hashed on its way to disk and fsynced by DCP) and the
+   coordinator writes ``.metadata``;
+3. inside DCP's own ``finish`` step, rank 0 receives every rank's file table with DCP's gathered
+   write results, writes the manifest and renames the directory into place; DCP's broadcast of the
+   outcome returns (or raises) on every rank together (:mod:`.sharded_writer`, :mod:`.sharded_publish`).
+   No collective of the store's own.
 
-A kill at any moment leaves either a complete, checksummed checkpoint under its final name or a
-``.tmp-*`` directory that the next store on rank 0 removes (its writer's pid is dead). Loading
+A kill at any moment leaves either a complete, checksummed checkpoint under its final name, a
+``.tmp-*`` directory that the next store on rank 0 removes (its writer's pid is dead), or -- on a
+power loss in the instant between the rename and its fsync -- a directory whose manifest is
+missing or empty, which no listing or load takes for valid. Loading
 verifies the CRC-32 of every file (spread over the ranks) and every rank agrees on the step, so a
 damaged checkpoint is passed over on all ranks alike. The directory must be on a filesystem every
 rank sees (as DCP's ``FileSystemWriter`` requires for loading on a different world size). Loading:
@@ -40,9 +48,9 @@ from typing import Any
 from ..errors import CheckpointError
 from .files import ChecksumMismatch, fast_checksum
 from .pending_save import PendingSave
-from .sharded_layout import SHARDED_FORMAT, active_dist
-from .sharded_load import agreed_candidates, load_verified, verify_share
-from .sharded_publish import default_stager, finish_save
+from .sharded_layout import SHARDED_FORMAT, active_dist, rank_key
+from .sharded_load import agreed_candidates, load_verified
+from .sharded_publish import default_stager, failure_text, publish_files
 from .store import CheckpointStore
 
 __all__ = ["PendingSave", "SHARDED_FORMAT", "ShardedCheckpointStore"]
@@ -87,7 +95,6 @@ class ShardedCheckpointStore(CheckpointStore):
         # _counter also counts rank 0's renames during pruning, so it cannot name temp dirs.
         self._saves = 0
         self._algorithm = fast_checksum()  # CRC-32 with zlib-ng, else CRC-32C, else zlib's CRC-32
-        self._rank_bytes: dict[Path, bytes] = {}  # rank files read (and verified) before a load
         if dist:  # at exit: finish an async save in flight, then destroy the groups (clean_exit.py)
             from ..distributed.clean_exit import track_store
             track_store(self)
@@ -190,43 +197,57 @@ class ShardedCheckpointStore(CheckpointStore):
         self._recover()
         tmp.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
-        # The rank's own state is serialised now: the RNG and data position of THIS moment.
+        # The rank's own state is serialised now: the RNG and data position of THIS moment. It goes
+        # into this rank's shard file as one DCP item (no file, fsync or collective of its own).
         buf = io.BytesIO()
         torch.save(state["rank"], buf)
-        rank_bytes = buf.getvalue()
+        sharded = dict(state["sharded"])
+        sharded[rank_key(self.rank)] = buf.getvalue()
         box: dict[str, Any] = {}
-        from .dcp_io import hashing_writer  # torch-backed: imported where a save needs it
+        from .sharded_writer import PublishingWriter  # torch-backed: imported where a save needs it
 
-        writer = hashing_writer(tmp, self._algorithm)  # checksums computed while DCP writes
-        if not asynchronous:
+        def publish(files: dict[str, Any]) -> None:  # rank 0, inside DCP's finish (every rank waits)
+            publish_files(self, step, tmp, files)
+
+        writer = PublishingWriter(tmp, self._algorithm, publish)  # checksums computed while DCP writes
+
+        def settle(run) -> None:
             try:
-                dcp.save(state["sharded"], storage_writer=writer, no_dist=dist is None)
-                box["path"] = finish_save(self, step, tmp, rank_bytes, None, writer.fs.table)
+                run()
+                box["path"] = self.path_of(step)
                 box["seconds"] = time.perf_counter() - t0
+            except BaseException as exc:  # noqa: BLE001 - DCP raises the same failure on every rank
+                if self.rank == 0:
+                    shutil.rmtree(tmp, ignore_errors=True)  # every rank is past its writes
+                error = CheckpointError(f"sharded save of step {step} failed: {failure_text(exc)}",
+                                        path=self.directory,
+                                        fix="check the filesystem on every rank; older checkpoints are untouched")
+                error.__cause__ = exc
+                box["error"] = error
             finally:
                 self._in_flight.discard(name)
+
+        if not asynchronous:
+            settle(lambda: dcp.save(sharded, storage_writer=writer, no_dist=dist is None))
+            if "error" in box:
+                raise box["error"]
             return PendingSave(step, None, box)
         group = self._async_group
         stager = default_stager()
         extra = {} if stager is None else {"async_stager": stager}
-        future: Any = dcp.async_save(state["sharded"], storage_writer=writer, process_group=group, no_dist=dist is None,
-                                     **extra)
+        try:
+            future: Any = dcp.async_save(sharded, storage_writer=writer, process_group=group,
+                                         no_dist=dist is None, **extra)
+        except BaseException:
+            self._in_flight.discard(name)
+            raise
 
         def finish() -> None:
-            try:
-                future.result()
-                if stager is not None:
-                    stager.close()
-                box["path"] = finish_save(self, step, tmp, rank_bytes, group, writer.fs.table)
-                box["seconds"] = time.perf_counter() - t0
-            except BaseException as exc:  # noqa: BLE001 - handed to wait() on the training thread
-                box["error"] = exc if isinstance(exc, CheckpointError) else CheckpointError(
-                    f"asynchronous save of step {step} failed: {exc!r}", path=tmp,
-                    fix="check the filesystem; older checkpoints are untouched")
-            finally:
-                self._in_flight.discard(name)
+            future.result()
+            if stager is not None:
+                stager.close()
 
-        thread = threading.Thread(target=finish, name=f"lossguard-save-{step}", daemon=True)
+        thread = threading.Thread(target=settle, args=(finish,), name=f"lossguard-save-{step}", daemon=True)
         thread.start()
         self._pending = PendingSave(step, thread, box)
         return self._pending
@@ -258,32 +279,22 @@ class ShardedCheckpointStore(CheckpointStore):
         if template is None or "sharded" not in template:
             raise CheckpointError("a sharded checkpoint loads into a template state dict",
                                   fix="call ShardedTrainState.restore(store), or pass template=state.state_dict()")
-        dist = active_dist()
         # An explicit step (a rollback's target) needs no listing of the directory: every rank checks
         # its share of that checkpoint below, and rank 0's listing only explains a failure.
         candidates = [int(step)] if step is not None else agreed_candidates(self, None)
         damaged = []
         for candidate in candidates:
-            problem = verify_share(self.path_of(candidate), candidate, rank=self.rank, world_size=self.world_size,
-                                   checksum=verify, rank_bytes=self._rank_bytes)
-            problems: list[str | None] = [None] * self.world_size
-            if dist:
-                dist.all_gather_object(problems, problem)
-            else:
-                problems = [problem]
-            problems = [p for p in problems if p]
-            if not problems:
-                try:
-                    return load_verified(self.path_of(candidate), candidate, template, rank=self.rank, verify=verify,
-                                         rank_bytes=self._rank_bytes)
-                except ChecksumMismatch as exc:  # every rank: DCP gathers the read errors of all ranks
-                    problems = [str(exc)]
-            elif step is not None:
+            try:  # every rank checks its share inside DCP's planning: all pass over damage together
+                return load_verified(self.path_of(candidate), candidate, template, rank=self.rank,
+                                     world_size=self.world_size, verify=verify)
+            except ChecksumMismatch as exc:
+                problem = str(exc)
+            if step is not None:
                 agreed_candidates(self, int(step))  # raises "not loadable" when rank 0 does not list it as valid
-            damaged.append(f"step {candidate}: {problems[0]}")
+            damaged.append(f"step {candidate}: {problem}")
             if step is None:
                 import warnings
 
-                warnings.warn(f"{self.path_of(candidate)}: {problems[0]}; trying an older checkpoint", stacklevel=2)
+                warnings.warn(f"{self.path_of(candidate)}: {problem}; trying an older checkpoint", stacklevel=2)
         raise CheckpointError("no sharded checkpoint verifies" + (f" ({'; '.join(damaged)})" if damaged else ""),
                               path=self.directory, fix="start from scratch or point to the right directory")

@@ -137,6 +137,13 @@ class CheckpointStore:
         The newest valid checkpoint is always kept; invalid ones are left for the user to inspect
         (``validate()`` reports them).
         """
+        # The rules keep every step of a set whenever they keep every step of a superset of it (a
+        # step among the newest k, past the horizon or the newest before it, stays so when steps
+        # are removed), so when they would keep every checkpoint *name* there is nothing to delete
+        # and no manifest to read: the common case, a save before the store holds keep_last ones.
+        named = sorted(int(m.group(1)) for m in map(_NAME.match, os.listdir(self.directory)) if m)
+        if set(named) <= self._keep(named):
+            return []
         steps = self.steps()
         deleted = []
         for step in sorted(set(steps) - self._keep(steps)):
