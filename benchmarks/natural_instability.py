@@ -3,7 +3,9 @@
 Model: lossguard's TinyGPT, 3 layers, width 64, 4 heads, 64-token context (~0.17M parameters),
 pre-LN, tied embeddings; AdamW (beta2 0.95, weight decay 0.1), linear warm-up over 10% of the run,
 cosine to 10% of the peak, gradient clipping at 1.0, batch 16 x 64 bytes of the demo corpus
-(``src/lossguard/demo/corpus.txt``; the last 10% held out).
+(``src/lossguard/demo/corpus.txt``; the last 10% held out). ``--preset harsh`` and ``--preset
+outside`` change the shape (see :data:`PRESETS`); ``outside`` (held out: never tuned on) also the text
+(``--corpus pydoc``: the Python reference topics, built at run time, see ``natural_corpora.py``).
 
 Configurations, each at every LR and seed:
 
@@ -34,20 +36,28 @@ from typing import Any
 
 import torch
 
-from lossguard.demo.corpus import CorpusBatches, load_corpus
+from lossguard.demo.corpus import CorpusBatches
 from lossguard.demo.model import GPTConfig, TinyGPT
+
+sys.path.insert(0, str(Path(__file__).parent))
+from natural_corpora import CORPORA, fingerprint, load  # noqa: E402
 
 OUT = Path(__file__).parent / "results"
 ROWS = OUT / "natural_instability.jsonl"
 LOGS = OUT / "natural_logs"
 LRS = (3e-3, 1e-2, 3e-2, 1e-1)
 CONFIGS = ("clip", "guard", "treat", "tech")
+DEMO = {"corpus": "demo", "batch_size": 16, "seq_len": 64}
 PRESETS: dict[str, dict[str, Any]] = {
     # the first configuration: milder than issue 20's model (clip-only LR sensitivity 0.164)
-    "mild": {"n_layer": 3, "n_embd": 64, "n_head": 4, "weight_decay": 0.1, "steps": 800, "lrs": LRS},
+    "mild": {"n_layer": 3, "n_embd": 64, "n_head": 4, "weight_decay": 0.1, "steps": 800, "lrs": LRS, **DEMO},
     # harsher: 4 layers, width 128, 2 heads of 64 (a wider head grows its logits faster), no weight
     # decay (decoupled decay at LR 0.1 shrinks q and k by 1% a step, which itself holds the logits)
-    "harsh": {"n_layer": 4, "n_embd": 128, "n_head": 2, "weight_decay": 0.0, "steps": 600, "lrs": LRS},
+    "harsh": {"n_layer": 4, "n_embd": 128, "n_head": 2, "weight_decay": 0.0, "steps": 600, "lrs": LRS, **DEMO},
+    # held out, never tuned on: shaped like issue 20's outside model (4 layers, width 96, 1,200 steps)
+    # and unlike ours: 3 heads of 32, batch 8 x 128 bytes, the Python reference topics as text
+    "outside": {"n_layer": 4, "n_embd": 96, "n_head": 3, "weight_decay": 0.1, "steps": 1200, "lrs": LRS,
+                "corpus": "pydoc", "batch_size": 8, "seq_len": 128},
 }
 """Model and optimizer settings per ``--preset`` (rows and logs of a preset other than ``mild`` go to
 ``natural_instability_<preset>.jsonl`` and ``natural_logs_<preset>/``)."""
@@ -62,10 +72,10 @@ def lr_at(step: int, steps: int, peak: float) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def build(config: str, seed: int, n_layer: int, n_embd: int, n_head: int = 4):
+def build(config: str, seed: int, n_layer: int, n_embd: int, n_head: int = 4, block_size: int = 64):
     torch.manual_seed(seed)
     tech = config == "tech"
-    cfg = GPTConfig(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=64,
+    cfg = GPTConfig(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block_size,
                     qk_layernorm=tech, z_loss=1e-4 if tech else 0.0)
     return TinyGPT(cfg)
 
@@ -79,16 +89,18 @@ def held_out(model, val) -> float:
 
 
 def run(config: str, lr: float, seed: int, *, steps: int, n_layer: int, n_embd: int, n_head: int = 4,
-        weight_decay: float = 0.1, logs: Path = LOGS, treat: dict | None = None) -> dict:
+        weight_decay: float = 0.1, logs: Path = LOGS, treat: dict | None = None, corpus: str = "demo",
+        batch_size: int = 16, seq_len: int = 64) -> dict:
     """One training run; returns its result row."""
     from lossguard.guard import GuardConfig, StabilityGuard, TrainingHalted
     from lossguard.guard.precursors import PrecursorMonitor
     from lossguard.guard.treatment import PrecursorTreatment, TreatmentConfig
 
     torch.set_num_threads(1)
-    data = CorpusBatches(load_corpus(), batch_size=16, seq_len=64, seed=1000 + seed)
+    text = load(corpus)
+    data = CorpusBatches(text, batch_size=batch_size, seq_len=seq_len, seed=1000 + seed)
     val = data.val_batches(8)
-    model = build(config, seed, n_layer, n_embd, n_head)
+    model = build(config, seed, n_layer, n_embd, n_head, block_size=seq_len)
     l0 = held_out(model, val)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_at(s, steps, lr) / lr)
@@ -153,7 +165,8 @@ def run(config: str, lr: float, seed: int, *, steps: int, n_layer: int, n_embd: 
     attn = [json.loads(line).get("attn_logit_max") for line in log_path.read_text().splitlines()]
     attn = [a for a in attn if isinstance(a, (int, float))]
     return {"config": config, "lr": lr, "seed": seed, "steps": steps, "n_layer": n_layer, "n_embd": n_embd,
-            "n_head": n_head, "weight_decay": weight_decay,
+            "n_head": n_head, "weight_decay": weight_decay, "corpus": corpus, "corpus_id": fingerprint(text),
+            "batch_size": batch_size, "seq_len": seq_len,
             "params": model.num_params(), "l0": l0, "final_val": final, "wall_s": round(wall, 2),
             "attn_max": max(attn) if attn else None, "attn_at_200": attn[200] if len(attn) > 200 else None,
             "actions": [{k: e[k] for k in ("step", "event") if k in e} for e in events],
@@ -208,6 +221,9 @@ def main(argv=None) -> int:
     ap.add_argument("--n-embd", type=int, default=None)
     ap.add_argument("--n-head", type=int, default=None)
     ap.add_argument("--weight-decay", type=float, default=None)
+    ap.add_argument("--corpus", choices=sorted(CORPORA), default=None, help="text (natural_corpora.py)")
+    ap.add_argument("--batch-size", type=int, default=None)
+    ap.add_argument("--seq-len", type=int, default=None)
     ap.add_argument("--summary", action="store_true", help="print the table of the saved rows and exit")
     ap.add_argument("--rows", default=None, help="rows file (default: per preset)")
     ap.add_argument("--treat", default="", help="TreatmentConfig fields for 'treat', e.g. growth_factor=None "
@@ -219,7 +235,7 @@ def main(argv=None) -> int:
     logs = OUT / f"natural_logs{suffix}"
     lrs = [float(x) for x in a.lrs.split(",")] if a.lrs else list(pre["lrs"])
     shape = {k: pre[k] if getattr(a, k) is None else getattr(a, k)
-             for k in ("steps", "n_layer", "n_embd", "n_head", "weight_decay")}
+             for k in ("steps", "n_layer", "n_embd", "n_head", "weight_decay", "corpus", "batch_size", "seq_len")}
     if a.summary:
         rows = [json.loads(x) for x in rows_path.read_text().splitlines() if x.strip()]
         print(summary(rows))

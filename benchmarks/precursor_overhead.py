@@ -10,7 +10,12 @@ shared machine falls on all of them alike:
   one host read of its packed tensor per step;
 * ``stats_every_step``: as ``stats`` with the diagnostics (output logits, Adam's ratio) measured on
   every step instead of every 4th (``diagnostic_every=1``);
-* ``stats_no_update``: without the update ratio (which keeps one copy of the parameters).
+* ``stats_no_update``: without the update ratio (which keeps one copy of the parameters);
+* ``stats_treat``: as ``stats`` plus what the guard does on the host with the values each step
+  when the opt-in :class:`PrecursorTreatment` is on: :meth:`PrecursorMonitor.decode` (the log's
+  metrics) and the treatment's decision (per-head maxima, the logit-growth window, the QK-clip
+  test). Nothing here grows, so it never acts: this is the cost of watching, which is every step;
+  an action (a clip, an LR cut, a rollback) is a rare event of its own.
 
 Blocks run in a shuffled order each round. Time is the thread's CPU time (``time.thread_time``:
 the time the other agents of a shared machine hold the core is not counted); wall time is printed
@@ -22,11 +27,12 @@ step times is noisy by about 1% of a step, the time inside the calls is not.
 What this cannot show without a GPU: that the path makes no host sync there. By design every
 statistic is a device tensor and the guard reads them in its one deferred transfer per step.
 
-    nice -n 10 python benchmarks/precursor_overhead.py --blocks 60 --steps 5
+    nice -n 10 python benchmarks/precursor_overhead.py --blocks 60 --steps 5 [--shape outside]
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import statistics
 import time
@@ -34,19 +40,28 @@ import time
 import torch
 
 from lossguard.guard.precursors import PrecursorMonitor
+from lossguard.guard.treatment import PrecursorTreatment
 from lossguard.demo.model import GPTConfig, TinyGPT
 
 
-def make(kind: str):
+SHAPES = {"mild": {"n_layer": 3, "n_head": 4, "n_embd": 64, "batch": 16, "seq": 64},
+          "outside": {"n_layer": 4, "n_head": 3, "n_embd": 96, "batch": 8, "seq": 128}}
+"""``--shape``: the model and batch of ``natural_instability.py``'s ``mild`` (default) or ``outside`` preset."""
+
+
+def make(kind: str, shape: dict):
     torch.manual_seed(0)
-    model = TinyGPT(GPTConfig(n_layer=3, n_head=4, n_embd=64, block_size=64))
+    model = TinyGPT(GPTConfig(n_layer=shape["n_layer"], n_head=shape["n_head"], n_embd=shape["n_embd"],
+                              block_size=shape["seq"]))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95))
     mon = None if kind == "plain" else PrecursorMonitor(
         model, opt, update_ratio=kind != "stats_no_update", diagnostic_every=1 if kind == "stats_every_step" else 4)
-    return model, opt, mon
+    # the treatment with its own step count (steps must rise across blocks, as in a run)
+    treat = (PrecursorTreatment(), itertools.count()) if kind == "stats_treat" else None
+    return model, opt, mon, treat
 
 
-def block(model, opt, mon, batches) -> tuple[float, float, float]:
+def block(model, opt, mon, treat, batches) -> tuple[float, float, float]:
     """(thread CPU seconds, wall seconds, CPU seconds inside the monitor's step calls) per step."""
     c0, t0, inside = time.thread_time(), time.perf_counter(), 0.0
     for x, y in batches:
@@ -61,7 +76,11 @@ def block(model, opt, mon, batches) -> tuple[float, float, float]:
         if mon is not None:
             c = time.thread_time()
             mon.after_step()
-            mon.packed().tolist()  # the one host read per step
+            values = mon.packed().tolist()  # the one host read per step
+            if treat is not None:  # the guard's host side: the log's metrics, the treatment's decision
+                mon.decode(values)
+                if treat[0].respond(next(treat[1]), mon, values):
+                    raise RuntimeError("the treatment acted on the overhead benchmark's model")
             inside += time.thread_time() - c
         opt.zero_grad(set_to_none=True)
     n = len(batches)
@@ -72,12 +91,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--blocks", type=int, default=60)
     ap.add_argument("--steps", type=int, default=5, help="steps per block")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="mild")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
-    batches = [(torch.randint(0, 256, (16, 64), generator=g),) * 2 for _ in range(a.steps)]
-    kinds = ("plain", "stats", "stats_every_step", "stats_no_update")
-    runs = {k: make(k) for k in kinds}
+    shape = SHAPES[a.shape]
+    batches = [(torch.randint(0, 256, (shape["batch"], shape["seq"]), generator=g),) * 2 for _ in range(a.steps)]
+    kinds = ("plain", "stats", "stats_every_step", "stats_no_update", "stats_treat")
+    runs = {k: make(k, shape) for k in kinds}
     for k in kinds:
         block(*runs[k], batches[:3])  # warm-up
     cpu: dict[str, list[float]] = {k: [] for k in kinds}
