@@ -6,7 +6,9 @@ exit 0. Jobs:
 
 - ``minimal``: ``benchmarks/exit_crash_job.py`` (init_distributed + ResumableSampler, no
   ``destroy_process_group`` of its own: the shape of the job that aborted outside);
-- ``fsdp``: the FSDP2 job of ``tests/test_restart_torchrun.py`` (36 steps, async saves every 4).
+- ``fsdp``: the FSDP2 job of ``tests/test_restart_torchrun.py`` (36 steps, async saves every 4);
+- ``guarded``: the guarded FSDP2 job of ``tests/test_rollback_crash_torchrun.py`` (60 steps, a
+  bad-data pocket rolled back, no kill).
 
 ``--src`` picks the lossguard source tree (e.g. an export of an older commit, to count before a
 fix). The stdout and stderr of every job that aborted or exited non-zero are kept, one file per
@@ -32,13 +34,15 @@ def job_cmd(job: str, tmp: Path) -> list[str]:
     run = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     if job == "minimal":
         return run + [str(HERE / "exit_crash_job.py")]
+    if job == "guarded":  # the rollback job of tests/test_rollback_crash_torchrun.py, without a kill
+        return run + ["-m", "evals.fsdp_guarded_loop", "--ckpt-dir", str(tmp / "ck"), "--out", str(tmp / "res")]
     return run + ["-m", "evals.fsdp_train_loop", "--steps", "36", "--save-every", "4", "--async-saves",
                   "--layers", "1", "--ckpt-dir", str(tmp / "ck"), "--jsonl", str(tmp / "run.jsonl")]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--job", choices=("minimal", "fsdp"), default="minimal")
+    ap.add_argument("--job", choices=("minimal", "fsdp", "guarded"), default="minimal")
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--src", default=str(HERE.parent / "src"), help="lossguard source tree to put on PYTHONPATH")
     ap.add_argument("--keep", default=None, help="directory for the output of failing jobs (default: a new temp dir)")
