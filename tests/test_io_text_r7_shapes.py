@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
+
 from lossguard.io import read_log
 
 
@@ -120,3 +122,41 @@ def test_the_upper_header_row_tells_the_training_loss_from_the_evaluation_one(tm
     steps, values = read_log(_write(tmp_path, "\n".join(lines) + "\n")).live("loss")
     assert steps[0] == 100 and steps[-1] == 2000
     assert math.isclose(values[0], 2.9) and math.isclose(values[-1], 1.0)
+
+
+# --- wrong loss: a step's own loss over the named parts printed on sub-lines before it ------------------
+
+def _detector_log(steps: int, nan_at: int | None = None) -> str:
+    """Per step: two head lines, each with a named ``total_loss`` (that head's part), then the step
+    line ``N: X, Y avg loss, R rate, T seconds`` with the step's loss unnamed and its running mean."""
+    out, avg = ["config: heads = 2, batch = 32"], None
+    for s in range(1, steps + 1):
+        loss = 40.0 / (1 + s / 10) + (s % 3) * 0.5
+        if nan_at is not None and s >= nan_at:
+            loss = float("nan")
+        avg = loss if avg is None else 0.9 * avg + 0.1 * loss
+        for head, share in (("A", 0.7), ("B", 0.3)):
+            out.append(f"head {head} (scale 0.50): objects: {s % 7 + 1}, box_loss = {loss * share / 2:.6f}, "
+                       f"total_loss = {loss * share:.6f}")
+        out.append(f" {s}: {loss:.6f}, {avg:.6f} avg loss, 0.001000 rate, 1.25 seconds, {32 * s} images")
+    return "\n".join(out) + "\n"
+
+
+def test_the_step_line_loss_beats_a_part_named_total_loss_on_lines_printed_several_times_a_step(tmp_path):
+    """The named ``total_loss`` of each head (two lines a step) is a part; the step line's first value,
+    followed by its running mean ``avg loss``, is the step's loss, numbered by the step line's ``N:``."""
+    log = read_log(_write(tmp_path, _detector_log(300)))
+    steps, values = log.live("loss")
+    assert steps[0] == 1 and steps[-1] == 300 and len(steps) == 300
+    assert math.isclose(values[1], 40.0 / 1.2 + 1.0, rel_tol=1e-5)
+    log = read_log(_write(tmp_path, _detector_log(300, nan_at=250), "nan.log"))
+    steps, values = log.live("loss")
+    assert steps[~np.isfinite(values)][0] == 250
+
+
+def test_a_value_followed_by_its_loss_name_is_labelled_by_it(tmp_path):
+    """``iter N: X mean loss, L lr``: the name after the number labels it (the counter's name may follow
+    its number too: ``100 batches``)."""
+    lines = [f"iter {s}: {5.0 - s / 100:.4f} mean loss, {0.1:.4f} lr" for s in range(1, 60)]
+    steps, values = read_log(_write(tmp_path, "\n".join(lines) + "\n")).live("loss")
+    assert steps[0] == 1 and steps[-1] == 59 and math.isclose(values[0], 4.99)

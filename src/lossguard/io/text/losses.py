@@ -2,6 +2,8 @@
 first, and the perplexity labels (training before evaluation) when no loss is printed."""
 from __future__ import annotations
 
+import numpy as np
+
 from .names import fold, is_ppl, loss_rank
 from .records import Table
 
@@ -25,14 +27,18 @@ def loss_candidates(tables: list[Table], *, min_rows: int = 1) -> list[tuple[int
 def counted_first(tables: list[Table], ranked: list[str]) -> list[str]:
     """The loss labels printed beside a counter first, when one is on at least half as many lines as the
     best-ranked label: a ``(Loss: 101.5)`` in a warning glued after a bar does not beat the bar's own
-    ``Batch Loss`` (the loss is chosen among the tables that carry a counter)."""
+    ``Batch Loss`` (the loss is chosen among the tables that carry a counter). Lines of one template
+    printed back to back count once: they are parts of one step (darknet prints a ``total_loss`` per
+    yolo layer, three lines, before its iteration line ``N: X, Y avg loss``)."""
     counted: dict[str, int] = {}
     rows: dict[str, int] = {}
     for t in tables:
         has_counter = any(k is not None for k in t.kinds[t.inherited:])  # its own, not a header's
+        places = np.frombuffer(t.order, dtype=np.int64)
+        blocks = 1 + int(np.sum(np.diff(places) > 1)) if len(places) else 0
         for lab, kind in zip(t.labels, t.kinds, strict=True):
             if kind is None:
-                rows[fold(lab)] = rows.get(fold(lab), 0) + t.rows
+                rows[fold(lab)] = rows.get(fold(lab), 0) + blocks
                 if has_counter:
                     counted[fold(lab)] = counted.get(fold(lab), 0) + t.rows
     need = rows.get(fold(ranked[0]), 0) / 2
