@@ -125,9 +125,9 @@ def build(scan: Scan, choice: Choice) -> Points:
         offset += n
         keep = np.ones(n, dtype=bool)
         names = [fold(lab) for lab in t.labels]
-        if "rank" in names:
-            r = t.column(names.index("rank"))
-            keep &= r == np.nanmin(r)
+        rank = _process_rank(t, names)
+        if rank is not None:
+            keep &= rank == np.nanmin(rank)
         keep &= steps >= 0
         bar = used[-1] if used and used[-1] in t.totals and t.labels[used[-1]] == "" else None
         if bar is not None and fold(choice.loss) in names:
@@ -149,7 +149,7 @@ def build(scan: Scan, choice: Choice) -> Points:
         # every row kept: views, no copies of million-row columns
         rows: np.ndarray | slice = slice(None) if keep.all() else keep
         for j, (lab, kind) in enumerate(zip(t.labels, t.kinds, strict=True)):
-            if j in used or not lab or fold(lab) == "rank":
+            if j in used or not lab or fold(lab) == "rank" and rank is not None:
                 continue
             if kind is not None and kind is not StepKind.EPOCH:
                 continue
@@ -198,6 +198,16 @@ def build(scan: Scan, choice: Choice) -> Points:
     points.metrics.update(added)
     points.events += events
     return points
+
+
+def _process_rank(table: Table, names: list[str]) -> np.ndarray | None:
+    """The ``rank`` column when it numbers processes (whole numbers); a fractional ``rank`` is a
+    metric (a retrieval model's mean rank of the answer, ParlAI's ``'rank': 14.53``), not a rank."""
+    if "rank" not in names:
+        return None
+    r = table.column(names.index("rank"))
+    finite = r[np.isfinite(r)]
+    return r if len(finite) and np.all(finite == np.round(finite)) else None
 
 
 RETRACE = 3

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .names import StepKind, fold, is_ppl, loss_rank
+from .losses import counted_first, loss_candidates, ppl_labels
+from .names import StepKind, fold
 from .summary import summary_tables
 from .guess import MIN_GUESS_ROWS, guessed_value, integral_increasing, only_value, strided_counter
 from .records import Table
@@ -59,22 +60,6 @@ class Choice:
     """The step counter's units per step (``--step-key KEY/N``: samples per step, :mod:`.units`)."""
 
 
-def loss_candidates(tables: list[Table], *, min_rows: int = 1) -> list[tuple[int, int, str]]:
-    """(rank, -rows, label) of every loss-like label printed on at least ``min_rows`` lines, best first
-    (rows of every template that prints the label count: one series in several line shapes)."""
-    rows: dict[str, int] = {}
-    label_of: dict[str, str] = {}
-    rank_of: dict[str, int] = {}  # the rank of label_of's label
-    for t in tables:
-        for lab, kind in zip(t.labels, t.kinds, strict=True):
-            rank = loss_rank(lab) if kind is None else None
-            if rank is not None:
-                rows[fold(lab)] = rows.get(fold(lab), 0) + t.rows
-                label_of.setdefault(fold(lab), lab)
-                rank_of.setdefault(fold(lab), rank)
-    return sorted((rank_of[k], -n, label_of[k]) for k, n in rows.items() if n >= min_rows)
-
-
 def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | None = None) -> Choice | None:
     """The loss and step of the tables, or None when no table holds a loss (or ``loss_key``)."""
     ppl = guessed = False
@@ -85,7 +70,7 @@ def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | 
         # a template that repeats with a counter: frequency outweighs a label match.
         others = [c[2] for c in loss_candidates(tables, min_rows=MIN_GUESS_ROWS)]
     if loss_key is None and len(others) > 1:
-        others = _counted_first(tables, others)
+        others = counted_first(tables, others)
     if loss_key is not None:
         loss = _match(tables, loss_key)
         if loss is None:
@@ -93,7 +78,7 @@ def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | 
     elif others:
         loss = others[0]
     else:
-        ppls = sorted({lab for t in tables for lab in t.labels if is_ppl(lab)})
+        ppls = ppl_labels(tables)
         if ppls:
             loss, ppl = ppls[0], True
         else:
@@ -150,24 +135,6 @@ def choose(tables: list[Table], *, loss_key: str | None = None, step_key: str | 
     return choice
 
 
-def _counted_first(tables: list[Table], ranked: list[str]) -> list[str]:
-    """The loss labels printed beside a counter first, when one is on at least half as many lines as the
-    best-ranked label: a ``(Loss: 101.5)`` in a warning glued after a bar does not beat the bar's own
-    ``Batch Loss`` (the module docstring: the loss is chosen among the tables that carry a counter)."""
-    counted: dict[str, int] = {}
-    rows: dict[str, int] = {}
-    for t in tables:
-        has_counter = any(k is not None for k in t.kinds[t.inherited:])  # its own, not a header's
-        for lab, kind in zip(t.labels, t.kinds, strict=True):
-            if kind is None:
-                rows[fold(lab)] = rows.get(fold(lab), 0) + t.rows
-                if has_counter:
-                    counted[fold(lab)] = counted.get(fold(lab), 0) + t.rows
-    need = rows.get(fold(ranked[0]), 0) / 2
-    first = [lab for lab in ranked if counted.get(fold(lab), 0) >= max(1, need)]
-    return first + [lab for lab in ranked if lab not in first] if first else ranked
-
-
 def _match(tables: list[Table], key: str) -> str | None:
     want = fold(key)
     for t in tables:
@@ -214,10 +181,15 @@ def _step(tables: list[Table], step_key: str | None) -> tuple[StepRule, tuple[st
     if best:
         # A step printed on several loss lines (litgpt: two iterations per optimizer step) loses
         # points; an iteration counter that is new on every line keeps them all.
+        # Of two counters of one kind, the one that never goes back: ParlAI's per-report 'updates'
+        # (17, 19, 18, ...) beside its running 'total_train_updates'.
+        best.sort(key=lambda lab: (good[lab], _restarts(cols[lab][1]) > 0))
         unique = [lab for lab in best if _unique(cols[lab][1])]
         return StepRule.LABEL, (labels[(unique or best)[0]],), seen
     epochs = [lab for lab, (k, _) in cols.items() if k is StepKind.EPOCH and _whole(cols[lab][1])]
-    batches = [lab for lab, (k, _) in cols.items() if k is StepKind.BATCH and _whole(cols[lab][1])]
+    # An "Iter b/N" that starts again each epoch counts the batches of an epoch, whatever its name.
+    batches = [lab for lab, (k, _) in cols.items() if _whole(cols[lab][1]) and (
+        k is StepKind.BATCH or k is StepKind.ITERATION and lab not in good and _has_total(tables, lab))]
     if epochs and batches:
         if _at_total(tables, batches[0]):  # Keras' epoch-end "100/100 [====] - loss: ...": one row per epoch
             return StepRule.LABEL, (labels[epochs[0]],), seen

@@ -36,6 +36,19 @@ def header_of(text: str, names: tuple[str, ...]) -> Header | None:
     return Header(names=names, spans=tuple(spans))
 
 
+def two_row_names(top: str, top_names: tuple[str, ...], text: str, names: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The column names of a header printed on two rows (Vowpal Wabbit's ``example`` over ``counter``):
+    each column named by its two words, when both rows have as many names and each pair overlaps on
+    the line (a fixed-width table); None otherwise."""
+    upper, lower = header_of(top, top_names), header_of(text, names)
+    if upper is None or lower is None or len(top_names) != len(names):
+        return None
+    for (a, b), (c, d) in zip(upper.spans, lower.spans, strict=True):
+        if min(b, d) <= max(a, c):
+            return None
+    return tuple(f"{x} {y}" for x, y in zip(top_names, names, strict=True))
+
+
 def cell_columns(tpl: Template, pieces: list[str], header: Header) -> dict[int, int] | None:
     """Cell index -> header column for a row of ``tpl`` (``pieces``: its text/number split), or None
     when two cells would share a column or go out of order (not a row of this table)."""

@@ -20,7 +20,7 @@ class StepKind(enum.IntEnum):
     ITERATION = 2
     """``iteration``, ``iter``, ``it``: one per optimizer step in every trainer that prints it."""
     BATCH = 3
-    """``batch`` or an unlabelled ``N/M`` / leading ``N:`` counter: a step, or a batch of an epoch."""
+    """``batch``, ``counter`` or an unlabelled ``N/M`` / leading ``N:`` counter: a step, or a batch of an epoch."""
     EPOCH = 4
     """``epoch`` (PaddlePaddle fluid: ``Pass``): with a per-epoch batch counter it gives ``epoch x batches + batch``."""
 
@@ -28,12 +28,13 @@ class StepKind(enum.IntEnum):
 _FAMILIES = {
     StepKind.GLOBAL_STEP: ("step", "steps", "global_step", "global step", "globalstep", "train/global_step",
                            "trainer/global_step", "train step", "training step", "train_step", "optimizer step",
-                           "opt step", "num_updates", "updates", "update", "up", "upd", "current_steps", "global_steps",
+                           "opt step", "num_updates", "nupdates", "n_updates",
+                           "updates", "update", "up", "upd", "current_steps", "global_steps",
                            "consumed_steps", "total_steps_done",
                            # reinforcement learning counts environment steps (SB3 and baselines log against them)
                            "total_timesteps", "num_timesteps", "timesteps", "timesteps_total"),
     StepKind.ITERATION: ("iteration", "iter", "it", "iters", "iterations", "itr", "train iter", "iteration_num"),
-    StepKind.BATCH: ("", "batch", "batches", "batch_idx", "minibatch", "mini-batch", "batch_id"),
+    StepKind.BATCH: ("", "counter", "batch", "batches", "batch_idx", "minibatch", "mini-batch", "batch_id"),
     StepKind.EPOCH: ("epoch", "ep", "epochs", "train epoch", "training epoch", "epoch_num", "pass"),
 }
 _KIND_OF = {name: kind for kind, names in _FAMILIES.items() for name in names}
@@ -62,9 +63,14 @@ def step_kind(label: str) -> StepKind | None:
     words = low.split()
     if kind is None and (len(words) == 2 or 2 < len(words) <= 4 and words[-2] in _LEADS):
         kind = _KIND_OF.get(words[-1])  # "completed step", "Train Epoch", "Metrics values at step"
+    parts = low.split("_")
+    if kind is None and 2 < len(parts) <= 4 and parts[0] in _TOTALS and all(p in _LEADS for p in parts[1:-1]):
+        kind = _KIND_OF.get(parts[-1])  # "total_train_updates", "num_train_steps": a running count
+        kind = kind if kind is not None and kind <= StepKind.ITERATION else None
     return kind
 
 
+_TOTALS = frozenset({"total", "num", "n"})
 _LEADS = frozenset({"at", "for", "of", "in", "after", "completed", "current", "global", "train", "training"})
 
 

@@ -16,7 +16,7 @@ from typing import Iterable
 
 from .crash import Crash, crash_step
 from .boxes import Boxes
-from .columns import Header, cell_columns, header_of
+from .columns import Header, cell_columns, header_of, two_row_names
 from .join import Joiner, vector_means
 from .lines import iter_decoded  # noqa: F401 - re-exported: the sniffer and watch read through it
 from .names import StepKind, is_ppl, loss_rank, step_kind
@@ -105,6 +105,7 @@ class Scanner:
         self._names: tuple[str, ...] | None = None  # the last table header (column names) seen
         self._spans: Header | None = None  # where its names are printed (fixed-width tables)
         self._named: dict[tuple, Template] = {}
+        self._above: tuple[str, tuple[str, ...]] | None = None  # the line before, when a row of names
         self._rank: int | None = None  # the lowest rank a "[rankN]:" prefix named so far
         self._last: Table | None = None  # the table of the last row read
         self._header_at = 0  # the place (``numeric_lines``) of the header in force
@@ -154,10 +155,9 @@ class Scanner:
                 self.scan.vectors += vectors
                 raw = None
         pieces = SPLIT.split(text)
+        above, self._above = self._above, None
         if len(pieces) < 3:
-            if _TABLE_HEADER.match(text):
-                self._table_header(text)
-            return
+            return self._table_header(text, above) if _TABLE_HEADER.match(text) else None
         skeletons = self._skeletons
         skeleton = "\0".join(pieces[0::2])
         tpl = skeletons.get(skeleton)
@@ -182,11 +182,15 @@ class Scanner:
         if table is not None and table.raw is None and raw is not None:
             table.raw = raw
 
-    def _table_header(self, text: str) -> None:
-        """Remember a line of column names when one names a counter or a loss (not any short prose)."""
+    def _table_header(self, text: str, above: tuple[str, tuple[str, ...]] | None) -> None:
+        """Remember a line of column names when one names a counter or a loss (not any short prose);
+        a header printed on two rows (``average`` over ``loss``) names each column by both words."""
         names = tuple(w for w in _HEADER_SPLIT.split(text.strip(" \t,|")) if w)
+        self._above, spans = (text, names), header_of(text, names)
+        if above is not None and spans is not None and (two := two_row_names(*above, text, names)) is not None:
+            names, spans = two, Header(names=two, spans=spans.spans)
         if any(step_kind(w) is not None or loss_rank(w) is not None or is_ppl(w) for w in names):
-            self._names, self._spans = names, header_of(text, names)
+            self._names, self._spans = names, spans
 
     def _name_columns(self, tpl: Template, names: tuple[str, ...], pieces: list[str]) -> Template:
         """A line of numbers under a table header (``names``): read by the header, cell by cell when it

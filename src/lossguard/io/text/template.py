@@ -43,6 +43,9 @@ the first value is read under the outer label, the others as ``outer inner``."""
 _COUNTED = re.compile(r"^\s+(batches|epochs|steps|iterations|iters|updates)(?=$|[\s,;:|.])", re.I)
 """A whole number followed by what it counts (``100 batches``, ``3 epochs``): on a loss line, a counter
 named after the number instead of before it."""
+_LOSS_AFTER = re.compile(r"^\s+((?:avg|average|mean|running)\s+loss|loss)(?=\s*(?:$|[,;|]))", re.I)
+"""A value followed by its loss name (darknet's ``N: 2.41, 2.36 avg loss, 0.001 rate``): a label after
+the number, as a counter may be (``100 batches``)."""
 MAX_LABEL_WORDS = 4
 """Longer labels are prose: only their last words are kept (``... and the loss`` -> ``and the loss``)."""
 
@@ -223,6 +226,11 @@ def parse(pieces: list[str]) -> Template:
         if counted is not None:  # "0 completed epochs, 100 batches Average loss: nan"
             label, counter = counted.group(1), True
             after_counts.append(len(kept))
+        elif not label and not units[i] and (named := _LOSS_AFTER.match(rest[i + 1])) is not None:
+            label = " ".join(named.group(1).split())
+        elif (not label and not units[i] and i + 2 <= n and rest[i + 1].strip() in (",", "")
+              and (named := _LOSS_AFTER.match(rest[i + 2])) is not None and " " in named.group(1).strip()):
+            label = named.group(1).split()[-1]  # "2.41, 2.36 avg loss": the value its running mean follows
         elif counter:
             skip.add(i + 1)
         elif (i == 0 and not label and rest[0].strip() in ("", "[", "(") and rest[1][:1] in (":", "]", ")")
