@@ -7,21 +7,25 @@ after it, and one norm per part of the flat buffer. Everything stays on the devi
 Where the time goes (CPU, one thread, measured inside real steps of the natural-instability
 benchmark's model, ``benchmarks/update_ratio_cost.py``): the cost is memory traffic, not dispatch.
 Copying all 168k weights took 0.19 ms before the step and the subtraction plus norm 0.21 ms after it
-(1.5% of a 26 ms step) -- ten times their cost on the same tensors measured hot in a loop: forward
+(1.5% of a 26 ms step) -- six times their cost on the same tensors timed hot in a loop: forward
 and backward evict both the weights and the copy from the cache. Fusing did not help: ``torch.cat``
 into the buffer before plus ``torch.dist`` against a second buffer after, or one ``torch.dist`` per
-tensor (no write-back), were both slower (1.6% and 1.8%). Only touching fewer bytes helps.
+tensor (no write-back), were both slower (1.6% and 1.8%, a throwaway script in the same loop).
+Only touching fewer bytes helps.
 
 So large tensors are SAMPLED BY ROWS: a contiguous tensor of at least :data:`SAMPLE_MIN_NUMEL`
 elements whose first dimension divides by ``sample_every`` (k, default 8) is watched on its rows
 0, k, 2k, ... only (whole rows: the skipped rows are never loaded), and its sums of squares count k
 times. Smaller or other tensors are kept whole. On the benchmark's model 90% of the weights are
-sampled and the ratio's cost fell from 1.5% to 0.6% of a step (0.45% on the ``outside`` shape).
-The estimate's error, measured against the exact ratio over training runs with an LR jump
-(``benchmarks/update_ratio_cost.py``), is reported in benchmarks/RESULTS.md; it is a few percent,
-while the ratio's users (the update-size test) look for a jump of 5x. What it cannot see: an update
-confined to the skipped rows of sampled tensors (one embedding row, say) -- a jump of the whole
-step, the kind an LR jump or a bad batch makes, moves every row. ``sample_every=1`` is exact.
+sampled (16.8k kept whole, 18.9k rows of 151k) and the ratio's cost fell from 1.9% to 1.3% of a
+step (0.53 -> 0.35 ms), on the ``outside`` shape from 1.8% to 0.7% (0.94 -> 0.34 ms) -- shared 2-core
+machine, ``benchmarks/update_ratio_cost.py``. What remains is mostly per-op overhead of the
+subtraction's 21 tensors and the few scalar ops (in a cold cache ~10 us each), not bytes. The
+estimate's error against the exact ratio on the same steps: median 0.8% / 0.7%, largest 2.7% /
+3.2% (mild / outside); a 10x LR step read 9.8x vs 9.4x and 7.3x vs 7.3x its 32-step median. The
+ratio's users (the update-size test) look for 5x. What it cannot see: an update confined to the
+skipped rows of sampled tensors (one embedding row, say) -- a jump of the whole step, the kind an LR jump
+or a bad batch makes, moves every row. ``sample_every=1`` is exact.
 """
 from __future__ import annotations
 
