@@ -57,7 +57,7 @@ class PrecursorMonitor:
         output: the output projection to watch (default: a module named ``lm_head`` / ``output``);
             False: none.
         update_ratio: measure ``||dtheta||/||theta||``. Keeps one flat copy of the parameters
-            (memory of one model) to subtract from (:class:`~lossguard.guard.update_ratio.UpdateRatio`).
+            (large tensors: every 8th row only) to subtract from (:class:`~lossguard.guard.update_ratio.UpdateRatio`).
         every: hook-based attention kinds recompute logits every ``every`` forwards (see
             :class:`~lossguard.guard.attention_probe.AttentionProbe`).
         diagnostic_every: the output-logit statistics and Adam's ratio are measured on every
