@@ -58,10 +58,10 @@ class Checksum:
 
     def __init__(self) -> None:
         self.value = 0
-        self._crc32 = crc32_function()
+        self._extend = self.extender()
 
     def update(self, data) -> None:
-        self.value = self._crc32(data, self.value)
+        self.value = self._extend(data, self.value)
 
     def hexdigest(self) -> str:
         return f"{self.value:08x}"
@@ -82,14 +82,6 @@ class Crc32c(Checksum):
 
     NAME = "crc32c"
 
-    def update(self, data) -> None:
-        import google_crc32c
-        import numpy as np
-
-        # The C extension takes bytes or an ndarray, not a memoryview: view the buffer, never copy it.
-        self.value = google_crc32c.extend(self.value, data if isinstance(data, bytes)
-                                          else np.frombuffer(data, dtype=np.uint8))
-
     @classmethod
     def extender(cls) -> Callable[[Any, int], int]:
         """See :meth:`Checksum.extender` (here through ``google-crc32c``, buffers viewed, not copied)."""
@@ -97,6 +89,7 @@ class Crc32c(Checksum):
         import numpy as np
 
         def extend(data: Any, value: int) -> int:
+            # The C extension takes bytes or an ndarray, not a memoryview: view the buffer, never copy it.
             return google_crc32c.extend(value, data if isinstance(data, bytes) else np.frombuffer(data, dtype=np.uint8))
 
         return extend
