@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .files import Checksum, file_crc
+from .files import Checksum, file_crc, fsync_dir
 from .manifest import MANIFEST
 from .sharded_layout import SHARDED_FORMAT
 
@@ -62,11 +62,7 @@ def default_stager() -> Any:
 
 def _fsync_path(path: Path, errors: list[OSError]) -> None:
     try:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(path)  # an O_RDONLY descriptor fsyncs a file as well as a directory
     except OSError as exc:
         errors.append(exc)
 
