@@ -32,3 +32,6 @@ def test_cpu_parts_hold():
     # bitwise torch's AdamW on the CPU, foreach off and on (guard/gate.py's _gated_update)
     assert got["skipstep_vs_adamw"].status == "PASS", got["skipstep_vs_adamw"].detail
     assert got["hot_path_no_sync"].status == "SKIP" and got["nccl_two_ranks"].status == "SKIP"
+    # the device-agnostic halves of the newer checks: statistics finite, resumes bitwise
+    for name in ("precursors_no_sync", "mha_precursors_no_sync", "resume_bitwise", "sharded_fsdp2"):
+        assert got[name].status == "PASS", (name, got[name].detail)

@@ -19,6 +19,17 @@ Checks (one line each: PASS, DIFF, SKIP or FAIL, with the numbers):
   Adam's ``t`` bitwise unchanged.
 - ``snapshot_roundtrip``: :class:`HostSnapshot` take (pinned buffers and a side stream on CUDA),
   three more steps, restore: weights and optimizer state bitwise equal to the snapshot's.
+- ``precursors_no_sync``: 30 guarded steps of the shipped tiny GPT with every precursor statistic
+  (attention logits per head, output logits, update ratio, Adam's ratio) and the opt-in
+  :class:`PrecursorTreatment`, under sync debug mode "error" on CUDA; the statistics read once at
+  the end must be finite. ``mha_precursors_no_sync``: the same on a ``torch.nn.MultiheadAttention``
+  model, whose logits the probe's forward hook recomputes; ``hf_precursors_no_sync`` on Hugging
+  Face's GPT-2 and Llama (rotary, grouped KV heads) built from a config (SKIP without transformers).
+- ``resume_bitwise``: a :class:`CheckpointStore` save, 4 steps with dropout, a restore and the same
+  4 steps again: model, AdamW state and the device RNG bitwise the straight run.
+- ``sharded_fsdp2``: FSDP2 over NCCL on every GPU up to 2 (one is enough; 2 gloo ranks on the
+  CPU): a sync and an async :class:`ShardedCheckpointStore` save, a CRC-verified load and a
+  (pinned) :class:`HostSnapshot`, each resumed bitwise.
 - ``nccl_two_ranks`` (2+ CUDA devices): :func:`reduce_step_stats` over NCCL on 2 ranks gives both
   the same global loss, grad norm and non-finite flag.
 
@@ -199,9 +210,249 @@ def check_nccl(device) -> Result:
     return Result("nccl_two_ranks", "PASS" if ok else "FAIL", f"rank 0 {r0}, rank 1 {r1}")
 
 
+def _gpt(device, seed: int = 0, dropout: float = 0.0):
+    import torch
+
+    from ..demo.model import GPTConfig, TinyGPT
+
+    torch.manual_seed(seed)
+    return TinyGPT(GPTConfig(n_layer=2, n_head=4, n_embd=64, block_size=32, dropout=dropout)).to(device)
+
+
+def _tokens(step: int, device):
+    import torch
+
+    g = torch.Generator().manual_seed(1000 + step)
+    x = torch.randint(0, 256, (8, 32), generator=g)
+    return x.to(device), x.roll(-1, dims=1).to(device)
+
+
+class _MHANet:
+    """A model whose attention is ``torch.nn.MultiheadAttention`` (probed by a forward hook)."""
+
+    @staticmethod
+    def build(device):
+        import torch
+        from torch import nn
+
+        class Net(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.emb = nn.Embedding(256, 64)
+                self.attn = nn.MultiheadAttention(64, 4, batch_first=True)
+                self.out = nn.Linear(64, 256)
+
+            def forward(self, x):
+                h = self.emb(x)
+                mask = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool, device=x.device).triu(1)
+                a, _ = self.attn(h, h, h, attn_mask=mask, need_weights=False)
+                return self.out(h + a)
+
+        torch.manual_seed(0)
+        return Net().to(device)
+
+
+def _guarded_steps_no_sync(name: str, device, model, forward, steps: int = 30) -> Result:
+    """``steps`` guarded steps with every precursor statistic and the opt-in treatment, under sync
+    debug mode "error" on CUDA (on the CPU, where nothing syncs, the same steps without it); then the
+    statistics read once and checked to be finite."""
+    import math
+
+    import torch
+
+    from ..guard import GuardConfig, SkipStepAdamW, StabilityGuard
+    from ..guard.treatment import PrecursorTreatment
+
+    guard = StabilityGuard(model, SkipStepAdamW(model.parameters(), lr=1e-3),
+                           config=GuardConfig(checkpoint_every=None, stats="device", gate="device",
+                                              defer_host_read=True, log_metrics=False, replay=False),
+                           precursors=True, treatment=PrecursorTreatment())
+    batches = [_tokens(s, device) for s in range(steps)]
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()  # the model's build and the batches' copies are not the guard's
+        torch.cuda.set_sync_debug_mode("error")
+    try:
+        for x, y in batches:
+            loss = forward(model, x, y)
+            loss.backward()
+            guard.step(loss)
+    except RuntimeError as exc:
+        return Result(name, "FAIL", f"host sync in a guarded step: {str(exc).splitlines()[0]}")
+    finally:
+        if cuda:
+            torch.cuda.set_sync_debug_mode("default")
+    guard.flush()
+    values = guard.precursors.read()
+    attn = values.get("attn_logit_max", float("nan"))
+    bad = sorted(k for k, v in values.items() if not math.isfinite(v))
+    if not math.isfinite(attn) or bad:
+        return Result(name, "FAIL", f"statistics not finite after {steps} steps: {bad or ['attn_logit_max']}")
+    return Result(name, "PASS", f"{steps} steps, {len(values)} statistics (largest attention logit "
+                  f"{attn:.2f}), " + ("no host sync" if cuda else "finite (the host-sync check needs CUDA)"))
+
+
+def check_precursors(device) -> Result:
+    """The precursor statistics and the treatment on the shipped attention, with no host sync (CUDA)."""
+    def forward(model, x, y):
+        return model(x, y)[1]
+
+    return _guarded_steps_no_sync("precursors_no_sync", device, _gpt(device), forward)
+
+
+def check_mha_precursors(device) -> Result:
+    """The same on ``torch.nn.MultiheadAttention``, whose logits a forward hook recomputes."""
+    import torch.nn.functional as F
+
+    def forward(model, x, y):
+        return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+
+    return _guarded_steps_no_sync("mha_precursors_no_sync", device, _MHANet.build(device), forward)
+
+
+def check_hf_precursors(device) -> Result:
+    """The same on Hugging Face's GPT-2 and Llama attention (forward hooks; rotary, grouped KV heads)."""
+    import torch
+    import torch.nn.functional as F
+
+    try:
+        import transformers
+    except ImportError:
+        return Result("hf_precursors_no_sync", "SKIP", "transformers is not installed")
+
+    def forward(model, x, y):
+        return F.cross_entropy(model(input_ids=x).logits.flatten(0, 1).float(), y.flatten())
+
+    builds = {"GPT2LMHeadModel": lambda: transformers.GPT2LMHeadModel(transformers.GPT2Config(
+                  vocab_size=256, n_positions=32, n_embd=64, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0)),
+              "LlamaForCausalLM": lambda: transformers.LlamaForCausalLM(transformers.LlamaConfig(
+                  vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32))}
+    details = []
+    for name, build in builds.items():
+        torch.manual_seed(0)
+        model = build().to(device)
+        got = _guarded_steps_no_sync("hf_precursors_no_sync", device, model, forward, steps=12)
+        if got.status != "PASS":
+            return Result(got.name, got.status, f"{name}: {got.detail}")
+        details.append(f"{name} {got.detail.split(' (')[1].split(')')[0]}")
+    return Result("hf_precursors_no_sync", "PASS", "; ".join(details) + (", no host sync" if device.type == "cuda"
+                                                                          else ", finite"))
+
+
+def check_resume(device) -> Result:
+    """Save, train on, restore, train the same steps again: bitwise the same (model, AdamW state,
+    and the device RNG that dropout draws from)."""
+    import tempfile
+
+    import torch
+
+    from ..checkpoint import CheckpointStore
+    from ..checkpoint.state import TrainState
+
+    model = _gpt(device, dropout=0.1)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    state = TrainState(model, opt)
+
+    def train(n: int) -> None:
+        for _ in range(n):
+            x, y = _tokens(state.step, device)
+            opt.zero_grad(set_to_none=True)
+            model(x, y)[1].backward()
+            opt.step()
+            state.step += 1
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = CheckpointStore(tmp)
+        train(3)
+        state.save(store)
+        train(4)
+        straight = [t.clone() for t in _all_tensors(model, opt)]
+        state.restore(store, 3)
+        train(4)
+    same = all(torch.equal(a, b) for a, b in zip(straight, _all_tensors(model, opt), strict=True))
+    return Result("resume_bitwise", "PASS" if same else "FAIL",
+                  "restored at step 3, 4 steps with dropout: bitwise the straight run" if same
+                  else "the resumed steps differ from the straight run")
+
+
+def _sharded_worker(rank: int, world: int, tmp: str, device_type: str):
+    import torch
+    from torch.distributed.fsdp import fully_shard
+
+    from ..checkpoint import HostSnapshot, ShardedCheckpointStore, ShardedTrainState
+
+    if device_type == "cuda":
+        torch.cuda.set_device(rank)
+    device = torch.device(f"cuda:{rank}") if device_type == "cuda" else torch.device(device_type)
+    model = _gpt(device)
+    for block in model.h:
+        fully_shard(block)
+    fully_shard(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    state = ShardedTrainState(model, opt)
+
+    def train(n: int) -> None:
+        for _ in range(n):
+            x, y = _tokens(state.step, device)
+            opt.zero_grad(set_to_none=True)
+            model(x, y)[1].backward()
+            opt.step()
+            state.step += 1
+
+    def local() -> list:
+        from ..checkpoint.snapshot import _local
+
+        out = [_local(v).clone() for v in model.state_dict().values()]
+        for st in opt.state.values():
+            out += [_local(v).clone() for _, v in sorted(st.items()) if torch.is_tensor(v)]
+        return out
+
+    store = ShardedCheckpointStore(tmp, keep_last=3, async_saves=True)
+    train(3)
+    state.save(store)                  # step 3, sync
+    snap = HostSnapshot(state, every=3)
+    snap.maybe_take(state.step)        # step 3, pinned host copy
+    train(3)
+    state.async_save(store).wait()     # step 6, async
+    train(3)
+    straight = local()
+    results = []
+    state.restore(store, 6)
+    train(3)
+    results.append(all(torch.equal(a, b) for a, b in zip(straight, local(), strict=True)))
+    snap.restore()
+    train(6)
+    results.append(all(torch.equal(a, b) for a, b in zip(straight, local(), strict=True)))
+    return results
+
+
+def check_sharded(device) -> Result:
+    """FSDP2 over NCCL (one rank per GPU, one GPU is enough; 2 gloo ranks on the CPU): a sync and an
+    async sharded save, a verified load and a (pinned, on CUDA) host snapshot, each resumed bitwise."""
+    import tempfile
+
+    import torch
+
+    from .distributed import run_distributed
+
+    cuda = device.type == "cuda"
+    world = min(2, torch.cuda.device_count()) if cuda else 2
+    with tempfile.TemporaryDirectory() as tmp:
+        per_rank = run_distributed(_sharded_worker, world_size=world, args=(tmp, device.type),
+                                   backend="nccl" if cuda else "gloo", timeout=300)
+    disk, memory = (all(r[i] for r in per_rank) for i in (0, 1))
+    ok = disk and memory
+    return Result("sharded_fsdp2", "PASS" if ok else "FAIL",
+                  f"{world} rank(s) over {'NCCL' if cuda else 'gloo'}: from disk {'bitwise' if disk else 'DIFFERS'}, "
+                  f"from the {'pinned ' if cuda else ''}host snapshot {'bitwise' if memory else 'DIFFERS'}")
+
+
 CHECKS: dict[str, Callable] = {"hot_path_no_sync": check_hot_path, "skipstep_vs_adamw": check_skipstep_vs_adamw,
                                "skipstep_gate_closed": check_gate_closed, "snapshot_roundtrip": check_snapshot,
-                               "nccl_two_ranks": check_nccl}
+                               "precursors_no_sync": check_precursors, "mha_precursors_no_sync": check_mha_precursors,
+                               "hf_precursors_no_sync": check_hf_precursors, "resume_bitwise": check_resume,
+                               "sharded_fsdp2": check_sharded, "nccl_two_ranks": check_nccl}
 """Every check by the name it reports under."""
 
 
