@@ -4,6 +4,7 @@ Times one training step four ways, in interleaved blocks, with CUDA events (no h
 asynchronous work):
 
 * ``plain``: forward, backward, ``clip_grad_norm_(1.0)``, ``torch.optim.AdamW.step()`` (foreach);
+* ``plain_fused``: the same with ``AdamW(fused=True)``;
 * ``guard``: the same through :class:`StabilityGuard` with :class:`SkipStepAdamW`, device statistics,
   the device gate and the deferred host read (``max_grad_norm=1.0``; no checkpoints);
 * ``guard_precursors``: + every precursor statistic (attention logits per head, output logits, update
@@ -17,7 +18,11 @@ the shipped attention, which records its logits while it attends) and ``mha`` (1
 forward hook recomputes, same batch and precision). Prints per shape the median step time of each
 way and the overhead against ``plain`` (median of per-block ratios).
 
-    python benchmarks/gpu_overhead.py [--shapes small gpt2 mha] [--blocks 12] [--steps 10]
+    python benchmarks/gpu_overhead.py [--shapes small gpt2 mha] [--blocks 12] [--steps 10] [--profile]
+
+``--profile`` also prints, per shape, where the host time of the fullest way (``guard_treatment``)
+goes: cProfile's top functions over one block (on a GPU the guard's cost is host time spent
+launching kernels, so the host profile is the one that locates it).
 
 Without CUDA it says so and exits 0 (nothing to measure).
 """
@@ -31,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-KINDS = ("plain", "guard", "guard_precursors", "guard_treatment")
+KINDS = ("plain", "plain_fused", "guard", "guard_precursors", "guard_treatment")
 
 
 class EncoderLM(nn.Module):
@@ -81,8 +86,8 @@ def build(shape: dict, kind: str):
         with autocast:
             return model(x, y)[1]
 
-    if kind == "plain":
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95))
+    if kind.startswith("plain"):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=kind == "plain_fused" or None)
 
         def step(x, y):
             loss_of(x, y).backward()
@@ -145,11 +150,33 @@ def measure(name: str, shape: dict, blocks: int, steps: int) -> dict[str, list[f
     return times
 
 
+def profile(name: str, shape: dict, steps: int, top: int = 14) -> None:
+    """cProfile of one block of ``guard_treatment`` steps: the functions with the most own time."""
+    import cProfile
+    import io
+    import pstats
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(0, 256, (shape["batch"], shape["seq"]), generator=g).cuda()
+    batches = [(x, x.roll(-1, dims=1))] * steps
+    step = build(shape, "guard_treatment")
+    time_block(step, batches)
+    prof = cProfile.Profile()
+    prof.enable()
+    time_block(step, batches)
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    print(f"\n### host profile, {name}, guard_treatment, {steps} steps")
+    print("\n".join(line for line in out.getvalue().splitlines() if line.strip())[:6000])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=["small", "gpt2", "mha"])
     ap.add_argument("--blocks", type=int, default=12)
     ap.add_argument("--steps", type=int, default=10, help="steps per block")
+    ap.add_argument("--profile", action="store_true", help="also a host profile of the fullest way per shape")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to measure")
@@ -157,6 +184,8 @@ def main(argv=None) -> int:
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     for name in a.shapes:
         measure(name, SHAPES[name], a.blocks, a.steps)
+        if a.profile:
+            profile(name, SHAPES[name], a.steps)
     return 0
 
 

@@ -37,13 +37,17 @@ def _assert_bitwise(a, b):
     assert sa["param_groups"] == sb["param_groups"]
 
 
-@pytest.mark.parametrize("foreach", [False, True])
+@pytest.mark.parametrize("kind", ["single", "foreach", "fused"])
 @pytest.mark.parametrize("lr,wd,betas", [(3e-3, 0.1, (0.9, 0.999)), (1e-2, 0.0, (0.8, 0.95))])
-def test_skipstepadamw_is_bitwise_torch_adamw_on_open_gates(foreach, lr, wd, betas):
-    """Open gate = torch's AdamW, bit for bit; a closed gate = not calling AdamW's step at all."""
+def test_skipstepadamw_is_bitwise_torch_adamw_on_open_gates(kind, lr, wd, betas):
+    """Open gate = torch's AdamW, bit for bit; a closed gate = not calling AdamW's step at all.
+    ``fused``: the path CUDA takes by default (torch's fused kernel gated by its found_inf), run
+    here on torch's CPU fused kernel against ``AdamW(fused=True)``."""
     m1, m2 = _model(), _model()
-    o1 = SkipStepAdamW(m1.parameters(), lr=lr, weight_decay=wd, betas=betas)
-    o2 = torch.optim.AdamW(m2.parameters(), lr=lr, weight_decay=wd, betas=betas, foreach=foreach)
+    fused = kind == "fused"
+    o1 = SkipStepAdamW(m1.parameters(), lr=lr, weight_decay=wd, betas=betas, fused=fused)
+    o2 = torch.optim.AdamW(m2.parameters(), lr=lr, weight_decay=wd, betas=betas, foreach=kind == "foreach",
+                           fused=fused or None)
     withheld = {7, 8, 19}
     for s in range(40):
         for m, o in ((m1, o1), (m2, o2)):
@@ -60,10 +64,11 @@ def test_skipstepadamw_is_bitwise_torch_adamw_on_open_gates(foreach, lr, wd, bet
     assert float(o1.state[next(iter(m1.parameters()))]["step"]) == 40 - len(withheld)
 
 
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("poison", [float("nan"), float("inf")])
-def test_device_gate_skip_is_bitwise_even_with_nan_grads(poison):
+def test_device_gate_skip_is_bitwise_even_with_nan_grads(poison, fused):
     model = _model()
-    opt = SkipStepAdamW(model.parameters(), lr=1e-2)
+    opt = SkipStepAdamW(model.parameters(), lr=1e-2, fused=fused)
     for s in range(3):
         opt.zero_grad()
         _backward(model, s)
@@ -77,17 +82,24 @@ def test_device_gate_skip_is_bitwise_even_with_nan_grads(poison):
     assert optimizer_state_finite(opt)
 
 
-def test_device_gate_on_the_very_first_step_leaves_fresh_state():
+@pytest.mark.parametrize("fused", [False, True])
+def test_device_gate_on_the_very_first_step_leaves_fresh_state(fused):
     # t = 0 makes the bias correction 1 - beta^0 = 0: the rejected branch divides by zero; the
     # select must still keep every weight.
     model = _model()
-    opt = SkipStepAdamW(model.parameters(), lr=1e-2)
+    opt = SkipStepAdamW(model.parameters(), lr=1e-2, fused=fused)
     before = [p.detach().clone() for p in model.parameters()]
     _backward(model, 0)
     opt.step(gate=torch.tensor(False))
     for p, b in zip(model.parameters(), before, strict=True):
         assert torch.equal(p, b)
     assert all(float(st["step"]) == 0 and not st["exp_avg"].any() for st in opt.state.values())
+
+
+def test_fused_by_default_only_on_cuda():
+    assert not SkipStepAdamW(_model().parameters()).defaults.get("fused")
+    groups = [{"params": (p for p in _model().parameters()), "lr": 1e-3}]  # a generator, consumed once
+    assert len(SkipStepAdamW(groups).param_groups[0]["params"]) == 4
 
 
 def test_multiply_by_zero_gate_would_leak_nan():

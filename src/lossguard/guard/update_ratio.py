@@ -80,11 +80,12 @@ class UpdateRatio:
                 at += s.numel()
             self._groups.append((src, views, flat[:n_whole], flat[n_whole:]))
         self._ptrs = [p.data_ptr() for p in self.params]
-        # each part's weight in the sums of squares: 1 whole, ``sample_every`` sampled; made here, on a
-        # rebuild only, because a host-to-device copy of a fresh tensor would wait for the device
+        # each part's weight in the sums of squares: 1 whole, ``sample_every`` sampled; filled on the
+        # device (``torch.tensor(list, device=...)`` copies from pageable memory: a host sync on CUDA)
         w = [float(k) for _, _, whole, rows in self._groups for k, p in ((1, whole), (self.sample_every, rows))
              if p.numel()]
-        self._weights = torch.tensor(w, dtype=torch.float32, device=self._groups[0][2].device)
+        device = self._groups[0][2].device
+        self._weights = torch.stack([torch.full((), k, dtype=torch.float32, device=device) for k in w])
 
     @torch.no_grad()
     def before(self, refresh: bool) -> None:
