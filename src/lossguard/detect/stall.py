@@ -78,10 +78,10 @@ def find_stalls(steps: np.ndarray, loss: np.ndarray, *, lr: tuple[np.ndarray, np
         cfg: thresholds.
     """
     cfg = cfg or StallConfig()
-    ok = np.isfinite(loss)
-    s, x = np.asarray(steps, dtype=np.float64)[ok], np.asarray(loss, dtype=np.float64)[ok]
+    s, x = _finite(steps, loss)
     if len(x) < cfg.min_points:
         return []
+    lr, attn = _finite_or_none(lr), _finite_or_none(attn)
     bl = _blocks(s, x, cfg)
     out = _scan(bl, lr, attn, cfg)
     early = float(s[0] + cfg.attn_early_fraction * (s[-1] - s[0]))
@@ -97,15 +97,30 @@ def find_stalls(steps: np.ndarray, loss: np.ndarray, *, lr: tuple[np.ndarray, np
     return out
 
 
+def _finite(steps, values) -> tuple[np.ndarray, np.ndarray]:
+    """``(steps, values)`` as float64 arrays, the points with a non-finite value dropped."""
+    v = np.asarray(values, dtype=np.float64)
+    ok = np.isfinite(v)
+    return np.asarray(steps, dtype=np.float64)[ok], v[ok]
+
+
+def _finite_or_none(series: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """An optional ``(steps, values)`` series through :func:`_finite` once, here, so that the rules
+    below read it as it is (None when absent or without a finite point)."""
+    if series is None:
+        return None
+    out = _finite(*series)
+    return out if len(out[1]) else None
+
+
 def _logits_grew(attn: tuple[np.ndarray, np.ndarray] | None, high: float) -> float | None:
-    """The first step where the largest attention logit passed ``high`` after being logged below it
+    """The first step where the largest attention logit (finite float64, :func:`_finite_or_none`)
+    passed ``high`` after being logged below it
     (None: never, or above it from the log's first value: large logits, not their growth, which is
     Wortsman et al.'s precursor)."""
     if attn is None:
         return None
-    a_s, a_v = np.asarray(attn[0], dtype=np.float64), np.asarray(attn[1], dtype=np.float64)
-    ok = np.isfinite(a_v)
-    a_s, a_v = a_s[ok], a_v[ok]
+    a_s, a_v = attn
     above = np.flatnonzero(a_v > high)
     return float(a_s[above[0]]) if len(above) and above[0] > 0 else None
 

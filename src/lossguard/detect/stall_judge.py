@@ -53,11 +53,12 @@ def _blocks(s: np.ndarray, x: np.ndarray, cfg: StallConfig) -> _Blocks:
 
 def _lr_rise(lr: tuple[np.ndarray, np.ndarray] | None, start: float, stop: float) -> float:
     """The largest factor by which the LR rose within ``[start, stop]`` (over its running minimum
-    there); 1.0 without an LR."""
+    there); 1.0 without an LR. ``lr``, like every series here, comes finite and float64 from
+    :func:`lossguard.detect.stall.find_stalls`."""
     if lr is None:
         return 1.0
-    ls, lv = np.asarray(lr[0], dtype=np.float64), np.asarray(lr[1], dtype=np.float64)
-    v = lv[(ls >= start) & (ls <= stop) & np.isfinite(lv) & (lv > 0)]
+    ls, lv = lr
+    v = lv[(ls >= start) & (ls <= stop) & (lv > 0)]
     return float(np.max(v / np.minimum.accumulate(v))) if len(v) else 1.0
 
 
@@ -136,11 +137,9 @@ def _judge(j: int, k: int, bl: _Blocks, tol: float, lr, attn, cfg: StallConfig,
         st.resumed_at = int(centre[k + 1 + after[0]])
         if not _lr_rose(lr, st.onset, st.resumed_at, cfg.lr_rise_factor):
             st.reasons.append("resumed")
-    if lr is not None and len(lr[1]):
-        ls, lv = np.asarray(lr[0], dtype=np.float64), np.asarray(lr[1], dtype=np.float64)
-        fin = np.isfinite(lv)
-        ls, lv = ls[fin], lv[fin]
-        top = float(np.max(lv)) if len(lv) else float("nan")
+    if lr is not None:
+        ls, lv = lr
+        top = float(np.max(lv))
         # the plateau's first half (a plateau that never resumes runs on through the decay)
         half = st.onset + (st.end - st.onset) // 2
         inside = lv[(ls >= st.onset) & (ls <= half)]
@@ -151,9 +150,9 @@ def _judge(j: int, k: int, bl: _Blocks, tol: float, lr, attn, cfg: StallConfig,
             st.lr_at_peak = bool(st.lr_ratio >= cfg.peak_lr_fraction and decays)
             if st.lr_at_peak:
                 st.reasons.append("lr_at_peak")
-    if attn is not None and len(attn[1]):
-        a_s, a_v = np.asarray(attn[0], dtype=np.float64), np.asarray(attn[1], dtype=np.float64)
-        upto = a_v[(a_s <= st.end) & np.isfinite(a_v)]
+    if attn is not None:
+        a_s, a_v = attn
+        upto = a_v[a_s <= st.end]
         if len(upto):
             st.attn_max = float(np.max(upto))
             if st.attn_max > cfg.attn_logit_high:
