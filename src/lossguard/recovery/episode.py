@@ -38,11 +38,6 @@ class Episode:
     """A bad step of the episode came outside the LR ramp (``Verdict.in_lr_ramp`` False)."""
     finite_seen: bool = False
     """A bad step of the episode had a finite loss and gradient norm (else: numerics only)."""
-    grad_alone: bool | None = None
-    """Every bad step of the episode so far was bad on the grad-norm tail test alone
-    (:attr:`Evidence.GRAD_TAIL`: finite, no loss outlier, the grad norm beyond its own recent tail);
-    None before the first step is noted. Such steps were withheld, so their updates never reached
-    the weights, and the loss did not say the weights were hurt (see ``RecoveryPolicy.unhurt``)."""
 
     @classmethod
     def open(cls, step: int, batch_index: int, *, lag: int = 0) -> "Episode":
@@ -68,7 +63,6 @@ class Episode:
         self.finite_seen |= finite
         self.loss_symptom |= (not finite) or bool(verdict.loss_outlier) or verdict.evidence in _LOSS_EVIDENCE
         self.outside_ramp |= not verdict.in_lr_ramp
-        self.grad_alone = self.grad_alone is not False and verdict.evidence is Evidence.GRAD_TAIL
 
     def needs_rollback(self, rollback_after: int) -> bool:
         """The per-episode budget of skips is spent: ``count >= rollback_after``."""
@@ -91,6 +85,4 @@ class Episode:
         ep.loss_symptom = bool(d.get("loss_symptom", True))
         ep.outside_ramp = bool(d.get("outside_ramp", True))
         ep.finite_seen = bool(d.get("finite_seen", True))
-        ga = d.get("grad_alone", False)  # before the flag was kept: not grad-alone (the old ladder)
-        ep.grad_alone = None if ga is None else bool(ga)
         return ep

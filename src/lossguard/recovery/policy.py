@@ -97,16 +97,6 @@ class RecoveryPolicy:
             return Suspect.NUMERICS
         return Suspect.DATA
 
-    def unhurt(self, episode: Episode) -> bool:
-        """Whether an episode leaves nothing to roll back: each of its bad steps was bad on the grad-norm
-        tail test alone (no loss outlier, nothing non-finite) and was withheld, so none of those updates
-        reached the weights, and the loss does not say the updates before them hurt the weights. A
-        rollback undoes applied updates; with no sign of harm it only throws good steps away (case: a
-        healthy tiny GPT at a constant peak LR whose grad norm burst to 5.7-10.8x its tail on three steps).
-        The tail test stays bounded without it: every value enters its window, so a lasting rise of the
-        grad norm becomes the new tail within ~13 steps, and from then on the loss tests watch the run."""
-        return bool(episode.grad_alone)
-
     def lr_cut_after_rollback(self, decision: Decision, to_step: int) -> Decision | None:
         """The LR cut a carried-out rollback brings (booked in the ledger), or None."""
         return lr_cut_after_rollback(self.config, self.ledger, decision, to_step)
@@ -150,10 +140,6 @@ class RecoveryPolicy:
                 reasons = reasons + [f"no rollback: the grad norm alone blew up while the LR was ramping up (it rose "
                                      f"within the last {cfg.lr_ramp_window} steps): the LR schedule, not the data; "
                                      "the update is withheld (and clipped, with max_grad_norm), no data skipped"]
-            elif counts and ep is not None and self.needs_rollback(ep) and self.unhurt(ep):
-                held = True
-                reasons = reasons + ["no rollback: only the grad norm was beyond its tail, on withheld steps; no loss "
-                                     "outlier says the weights were hurt (the update is withheld, no data skipped)"]
             out.append(Decision(Action.SKIP, verdict.step, reasons, nums))
             if counts and ep is not None and not held and self.needs_rollback(ep):
                 out.append(self.escalate(verdict.step, f"{ep.count} bad steps within an episode "
