@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     if a.out:
         with open(a.out, "w", encoding="utf-8") as fh:
             fh.writelines(json.dumps(r) + "\n" for r in rows)
-    for u, g in zip(rows[::2], rows[1::2]):
+    for u, g in zip(rows[::2], rows[1::2], strict=True):
         s = g["spec"]
         print(f"seed {s['seed']} perturb {g['perturb']}: unguarded {u['final_val']:.4f}, guarded {g['final_val']:.4f} "
               f"(skips {g['skips']}, rollbacks {g['rollbacks']}, LR cuts {g['lr_cuts']}, halted {g['halted']})")
