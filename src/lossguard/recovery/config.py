@@ -31,7 +31,12 @@ class PolicyConfig:
     16/18 (+1.59%) vs 17/18 (-0.31%): the rollback also undoes the updates of the pocket's batches
     that no test flagged and skips past the pocket's tail. On LR jumps the count-based rollbacks
     cost more than they gave on mlp (16/18 vs 12/18 within 2%; lstm 9/18 both). So 3 stays, and an
-    episode the LR schedule explains is held back from rolling back instead (``lr_ramp_window``)."""
+    episode the LR schedule explains is held back from rolling back instead (``lr_ramp_window``).
+
+    An episode seen on the grad-norm tail test alone (no loss outlier) counts too. Holding its
+    rollback (session 8, ``benchmarks/RESULTS.md``, "Healthy runs and the judge") changed no healthy
+    zoo run and delayed an LR-jump rescue: a grad norm far beyond its tail on consecutive withheld
+    steps -- other batches, unchanged weights -- says the weights are hurt before the loss does."""
     rollbacks_per_incident: int = 3
     """Rollbacks one *incident* may use: an episode plus its recurrences (the same place again after
     its data was skipped). The budget is per incident so that an unrelated early blip cannot spend
