@@ -89,11 +89,15 @@ class UpdateRatio:
                 at += s.numel()
             self._groups.append((src, views, flat, flat[:n_whole], flat[n_whole:]))
         self._ptrs = [p.data_ptr() for p in self.params]
-        # each part's weight in the sums of squares: 1 whole, ``sample_every`` sampled; made here, on a
-        # rebuild only, because a host-to-device copy of a fresh tensor would wait for the device
+        # each part's weight in the sums of squares: 1 whole, ``sample_every`` sampled; filled on the
+        # device (no ``torch.tensor(list, device=...)``: a host-to-device copy of pageable memory
+        # waits for the device, which a rebuild in the middle of a CUDA run must not)
         w = [float(k) for _, _, _, whole, rows in self._groups for k, p in ((1, whole), (self.sample_every, rows))
              if p.numel()]
-        self._weights = torch.tensor(w, dtype=torch.float32, device=self._groups[0][2].device)
+        self._weights = torch.ones(len(w), dtype=torch.float32, device=self._groups[0][2].device)
+        for i, k in enumerate(w):
+            if k != 1.0:
+                self._weights[i].fill_(k)
 
     @torch.no_grad()
     def before(self, refresh: bool) -> None:
