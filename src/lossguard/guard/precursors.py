@@ -64,8 +64,8 @@ class PrecursorMonitor:
         diagnostic_every: the output-logit statistics and Adam's ratio are measured on every
             ``diagnostic_every``-th step (the first included) and held between. They are read as
             trends (a drift of log Z, a second moment that lags the gradient), not as a per-step
-            trigger; measured every step they cost ~1.5% of a CPU step of the benchmark model
-            (``benchmarks/precursor_overhead.py``). The attention logits (QK-clip's trigger) and
+            trigger; measured every step they cost ~1.2% more of a CPU step of the benchmark
+            model (``benchmarks/precursor_overhead.py``, session 8). The attention logits (QK-clip's trigger) and
             the update ratio (the update-size test counts consecutive steps) stay per step.
     """
 
