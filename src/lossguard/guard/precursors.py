@@ -117,9 +117,10 @@ class PrecursorMonitor:
         """After backward, before the optimizer step: Adam's ratio and the parameters' copy."""
         if self.optimizer is not None and self._diagnostic_step():
             # the state's own order (parameters in the order of their first step): no hashing of
-            # every parameter to find its state, which cost ~50 us here
-            pairs = [(p.grad, st["exp_avg_sq"]) for p, st in self.optimizer.state.items()
-                     if "exp_avg_sq" in st and p.grad is not None]
+            # every parameter to find its state, which cost ~50 us here. getattr: a wrapper's state
+            # may hold keys that are no tensors; they have no gradient and are left out.
+            pairs = [(g, st["exp_avg_sq"]) for p, st in self.optimizer.state.items()
+                     if "exp_avg_sq" in st and (g := getattr(p, "grad", None)) is not None]
             if pairs:
                 g2, v = zip(*pairs, strict=True)
                 norms = torch.stack(torch._foreach_norm(g2))
