@@ -24,8 +24,9 @@ ratios against the ``plain`` block of the same round), and the CPU time spent in
 own calls (``before_step``, ``after_step``, ``packed`` and its read; the output hook, which runs
 inside the forward on diagnostic steps, is not in it): under heavy load the difference of two
 step times is noisy by about 1% of a step, the time inside the calls is not.
-What this cannot show without a GPU: that the path makes no host sync there. By design every
-statistic is a device tensor and the guard reads them in its one deferred transfer per step.
+That the path makes no host sync on a GPU is checked by ``precursor_gpu.py`` (CUDA's sync debug
+mode "error" around the same steps); every statistic is a device tensor and the guard reads them in
+its one deferred transfer per step.
 
     nice -n 10 python benchmarks/precursor_overhead.py --blocks 60 --steps 5 [--shape outside]
 """

@@ -274,6 +274,29 @@ def test_diagnostics_measured_every_kth_step_and_held_between():
     assert len(set(ratios)) == 5 and all(r > 0 for r in ratios)
 
 
+def test_packed_is_a_fresh_tensor_that_later_steps_do_not_overwrite():
+    """The scalars live in one buffer written in place every step; packed() must hand out a copy,
+    because a deferred read (framework mode, CUDA) may still hold the last step's tensor."""
+    from lossguard.demo.model import GPTConfig, TinyGPT
+    torch.manual_seed(0)
+    model = TinyGPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    mon = PrecursorMonitor(model, opt, diagnostic_every=1)
+    held = []
+    for i in range(3):
+        x = torch.randint(0, 256, (4, 8), generator=torch.Generator().manual_seed(i))
+        _, loss = model(x, x)
+        loss.backward()
+        mon.before_step()
+        opt.step()
+        mon.after_step()
+        opt.zero_grad()
+        p = mon.packed()
+        held.append((p, p.tolist()))
+    assert all(str(p.tolist()) == str(v) for p, v in held)  # as read then, after two more steps (NaN-safe)
+    assert held[1][1] != held[2][1] and len(held[2][1]) == mon.packed_length()
+
+
 def test_treatment_budgets_travel_in_the_guards_checkpointed_state(tmp_path):
     """A resume restores how often each responder may still act (issue 20): the QK-clip budget and
     LR-cut count of the treatment, the window and cut count of the update-size test."""

@@ -89,3 +89,32 @@ def test_sampled_rows_count_k_times_and_track_the_exact_ratio_on_a_tiny_gpt():
 def test_sample_every_must_be_positive():
     with pytest.raises(ValueError):
         UpdateRatio([torch.ones(3)], sample_every=0)
+
+
+def test_ratio_written_into_a_slot_and_a_rebuild_copies_nothing_from_the_host(monkeypatch):
+    """after(out=) fills the caller's slot (the monitor's packed buffer) with the same value; the
+    parts' weights are made on the device: on CUDA ``torch.tensor(list, device=...)`` is a blocking
+    host-to-device copy (benchmarks/precursor_gpu.py found it at the first step), so it must not run."""
+    g = torch.Generator().manual_seed(0)
+    params = [torch.randn(16, 1024, generator=g), torch.randn(5, generator=g)]  # one sampled, one whole
+    ur, ref = UpdateRatio(params), UpdateRatio(params)
+
+    def no_host_tensor(*a, **k):
+        raise AssertionError("torch.tensor called in the per-step path or a rebuild")
+
+    buf = torch.full((3,), math.nan)
+    for step in range(3):
+        if step == 2:
+            params[1].data = params[1].data.clone()  # a new storage: the next refresh rebuilds
+        ref.before(refresh=True)
+        monkeypatch.setattr(torch, "tensor", no_host_tensor)
+        ur.before(refresh=True)
+        with torch.no_grad():
+            for p in params:
+                p.add_(1e-2 * torch.randn(p.shape, generator=g))
+        slot = ur.after(out=buf[1])
+        monkeypatch.undo()
+        assert slot is not None and slot.data_ptr() == buf[1].data_ptr()
+        assert math.isnan(buf[0]) and math.isnan(buf[2])
+        assert float(buf[1]) == pytest.approx(float(ref.after()), rel=1e-6)
+    assert ur._weights.tolist() == [1.0, 8.0]  # whole part once, sampled rows 8 times

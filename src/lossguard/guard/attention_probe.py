@@ -75,6 +75,7 @@ class AttentionProbe:
 
     def __init__(self, module: nn.Module, name: str, *, every: int = 1) -> None:
         self.module, self.name, self.every = module, name, max(1, int(every))
+        self._kind = self._find_kind()  # once: head_max() runs every step
         self.n_head = self._n_head()
         self._calls = 0
         self._handle = None
@@ -87,6 +88,9 @@ class AttentionProbe:
     def kind(self) -> str:
         """``shipped``, ``mha``, ``gpt2``, ``llama`` or ``recorded`` (a user's module calling
         record_attention_logits)."""
+        return self._kind
+
+    def _find_kind(self) -> str:
         from ..techniques.attention import CausalSelfAttention
 
         m = self.module
@@ -123,7 +127,7 @@ class AttentionProbe:
     def head_max(self) -> torch.Tensor:
         """Per-head largest logit of the last forward pass, shape ``(n_head,)``, on the device."""
         m = self.module
-        if self.kind == "shipped":
+        if self._kind == "shipped":
             return cast("CausalSelfAttention", m).last_head_max
         return getattr(m, HEAD_MAX_ATTR)
 

@@ -12,8 +12,9 @@ large-scale Transformer training instabilities"):
 * Adam's second moment against the squared gradient, ``sum(g^2) / sum(v)``: far above 1 when
   a gradient arrives that ``v`` has not seen (the update is then ~ ``g / sqrt(v)`` times too large).
 
-:class:`PrecursorMonitor` keeps every number as a 0-d device tensor; :meth:`PrecursorMonitor.packed`
-stacks them into ONE tensor, so a loop (or the guard) reads them in one transfer per step.
+:class:`PrecursorMonitor` writes every scalar into its slot of ONE small device buffer (``out=``: no
+stack per step); :meth:`PrecursorMonitor.packed` concatenates it with the per-head logits into ONE
+tensor, so a loop (or the guard) reads them in one transfer per step.
 """
 from __future__ import annotations
 
@@ -63,8 +64,8 @@ class PrecursorMonitor:
         diagnostic_every: the output-logit statistics and Adam's ratio are measured on every
             ``diagnostic_every``-th step (the first included) and held between. They are read as
             trends (a drift of log Z, a second moment that lags the gradient), not as a per-step
-            trigger; measured every step they cost ~1.5% of a CPU step of the benchmark model
-            (``benchmarks/precursor_overhead.py``). The attention logits (QK-clip's trigger) and
+            trigger; measured every step they cost ~1.2% more of a CPU step of the benchmark
+            model (``benchmarks/precursor_overhead.py``, session 8). The attention logits (QK-clip's trigger) and
             the update ratio (the update-size test counts consecutive steps) stay per step.
     """
 
@@ -77,9 +78,6 @@ class PrecursorMonitor:
         self.probes: list[AttentionProbe] = find_attention(base, every=every) if attention else []
         self.output: nn.Module | None = _find_output(base) if output is None else (output or None)
         device = self.params[0].device if self.params else torch.device("cpu")
-        nan = torch.full((), math.nan, device=device)
-        self._out_max, self._out_lse = nan, nan
-        self._update, self._adam = nan.clone(), nan.clone()
         self._ratio = UpdateRatio(self.params) if update_ratio and self.params else None
         self._handle = self.output.register_forward_hook(self._on_output) if self.output is not None else None
         self.update_ratio = update_ratio
@@ -91,6 +89,13 @@ class PrecursorMonitor:
         self.names = ([M.attn_layer(i) for i in range(len(self.probes))]
                       + ([M.ATTN_LOGIT_MAX] if self.probes else []) + self._scalar_names)
         """Metric names :meth:`decode` returns, in order."""
+        # every scalar statistic is written (``out=``) into its 0-d view of this buffer, NaN until
+        # first measured and held between measurements: packed() then needs no stack of scalars
+        self._buf = torch.full((len(self._scalar_names),), math.nan, device=device)
+        slot = dict(zip(self._scalar_names, self._buf.unbind(0) if self._scalar_names else (), strict=True))
+        unused = torch.empty((), device=device)  # the slot of a statistic not measured: never written
+        self._out_max, self._out_lse = slot.get(M.OUTPUT_LOGIT_MAX, unused), slot.get(M.OUTPUT_LSE, unused)
+        self._update, self._adam = slot.get(M.UPDATE_RATIO, unused), slot.get(M.ADAM_V_RATIO, unused)
 
     def _diagnostic_step(self) -> bool:
         return self._steps % self.diagnostic_every == 0
@@ -101,27 +106,27 @@ class PrecursorMonitor:
         with torch.no_grad():
             z = out.detach()
             lo, hi = torch.aminmax(z)  # one pass, no |z| tensor
-            self._out_max = torch.maximum(-lo, hi).float()
+            torch.maximum(-lo, hi, out=self._out_max)
             # log Z on every LSE_STRIDE-th row (an unbiased estimate of the mean): the exp pass over
             # all V logits of every position was ~1.5% of a CPU step of the benchmark model alone.
             rows = z.reshape(-1, z.shape[-1])[::LSE_STRIDE]
-            self._out_lse = torch.logsumexp(rows.float(), dim=-1).mean()
+            torch.mean(torch.logsumexp(rows.float(), dim=-1), dim=0, out=self._out_lse)
 
     @torch.no_grad()
     def before_step(self) -> None:
         """After backward, before the optimizer step: Adam's ratio and the parameters' copy."""
         if self.optimizer is not None and self._diagnostic_step():
-            g2, v = [], []
-            for group in self.optimizer.param_groups:
-                for p in group["params"]:
-                    st = self.optimizer.state.get(p, {})
-                    if p.grad is not None and "exp_avg_sq" in st:
-                        g2.append(p.grad)
-                        v.append(st["exp_avg_sq"])
-            if g2:
-                num = torch.stack(torch._foreach_norm(g2)).square().sum()
-                den = torch.stack(torch._foreach_norm(v, 1)).sum()  # v >= 0: its sum is its L1 norm
-                self._adam = (num / den.clamp_min(1e-30)).float()
+            # the state's own order (parameters in the order of their first step): no hashing of
+            # every parameter to find its state, which cost ~50 us here. getattr: a wrapper's state
+            # may hold keys that are no tensors; they have no gradient and are left out.
+            pairs = [(g, st["exp_avg_sq"]) for p, st in self.optimizer.state.items()
+                     if "exp_avg_sq" in st and (g := getattr(p, "grad", None)) is not None]
+            if pairs:
+                g2, v = zip(*pairs, strict=True)
+                norms = torch.stack(torch._foreach_norm(g2))
+                # v >= 0: its sum, per tensor (the L1 norm's foreach was 1.7x slower on CPU)
+                den = torch.stack([t.sum(dtype=torch.float32) for t in v]).sum()
+                torch.div(torch.dot(norms, norms), den.clamp_min(1e-30), out=self._adam)
         if self._ratio is not None:
             self._ratio.before(refresh=self._diagnostic_step())
 
@@ -131,9 +136,8 @@ class PrecursorMonitor:
         denominator taken on the diagnostic steps and held between (see
         :class:`~lossguard.guard.update_ratio.UpdateRatio`)."""
         self._steps += 1
-        ratio = self._ratio.after() if self._ratio is not None else None
-        if ratio is not None:
-            self._update = ratio
+        if self._ratio is not None:
+            self._ratio.after(out=self._update)  # written into its slot; nothing before the first before()
 
     def head_max(self) -> list[torch.Tensor]:
         """Per-head largest attention logit of each probed layer (device tensors)."""
@@ -143,14 +147,12 @@ class PrecursorMonitor:
         """Every statistic in one float32 device tensor (no sync): the entries of :attr:`scalar_names`,
         then every probed head's largest logit, layer by layer. The per-layer and overall maxima are
         taken from the heads on the host (:meth:`decode`): fewer device ops per step."""
-        parts = [torch.stack(self._scalars())] if self._scalar_names else []
-        parts += [p.head_max().reshape(-1).float() for p in self.probes]
-        return torch.cat(parts) if parts else torch.zeros(0)
-
-    def _scalars(self) -> list[torch.Tensor]:
-        out = [self._out_max, self._out_lse] if self.output is not None else []
-        out += [self._update] if self.update_ratio else []
-        return out + ([self._adam] if self.optimizer is not None else [])
+        heads = [p.head_max() for p in self.probes]
+        # a fresh tensor every step (a deferred read may still hold the last one); shipped and hooked
+        # probes already give 1-d float32, others are brought to it
+        parts = [self._buf] + [h if h.dtype == torch.float32 and h.dim() == 1 else h.reshape(-1).float()
+                               for h in heads]
+        return torch.cat(parts)
 
     def packed_length(self) -> int:
         """Number of entries of :meth:`packed`."""
@@ -173,7 +175,7 @@ class PrecursorMonitor:
         out = {}
         if self.probes:
             layers = [_nan_max(h) for h in self.heads(vals)]
-            out = {M.attn_layer(i): m for i, m in enumerate(layers)}
+            out = dict(zip(self.names, layers, strict=False))  # names: the layers first, then more
             out[M.ATTN_LOGIT_MAX] = _nan_max(layers)
         k = len(self._scalar_names)
         out.update({n: float(v) for n, v in zip(self._scalar_names, vals[:k], strict=True)})

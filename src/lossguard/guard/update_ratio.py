@@ -26,8 +26,15 @@ estimate's error against the exact ratio on the same steps: median 0.8% / 0.7%, 
 ratio's users (the update-size test) look for 5x. What it cannot see: an update confined to the
 skipped rows of sampled tensors (one embedding row, say) -- a jump of the whole step, the kind an LR jump
 or a bad batch makes, moves every row. ``sample_every=1`` is exact.
+
+Per step after the optimizer: the subtraction, the sampled part scaled by ``sqrt(k)`` in place, ONE
+norm of the flat buffer and one multiply by ``1 / ||theta||`` (four ops). It was seven (a norm per part,
+stack, square, dot with the parts' weights, sqrt): on this CPU each small op costs ~10 us in a cold
+cache, about what a sampled tensor's copy costs (``benchmarks/precursor_overhead.py``, session 8).
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -51,12 +58,14 @@ class UpdateRatio:
             raise ValueError(f"sample_every must be >= 1, got {sample_every}")
         self.params = list(params)
         self.sample_every = sample_every
+        self._root_k = math.sqrt(sample_every)
         # per group: sources (whole tensors, then row samples), their views into the flat buffer,
-        # the whole part and the sampled part of the flat buffer
-        self._groups: list[tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor, torch.Tensor]] | None = None
+        # the flat buffer, its whole part and its sampled part
+        self._groups: list[tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor, torch.Tensor,
+                                 torch.Tensor]] | None = None
         self._ptrs: list[int] = []
         self._weights = torch.ones(0)
-        self._scale: torch.Tensor | None = None  # each part's weight / ||theta||^2, taken on refresh
+        self._inv: torch.Tensor | None = None  # 1 / ||theta||, taken on refresh
 
     def _sampled(self, p: torch.Tensor) -> bool:
         k = self.sample_every
@@ -78,14 +87,17 @@ class UpdateRatio:
             for s in src:
                 views.append(flat[at:at + s.numel()].view(s.shape))
                 at += s.numel()
-            self._groups.append((src, views, flat[:n_whole], flat[n_whole:]))
+            self._groups.append((src, views, flat, flat[:n_whole], flat[n_whole:]))
         self._ptrs = [p.data_ptr() for p in self.params]
         # each part's weight in the sums of squares: 1 whole, ``sample_every`` sampled; filled on the
-        # device (``torch.tensor(list, device=...)`` copies from pageable memory: a host sync on CUDA)
-        w = [float(k) for _, _, whole, rows in self._groups for k, p in ((1, whole), (self.sample_every, rows))
+        # device (no ``torch.tensor(list, device=...)``: a host-to-device copy of pageable memory
+        # waits for the device, which a rebuild in the middle of a CUDA run must not)
+        w = [float(k) for _, _, _, whole, rows in self._groups for k, p in ((1, whole), (self.sample_every, rows))
              if p.numel()]
-        device = self._groups[0][2].device
-        self._weights = torch.stack([torch.full((), k, dtype=torch.float32, device=device) for k in w])
+        self._weights = torch.ones(len(w), dtype=torch.float32, device=self._groups[0][2].device)
+        for i, k in enumerate(w):
+            if k != 1.0:
+                self._weights[i].fill_(k)
 
     @torch.no_grad()
     def before(self, refresh: bool) -> None:
@@ -99,28 +111,42 @@ class UpdateRatio:
         if self._groups is None or refresh and self._ptrs != [p.data_ptr() for p in self.params]:
             self._build()  # first use, or a parameter's storage was replaced (``p.data = ...``)
         assert self._groups is not None
-        for src, views, _, _ in self._groups:
+        for src, views, _, _, _ in self._groups:
             torch._foreach_copy_(views, src)
-        if refresh or self._scale is None:
+        if refresh or self._inv is None:
             w = self._weights
-            self._scale = w / torch.dot(self._part_norms().square(), w).clamp_min(1e-30)
+            self._inv = torch.dot(self._part_norms().square(), w).clamp_min(1e-30).rsqrt()
 
     @torch.no_grad()
-    def after(self) -> torch.Tensor | None:
-        """The step's ratio (a 0-d float32 device tensor), or None before the first :meth:`before`."""
-        if self._groups is None or self._scale is None:
+    def after(self, out: torch.Tensor | None = None) -> torch.Tensor | None:
+        """The step's ratio (a 0-d float32 device tensor), or None before the first :meth:`before`.
+
+        Args:
+            out: a 0-d float32 tensor on the first group's device to write the ratio into (a slot
+                of the caller's packed buffer: no stack later); returned.
+        """
+        if self._groups is None or self._inv is None:
             return None
-        for src, views, _, _ in self._groups:
+        norms = []  # one per group (one group: every parameter on one device in one dtype)
+        for src, views, flat, _, rows in self._groups:
             torch._foreach_sub_(views, src)  # the copy becomes theta_old - theta_new
-        # ratio^2 = sum_part weight * ||part||^2 / ||theta||^2 = <norms^2, weights / ||theta||^2>: few
-        # small ops, which count here (each costs about as much as a sampled tensor's copy)
-        return torch.dot(self._part_norms().square(), self._scale).sqrt()
+            if rows.numel():
+                # sum of squares of the sampled rows counts k times: scale them by sqrt(k) in place
+                # (the copy is rewritten before the next step), so that ONE norm of the flat buffer
+                # is the weighted norm -- fewer small ops, which count here
+                rows.mul_(self._root_k)
+            wide = flat.dtype == torch.float64  # vector_norm does not narrow: norm it in float64
+            n = torch.linalg.vector_norm(flat, dtype=None if wide else torch.float32)
+            norms.append(n.float() if wide else n)
+        dev = self._inv.device
+        total = norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack([n.to(dev) for n in norms]))
+        return torch.mul(total, self._inv) if out is None else torch.mul(total, self._inv, out=out)
 
     def _part_norms(self) -> torch.Tensor:
         """The norms of the kept parts (whole, then sampled, per group), float32, on the first group's device."""
         assert self._groups is not None
         norms: list[torch.Tensor] = []
-        for _, _, whole, rows in self._groups:
+        for _, _, _, whole, rows in self._groups:
             parts = [p if p.dtype == torch.float32 else p.float() for p in (whole, rows) if p.numel()]
             norms += torch._foreach_norm(parts)
         return torch.stack([n.to(norms[0].device) for n in norms])
