@@ -1,10 +1,10 @@
-"""Sharded loads verify each DCP storage item's bytes as DCP reads them (issue 23): damage anywhere in a shard file (zip header, tensor bytes, padding,
-the zip directory at the end) is caught with the file named, almost nothing is read twice, and a
-checkpoint written before item marks still loads (verified by a whole-file pass)."""
+"""Sharded loads verify each DCP storage item's bytes as DCP reads them (issue 23): damage anywhere
+in a shard file (zip header, tensor bytes, padding, the zip directory at the end) is caught with
+the file named, almost nothing is read twice, and a checkpoint written before item marks still
+loads (verified by a whole-file pass)."""
 from __future__ import annotations
 
 import json
-import os
 import warnings
 import zlib
 
