@@ -23,9 +23,9 @@ and a load 1.5-2.1x (issue 23). Here the checksum rides on DCP's own I/O instead
 - A checkpoint written before marks existed (entries with size and checksum only) is verified as
   it used to be: one pass over each file before DCP reads it again from the page cache.
 
-Both plug into the stock ``FileSystemWriter`` / ``FileSystemReader`` (their ``fs`` attribute):
-DCP's planning, file layout and metadata are untouched, so a checkpoint stays loadable by plain
-``dcp.load``.
+Both plug into the stock ``FileSystemWriter`` / ``FileSystemReader`` (their ``fs`` attribute; the
+reader also hands its load plan to its file system, nothing more): DCP's planning, file layout and
+metadata are untouched, so a checkpoint stays loadable by plain ``dcp.load``.
 """
 from __future__ import annotations
 
