@@ -134,19 +134,21 @@ class TrackingReader(io.RawIOBase):
                 if pos > span[2]:
                     value = _pread_into(extend, value, fd, span[2], pos - span[2])
                 while done < total:
-                    n = raw_readinto(view[done:done + _BLOCK])
-                    value = extend(view[done:done + n], value)
+                    block = view[done:done + _BLOCK]
+                    n = raw_readinto(block)
+                    value = extend(block if n == len(block) else block[:n], value)
                     done += n
-                    if n < min(_BLOCK, total - done + n):
-                        break
+                    if n < len(block):
+                        break  # end of file
                 span[2], span[3] = pos + done, value
                 return done
             while done < total:  # re-read, or across spans: each block where it belongs
-                n = raw_readinto(view[done:done + _BLOCK])
-                consume(pos + done, view[done:done + n])
+                block = view[done:done + _BLOCK]
+                n = raw_readinto(block)
+                consume(pos + done, block[:n])
                 done += n
-                if n < min(_BLOCK, total - done + n):
-                    break
+                if n < len(block):
+                    break  # end of file
             return done
 
         def read(size: int | None = -1) -> bytes:

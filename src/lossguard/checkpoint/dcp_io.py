@@ -151,11 +151,11 @@ class VerifyingFileSystem(FileSystem):
     def plan_reads(self, items: Any, storage_data: dict[Any, Any]) -> None:
         """Note where each of a load plan's ``items`` lies (``storage_data``: DCP's storage index
         -> ``_StorageInfo``), so a file's check covers just the items read from it."""
-        planned: dict[str, list[tuple[int, int]]] = {}
+        by_path: dict[str, list[tuple[int, int]]] = {}
         for item in items:
             info = storage_data[item.storage_index]
-            planned.setdefault(os.path.basename(info.relative_path), []).append((info.offset, info.length))
-        self.planned = planned
+            by_path.setdefault(info.relative_path, []).append((info.offset, info.length))
+        self.planned = {os.path.basename(path): reads for path, reads in by_path.items()}
 
     @contextmanager
     def create_stream(self, path, mode: str):
