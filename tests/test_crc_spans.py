@@ -1,9 +1,9 @@
 """The item-by-item CRC check of a file read out of order (checkpoint/crc_ranges.py, issue 23), on
-real files: reads in any order verify, tensor-sized reads are hashed once, a flipped byte in a zip
-header, a tensor's bytes or an item's tail is caught and the file named, a truncated file fails,
-a file read without a plan is checked whole; and, through DCP itself, damage in every item of a
-real shard and in ``.metadata`` is named, and a truncated shard fails even without the store's
-size check."""
+real files: reads in any order verify (re-reads, overlapping reads, a read across two items),
+tensor-sized reads are hashed once, a flipped byte in a zip header, a tensor's bytes or an item's
+tail is caught and the file named, a truncated file fails, a file read without a plan is checked
+whole; and, through DCP itself, damage in every item of a real shard and in ``.metadata`` is
+named, and a truncated shard fails even without the store's size check."""
 from __future__ import annotations
 
 import json
@@ -91,6 +91,20 @@ def test_a_body_read_in_two_overlapping_reads_verifies(tmp_path):
         reader.readinto(bytearray(100_000))
         reader.seek(offset + 500)  # back over bytes already hashed, and past them
         reader.readinto(bytearray(150_000))
+        reader.verify("crc32")
+
+
+def test_a_read_across_two_items_from_inside_the_first_verifies(tmp_path):
+    """A large read that starts past the first item's cursor and runs into the next item (not what
+    torch.load does, but a reader must not depend on it): the gap before it is hashed first."""
+    path, marks, items = _marked_file(tmp_path)
+    (first, first_len), (second, _) = items[4], items[5]
+    with open(path, "rb") as fh:
+        reader = crc_ranges.TrackingReader(fh, Checksum, path.name, marks, items[4:6])
+        reader.seek(first + 1000)
+        reader.readinto(bytearray(first_len - 1000 + 20_000))  # into the second item
+        reader.seek(second + 30_000)
+        reader.read(1 << 16)
         reader.verify("crc32")
 
 
