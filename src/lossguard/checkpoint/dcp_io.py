@@ -11,19 +11,21 @@ and a load 1.5-2.1x (issue 23). Here the checksum rides on DCP's own I/O instead
   per file, ``.metadata`` included (its temp name's entry follows DCP's rename), plus ``marks``:
   the running CRC at every position DCP asks ``tell()`` for -- before and after each storage item,
   the ranges its metadata records and its reads come back by;
-- :class:`VerifyingFileSystem` hands DCP a :class:`~lossguard.checkpoint.crc_ranges.TrackingReader`
-  that hashes each read as it happens (``torch.load`` reads an item out of order: zip directory
-  first, tensor bytes last) and, when DCP closes the file, checks every item range it read against
-  its marks (:func:`~lossguard.checkpoint.crc_ranges.verify_reads`): every tensor byte is read and
+- :class:`VerifyingReader` is DCP's ``FileSystemReader`` that tells its :class:`VerifyingFileSystem`
+  which items the load plan reads from each file; the file system hands DCP a
+  :class:`~lossguard.checkpoint.crc_ranges.TrackingReader` that hashes each item's tensor bytes as
+  they are read (``torch.load`` reads an item out of order: zip directory first, tensor bytes
+  last) and, when DCP closes the file, hashes the rest of each item and checks it against its marks
+  (:meth:`~lossguard.checkpoint.crc_ranges.TrackingReader.verify`): every tensor byte is read and
   hashed once. If DCP fails on a file, the whole file is checked, so damage is named as damage.
   DCP loads in place, so a damaged item can leave the tensors read before it loaded (the store's
   ``load(None)`` then loads an older checkpoint over them; an explicit step raises).
 - A checkpoint written before marks existed (entries with size and checksum only) is verified as
   it used to be: one pass over each file before DCP reads it again from the page cache.
 
-Both plug into the stock ``FileSystemWriter`` / ``FileSystemReader`` (their ``fs`` attribute):
-DCP's planning, file layout and metadata are untouched, so a checkpoint stays loadable by plain
-``dcp.load``.
+Both plug into the stock ``FileSystemWriter`` / ``FileSystemReader`` (their ``fs`` attribute; the
+reader also hands its load plan to its file system, nothing more): DCP's planning, file layout and
+metadata are untouched, so a checkpoint stays loadable by plain ``dcp.load``.
 """
 from __future__ import annotations
 
@@ -34,10 +36,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .crc_ranges import TrackingReader, verify_reads
+from .crc_ranges import TrackingReader
 from .files import CHECKSUMS, Checksum, ChecksumMismatch
 
-__all__ = ["HashingFileSystem", "VerifyingFileSystem", "ChecksumMismatch", "hashing_writer", "verifying_reader"]
+__all__ = ["HashingFileSystem", "VerifyingFileSystem", "VerifyingReader", "ChecksumMismatch", "hashing_writer",
+           "verifying_reader"]
 
 
 class _HashingStream(io.RawIOBase):
@@ -92,16 +95,16 @@ class _HashingStream(io.RawIOBase):
         self.raw.flush()
 
 
-def _fs_base():
-    from torch.distributed.checkpoint.filesystem import FileSystem
+def _fs_bases():
+    from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemReader
 
-    return FileSystem
+    return FileSystem, FileSystemReader
 
 
 if TYPE_CHECKING:
-    from torch.distributed.checkpoint.filesystem import FileSystem
+    from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemReader
 else:
-    FileSystem = _fs_base()  # torch imported here, when the checkpoint path needs it
+    FileSystem, FileSystemReader = _fs_bases()  # torch imported here, when the checkpoint path needs it
 
 
 class HashingFileSystem(FileSystem):
@@ -141,6 +144,18 @@ class VerifyingFileSystem(FileSystem):
     def __init__(self, expected: dict[str, dict[str, Any]]) -> None:
         super().__init__()
         self.expected = expected
+        # file name -> (offset, length) of each item the load plan reads from it (VerifyingReader);
+        # a file without a plan (DCP's .metadata) is checked whole.
+        self.planned: dict[str, list[tuple[int, int]]] = {}
+
+    def plan_reads(self, items: Any, storage_data: dict[Any, Any]) -> None:
+        """Note where each of a load plan's ``items`` lies (``storage_data``: DCP's storage index
+        -> ``_StorageInfo``), so a file's check covers just the items read from it."""
+        by_path: dict[str, list[tuple[int, int]]] = {}
+        for item in items:
+            info = storage_data[item.storage_index]
+            by_path.setdefault(info.relative_path, []).append((info.offset, info.length))
+        self.planned = {os.path.basename(path): reads for path, reads in by_path.items()}
 
     @contextmanager
     def create_stream(self, path, mode: str):
@@ -158,14 +173,30 @@ class VerifyingFileSystem(FileSystem):
             return
         algo, cls = _algorithm(name, entry)
         with open(path, "rb") as fh:
-            reader = TrackingReader(fh, cls)
+            reader = TrackingReader(fh, cls, name, entry["marks"], self.planned.get(name))
             try:
                 yield reader
             except BaseException:
                 fh.seek(0)  # DCP failed on this file: a damaged file is named as such, not as DCP's error
                 check_stream(fh, name, entry)
                 raise
-            verify_reads(name, algo, entry["marks"], reader, fh.fileno())
+            reader.verify(algo)
+
+
+class VerifyingReader(FileSystemReader):
+    """DCP's ``FileSystemReader`` that verifies every file it reads against ``expected`` (a
+    manifest's ``files``; None: no checks), each file's check limited to the items its load plan
+    reads (see module)."""
+
+    def __init__(self, path: os.PathLike, expected: dict[str, dict[str, Any]] | None = None) -> None:
+        super().__init__(path)
+        if expected is not None:
+            self.fs = VerifyingFileSystem(expected)
+
+    def read_data(self, plan: Any, planner: Any) -> Any:
+        if isinstance(self.fs, VerifyingFileSystem):
+            self.fs.plan_reads(plan.items, self.storage_data)
+        return super().read_data(plan, planner)
 
 
 def _algorithm(name_of_file: str, entry: dict[str, Any]) -> tuple[str, type[Checksum]]:
@@ -226,8 +257,4 @@ def hashing_writer(path: os.PathLike, algorithm: type[Checksum]):
 
 def verifying_reader(path: os.PathLike, expected: dict[str, dict[str, Any]]):
     """A ``FileSystemReader`` for ``path`` that verifies every file it reads against ``expected``."""
-    from torch.distributed.checkpoint import FileSystemReader
-
-    reader = FileSystemReader(path)
-    reader.fs = VerifyingFileSystem(expected)
-    return reader
+    return VerifyingReader(path, expected)

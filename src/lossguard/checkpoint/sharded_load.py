@@ -123,12 +123,11 @@ def _checked_reader(path: Path, expected: dict[str, Any] | None, problem: str | 
     (None: sizes were checked, no checksums) and fails DCP's planning with ``problem`` when this
     rank's share did not verify: DCP gathers planning failures from every rank and raises them on
     all, so no rank loads a checkpoint that another rank found damaged."""
-    from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.metadata import Metadata
 
-    from .dcp_io import VerifyingFileSystem
+    from .dcp_io import VerifyingReader
 
-    class CheckedReader(FileSystemReader):
+    class CheckedReader(VerifyingReader):
         def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
             if problem is not None:  # .metadata may be the damaged file: planning fails below instead
                 return Metadata(state_dict_metadata={})
@@ -139,10 +138,7 @@ def _checked_reader(path: Path, expected: dict[str, Any] | None, problem: str | 
                 raise ChecksumMismatch(problem)
             super().set_up_storage_reader(metadata, is_coordinator, *args, **kwargs)
 
-    reader = CheckedReader(path)
-    if expected is not None:
-        reader.fs = VerifyingFileSystem(expected)
-    return reader
+    return CheckedReader(path, expected)
 
 
 def load_verified(path: Path, step: int, template: dict[str, Any], *, rank: int, world_size: int,

@@ -110,5 +110,8 @@ class ShardedTrainState(StateParts):
 
     def restore(self, store, step: int | None = None, *, verify: bool = True) -> int:
         """Load ``step`` (newest that verifies when None) on every rank; returns the restored step."""
-        self.load_state_dict(store.load(step, template=self.state_dict(), verify=verify))
+        # The template is what DCP fills in place: the sharded part only (the saved rank state
+        # replaces this rank's, so capturing the RNG states here would be thrown away).
+        template = {"format": SHARDED_FORMAT, "step": self.step, "sharded": self.sharded_state_dict()}
+        self.load_state_dict(store.load(step, template=template, verify=verify))
         return self.step
