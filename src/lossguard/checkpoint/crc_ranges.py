@@ -11,7 +11,7 @@ whole file in order would cost a second pass over it. A CRC is a running value, 
 - before a file is read, DCP's load plan says which items it will read (:class:`VerifyingReader`
   in :mod:`.dcp_io` hands them over); each becomes a *span* between the marks around it, with a
   cursor at the span's start and the start mark's CRC;
-- :class:`TrackingReader` hashes each large read (a tensor's bytes) as it happens, 1 MiB at a time
+- :class:`TrackingReader` hashes each large read (a tensor's bytes) as it happens, 256 KiB at a time
   while the bytes are in cache: the bytes between the span's cursor and the read (zip headers, a
   few hundred bytes, still in the page cache) are re-read by ``pread`` and hashed first, so the CRC
   runs over the span in order and no CRC needs combining; small reads pass straight to the file;

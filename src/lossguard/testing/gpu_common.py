@@ -70,3 +70,13 @@ def all_tensors(model, opt) -> list:
     for st in opt.state.values():
         out += [v for _, v in sorted(st.items()) if hasattr(v, "clone")]
     return out
+
+
+def train_gpt(model, opt, state, n: int, device) -> None:
+    """``n`` plain steps of :func:`gpt` on :func:`tokens`, each numbered by (and advancing) ``state.step``."""
+    for _ in range(n):
+        x, y = tokens(state.step, device)
+        opt.zero_grad(set_to_none=True)
+        model(x, y)[1].backward()
+        opt.step()
+        state.step += 1

@@ -2,7 +2,7 @@
 NCCL's reduction of the step statistics (:mod:`lossguard.testing.gpu_check`)."""
 from __future__ import annotations
 
-from .gpu_common import Result, all_tensors, batch, gpt, mlp, tokens
+from .gpu_common import Result, all_tensors, batch, gpt, mlp, train_gpt
 
 
 def check_snapshot(device) -> Result:
@@ -52,12 +52,7 @@ def check_resume(device) -> Result:
     state = TrainState(model, opt)
 
     def train(n: int) -> None:
-        for _ in range(n):
-            x, y = tokens(state.step, device)
-            opt.zero_grad(set_to_none=True)
-            model(x, y)[1].backward()
-            opt.step()
-            state.step += 1
+        train_gpt(model, opt, state, n, device)
 
     with tempfile.TemporaryDirectory() as tmp:
         store = CheckpointStore(tmp)
@@ -90,12 +85,7 @@ def _sharded_worker(rank: int, world: int, tmp: str, device_type: str):
     state = ShardedTrainState(model, opt)
 
     def train(n: int) -> None:
-        for _ in range(n):
-            x, y = tokens(state.step, device)
-            opt.zero_grad(set_to_none=True)
-            model(x, y)[1].backward()
-            opt.step()
-            state.step += 1
+        train_gpt(model, opt, state, n, device)
 
     def local() -> list:
         def own(v):  # this rank's shard of a DTensor, else the tensor
