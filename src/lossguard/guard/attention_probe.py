@@ -14,8 +14,9 @@ head's query and key weights are (:meth:`AttentionProbe.qk_slices`, used by
   itself while it attends: free);
 * ``torch.nn.MultiheadAttention``, Hugging Face's ``GPT2Attention`` and HF's Llama-family attention
   (Llama, Mistral, Qwen, Gemma, ...: rotary embeddings, grouped KV heads; :mod:`.hf_llama_attention`)
-  -- a forward hook recomputes ``q k^T`` from the module's input: one extra score matmul per layer;
-  ``every`` thins it out;
+  -- a forward hook recomputes ``q k^T`` from the module's input (SDPA never materialises it),
+  by default for one query position in four against every key (``query_stride``; a lower bound of
+  the maximum, fresh every step, at ~1/4 of the full recompute: :mod:`.logit_recompute`);
 * any attention of your own, with one line in its ``forward``: ``record_attention_logits(self, att)``
   on the pre-softmax logits.
 """
@@ -61,7 +62,11 @@ class AttentionProbe:
         module: the attention module.
         name: its qualified name in the model (for the log).
         every: for the hook-based kinds, recompute the logits on every ``every``-th forward only
-            (the last value is kept between); 1 = every forward.
+            (the last value is kept between); 1 = every forward. It counts forwards, not steps
+            (under gradient accumulation it picks micro-batches), and a held value is read like a
+            fresh one: :class:`~lossguard.guard.treatment.PrecursorTreatment` would QK-clip a head
+            again on the value its weights had before the last clip. ``query_stride`` thins the
+            cost instead, with a value measured on every forward.
         query_stride: for the hook-based kinds, the logits of every ``query_stride``-th query
             position are recomputed (against every key), at an offset that turns with each training
             forward: a lower bound of the largest logit, measured afresh each step, at about
@@ -186,12 +191,18 @@ class AttentionProbe:
 
     def _gpt2(self, args, kwargs) -> torch.Tensor:
         m: Any = self.module  # HF's GPT2Attention, read by attribute name (transformers is optional)
-        hidden = args[0] if args else kwargs["hidden_states"]
-        # through the module (its hooks, e.g. add_qk_norm's, shape q and k); v is split off unused
-        q, k, _ = m.c_attn(hidden.detach()).split(m.split_size, dim=2)
-        B, T, _ = q.shape
+        hidden = (args[0] if args else kwargs["hidden_states"]).detach()
+        B, T, _ = hidden.shape
         rows = self._rows(T)
-        q = q[:, rows].reshape(B, -1, m.num_heads, m.head_dim).transpose(1, 2)
+        ca, e = m.c_attn, m.split_size
+        if ca._forward_hooks or ca._forward_pre_hooks:  # they (add_qk_norm's) shape q and k: call it
+            q, k, _ = ca(hidden).split(e, dim=2)
+            q = q[:, rows]
+        else:  # Conv1D, y = x W + b: q of the rows read and k only (no v)
+            hq, C = hidden[:, rows], hidden.shape[-1]  # addmm as Conv1D does (autocast casts it alike)
+            q = torch.addmm(ca.bias[:e], hq.reshape(-1, C), ca.weight[:, :e]).view(B, -1, e)
+            k = torch.addmm(ca.bias[e:2 * e], hidden.reshape(-1, C), ca.weight[:, e:2 * e]).view(B, T, e)
+        q = q.reshape(B, -1, m.num_heads, m.head_dim).transpose(1, 2)
         k = k.view(B, T, m.num_heads, m.head_dim).transpose(1, 2)
         bias = lr.causal_bias(rows, T, T, q.device, q.dtype) if m.is_causal else None
         return lr.head_max(q, k, m.scaling, bias)
