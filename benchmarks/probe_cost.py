@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import math
 import random
 import statistics
 import sys
@@ -121,7 +120,7 @@ def cost(a) -> None:
                     p.module.register_forward_hook(lambda *_, c=inside: c.append(c.pop() + time.thread_time()))
             setups[w] = (model, torch.optim.AdamW(model.parameters(), lr=1e-4), inside)
 
-        def block(w):
+        def block(w, setups=setups):
             model, opt, inside = setups[w]
             inside[:] = [0.0]
             c = time.thread_time()
@@ -179,7 +178,7 @@ def error(a) -> None:
             exact = {p.module: AttentionProbe(p.module, p.name, query_stride=1) for p in probes}
             pairs: list[tuple[list[float], list[float]]] = []
             for p in probes:  # after the default probe's hook: the exact value of the same forward
-                def both(module, args, kwargs, out, p=p):
+                def both(module, args, kwargs, out, exact=exact, pairs=pairs):
                     strided = getattr(module, HEAD_MAX_ATTR).clone()
                     e = exact[module]
                     e._hook(module, args, kwargs, out)
@@ -210,7 +209,8 @@ def error(a) -> None:
             above = [next((s for s, v in zip(steps, ser, strict=True) if v > 100), None) for ser in (big, small, held)]
             grow = [_first_growth(steps, ser) for ser in (big, small, held)]
             step_r = [sm / b for sm, b in zip(small, big, strict=True)]
-            print(f"| {kind} | {lr:g} | {_spread([r for r, _ in ratios])} | {_spread([r for r, e in ratios if e > 10])} "
+            spread = _spread([r for r, _ in ratios]), _spread([r for r, e in ratios if e > 10])
+            print(f"| {kind} | {lr:g} | {spread[0]} | {spread[1]} "
                   f"| {statistics.median(step_r):.4f} / {min(step_r):.4f} | {max(big):.4g} "
                   f"| {' / '.join(map(str, grow))} | {' / '.join(map(str, above))} |")
 

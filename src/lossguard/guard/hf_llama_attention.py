@@ -45,7 +45,8 @@ def _rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return torch.cat((rot * cos + _rotate_half(rot) * sin, rest), dim=-1)
 
 
-def queries_keys(m: Any, args: tuple, kwargs: dict, rows: slice = slice(None)) -> tuple[torch.Tensor, torch.Tensor, bool]:
+def queries_keys(m: Any, args: tuple, kwargs: dict,
+                 rows: slice = slice(None)) -> tuple[torch.Tensor, torch.Tensor, bool]:
     """``(q (B, H, T', d), k (B, Hkv, T, d), causal)`` of the module's forward with these inputs, the
     queries of the positions ``rows`` only (their rotary angles theirs), the key heads not repeated
     (:func:`lossguard.guard.logit_recompute.head_max` pairs each with its group)."""
