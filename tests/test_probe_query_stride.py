@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 from torch import nn  # noqa: E402
 
-from lossguard.guard.attention_probe import find_attention  # noqa: E402
+from lossguard.guard.attention_probe import describe, find_attention  # noqa: E402
 from lossguard.guard.logit_recompute import QUERY_STRIDE  # noqa: E402
 from lossguard.guard.logit_growth import LogitGrowth  # noqa: E402
 
@@ -76,6 +76,8 @@ def test_default_reads_every_fourth_query_at_a_turning_offset(kind):
     m.train()
     probes = find_attention(m)
     assert len(probes) == 1 and probes[0].query_stride == QUERY_STRIDE == 4
+    # the log's header says the logged maxima are read from one query in four
+    assert describe(probes)[0]["query_stride"] == 4
     g = torch.Generator().manual_seed(1)
     x = torch.randint(0, 64, (2, T), generator=g) if kind == "llama" else torch.randn(2, T, 32, generator=g) * 4
     seen = []

@@ -270,5 +270,12 @@ def mark_attention(module: nn.Module, n_head: int = 1) -> nn.Module:
 
 
 def describe(probes: list[AttentionProbe]) -> list[dict[str, Any]]:
-    """``{"name", "kind", "n_head"}`` of every probe (for the log's header)."""
-    return [{"name": p.name, "kind": p.kind, "n_head": p.n_head} for p in probes]
+    """``{"name", "kind", "n_head"}`` of every probe (for the log's header), and for the kinds that
+    recompute, ``"query_stride"`` (above 1: their logged maxima are lower bounds) and ``"every"``."""
+    out: list[dict[str, Any]] = []
+    for p in probes:
+        d: dict[str, Any] = {"name": p.name, "kind": p.kind, "n_head": p.n_head}
+        if p.kind in ("mha", "gpt2", "llama"):
+            d.update(query_stride=p.query_stride, every=p.every)
+        out.append(d)
+    return out
