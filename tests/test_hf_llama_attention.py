@@ -46,7 +46,7 @@ def _model(family: str, kv_heads: int):
 def test_probe_reads_the_logits_the_model_computes(family, kv_heads):
     torch.set_num_threads(1)
     model = _model(family, kv_heads)
-    probes = find_attention(model)
+    probes = find_attention(model, query_stride=1)  # every query: the exact maximum
     assert [(p.kind, p.n_head) for p in probes] == [("llama", 4), ("llama", 4)]
     x = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(1))
     model(input_ids=x, labels=x)
@@ -57,7 +57,7 @@ def test_probe_reads_the_logits_the_model_computes(family, kv_heads):
 def test_qk_clip_brings_a_llama_head_to_tau():
     torch.set_num_threads(1)
     model = _model("llama", 4)  # one key head per query head: the clip is exact
-    probes = find_attention(model)
+    probes = find_attention(model, query_stride=1)  # every query: the exact maximum
     x = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(1))
     model(input_ids=x)
     heads = [p.head_max().tolist() for p in probes]

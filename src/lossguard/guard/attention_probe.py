@@ -14,8 +14,9 @@ head's query and key weights are (:meth:`AttentionProbe.qk_slices`, used by
   itself while it attends: free);
 * ``torch.nn.MultiheadAttention``, Hugging Face's ``GPT2Attention`` and HF's Llama-family attention
   (Llama, Mistral, Qwen, Gemma, ...: rotary embeddings, grouped KV heads; :mod:`.hf_llama_attention`)
-  -- a forward hook recomputes ``q k^T`` from the module's input: one extra score matmul per layer;
-  ``every`` thins it out;
+  -- a forward hook recomputes ``q k^T`` from the module's input (SDPA never materialises it),
+  by default for one query position in four against every key (``query_stride``; a lower bound of
+  the maximum, fresh every step, at ~1/4 of the full recompute: :mod:`.logit_recompute`);
 * any attention of your own, with one line in its ``forward``: ``record_attention_logits(self, att)``
   on the pre-softmax logits.
 """
@@ -28,7 +29,9 @@ import torch
 from torch import nn
 
 from . import hf_llama_attention as llama
+from . import logit_recompute as lr
 from .hf_llama_attention import is_llama_attention
+from .logit_recompute import QUERY_STRIDE
 
 if TYPE_CHECKING:
     from ..techniques.attention import CausalSelfAttention
@@ -52,17 +55,6 @@ def record_attention_logits(module: nn.Module, logits: torch.Tensor) -> None:
         setattr(module, HEAD_MAX_ATTR, head.float())
 
 
-def _causal(t: int, s: int, device) -> torch.Tensor:
-    return torch.ones(t, s, dtype=torch.bool, device=device).tril(s - t)
-
-
-def _masked_max(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Per-head max of ``scores`` ``(B, H, T, S)`` over the entries ``mask`` keeps (bool, True = keep)."""
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return scores.amax(dim=(0, 2, 3)).float()
-
-
 class AttentionProbe:
     """Reads one attention module's per-head largest logit and locates its Q/K weights.
 
@@ -70,14 +62,26 @@ class AttentionProbe:
         module: the attention module.
         name: its qualified name in the model (for the log).
         every: for the hook-based kinds, recompute the logits on every ``every``-th forward only
-            (the last value is kept between); 1 = every forward.
+            (the last value is kept between); 1 = every forward. It counts forwards, not steps
+            (under gradient accumulation it picks micro-batches), and a held value is read like a
+            fresh one: :class:`~lossguard.guard.treatment.PrecursorTreatment` would QK-clip a head
+            again on the value its weights had before the last clip. ``query_stride`` thins the
+            cost instead, with a value measured on every forward.
+        query_stride: for the hook-based kinds, the logits of every ``query_stride``-th query
+            position are recomputed (against every key), at an offset that turns with each training
+            forward: a lower bound of the largest logit, measured afresh each step, at about
+            ``1 / query_stride`` of the full recompute's cost (:mod:`.logit_recompute`, with the
+            measurements). 1 = every position (exact). The shipped attention and ``recorded``
+            modules see every logit anyway and ignore it.
     """
 
-    def __init__(self, module: nn.Module, name: str, *, every: int = 1) -> None:
+    def __init__(self, module: nn.Module, name: str, *, every: int = 1, query_stride: int = QUERY_STRIDE) -> None:
         self.module, self.name, self.every = module, name, max(1, int(every))
+        self.query_stride = max(1, int(query_stride))
         self._kind = self._find_kind()  # once: head_max() runs every step
         self.n_head = self._n_head()
         self._calls = 0
+        self._turn = 0  # training forwards measured: turns the offset of the query rows read
         self._handle = None
         setattr(module, HEAD_MAX_ATTR, torch.zeros(self.n_head, device=self._device()))
         if self.kind in ("mha", "gpt2", "llama"):
@@ -137,12 +141,22 @@ class AttentionProbe:
             return
         with torch.no_grad():
             if self.kind == "llama":
-                logits, causal = llama.scores(module, args, kwargs)
-                t = logits.shape[-1]
-                head = _masked_max(logits, _causal(t, t, logits.device) if causal else None)
+                head = self._llama(args, kwargs)
             else:
                 head = self._mha(args, kwargs) if self.kind == "mha" else self._gpt2(args, kwargs)
+        self._turn += 1
         setattr(module, HEAD_MAX_ATTR, head)
+
+    def _rows(self, t: int) -> slice:
+        return lr.query_rows(t, self.query_stride, self._turn)
+
+    def _llama(self, args, kwargs) -> torch.Tensor:
+        m: Any = self.module
+        t = (args[0] if args else kwargs["hidden_states"]).shape[-2]
+        rows = self._rows(t)
+        q, k, causal = llama.queries_keys(m, args, kwargs, rows)
+        bias = lr.causal_bias(rows, t, k.shape[-2], q.device, q.dtype) if causal else None
+        return lr.head_max(q, k, m.scaling, bias)
 
     def _mha(self, args, kwargs) -> torch.Tensor:
         m = cast(nn.MultiheadAttention, self.module)  # kind "mha"
@@ -160,31 +174,38 @@ class AttentionProbe:
         bq = bk = None
         if m.in_proj_bias is not None:
             bq, bk = m.in_proj_bias[:e], m.in_proj_bias[e:2 * e]
-        q = nn.functional.linear(q_in.detach(), wq, bq)
+        T, S = q_in.shape[1], k_in.shape[1]
+        rows = self._rows(T)
+        q = nn.functional.linear(q_in.detach()[:, rows], wq, bq)  # only the rows read are projected
         k = nn.functional.linear(k_in.detach(), wk, bk)
-        B, T, _ = q.shape
-        S = k.shape[1]
-        q = q.view(B, T, h, e // h).transpose(1, 2)
+        B, Tr, _ = q.shape
+        q = q.view(B, Tr, h, e // h).transpose(1, 2)
         k = k.view(B, S, h, e // h).transpose(1, 2)
-        scores = (q @ k.transpose(-2, -1)) / math.sqrt(e // h)
         mask = kwargs.get("attn_mask", args[5] if len(args) > 5 else None)
-        keep = None
+        bias = None
         if kwargs.get("is_causal", False) and mask is None:
-            keep = _causal(T, S, q.device)
-        elif mask is not None:
-            keep = ~mask if mask.dtype == torch.bool else torch.isfinite(mask)
-            keep = keep.reshape(keep.shape[-2:]) if keep.dim() == 2 else None
-        return _masked_max(scores, keep)
+            bias = lr.causal_bias(rows, T, S, q.device, q.dtype)
+        elif mask is not None and mask.dim() == 2:
+            bias = lr.mask_bias(~mask if mask.dtype == torch.bool else torch.isfinite(mask), rows, q.dtype)
+        return lr.head_max(q, k, 1.0 / math.sqrt(e // h), bias)
 
     def _gpt2(self, args, kwargs) -> torch.Tensor:
         m: Any = self.module  # HF's GPT2Attention, read by attribute name (transformers is optional)
-        hidden = args[0] if args else kwargs["hidden_states"]
-        q, k, _ = m.c_attn(hidden.detach()).split(m.split_size, dim=2)
-        B, T, _ = q.shape
-        q = q.view(B, T, m.num_heads, m.head_dim).transpose(1, 2)
+        hidden = (args[0] if args else kwargs["hidden_states"]).detach()
+        B, T, _ = hidden.shape
+        rows = self._rows(T)
+        ca, e = m.c_attn, m.split_size
+        if ca._forward_hooks or ca._forward_pre_hooks:  # they (add_qk_norm's) shape q and k: call it
+            q, k, _ = ca(hidden).split(e, dim=2)
+            q = q[:, rows]
+        else:  # Conv1D, y = x W + b: q of the rows read and k only (no v)
+            hq, C = hidden[:, rows], hidden.shape[-1]  # addmm as Conv1D does (autocast casts it alike)
+            q = torch.addmm(ca.bias[:e], hq.reshape(-1, C), ca.weight[:, :e]).view(B, -1, e)
+            k = torch.addmm(ca.bias[e:2 * e], hidden.reshape(-1, C), ca.weight[:, e:2 * e]).view(B, T, e)
+        q = q.reshape(B, -1, m.num_heads, m.head_dim).transpose(1, 2)
         k = k.view(B, T, m.num_heads, m.head_dim).transpose(1, 2)
-        scores = (q @ k.transpose(-2, -1)) * m.scaling
-        return _masked_max(scores, _causal(T, T, q.device) if m.is_causal else None)
+        bias = lr.causal_bias(rows, T, T, q.device, q.dtype) if m.is_causal else None
+        return lr.head_max(q, k, m.scaling, bias)
 
     # ------------------------------------------------------------------ weights
     def qk_slices(self, head: int) -> list[tuple[torch.Tensor, int, slice]]:
@@ -219,7 +240,7 @@ class AttentionProbe:
         return []
 
 
-def find_attention(model: nn.Module, *, every: int = 1) -> list[AttentionProbe]:
+def find_attention(model: nn.Module, *, every: int = 1, query_stride: int = QUERY_STRIDE) -> list[AttentionProbe]:
     """Probes for every attention module of ``model`` that lossguard can read: the shipped one,
     ``nn.MultiheadAttention``, HF ``GPT2Attention`` and Llama-family attention, and any module that
     has called (or will call) :func:`record_attention_logits` -- mark those beforehand with
@@ -227,7 +248,7 @@ def find_attention(model: nn.Module, *, every: int = 1) -> list[AttentionProbe]:
 
     Args:
         model: the model (a DDP wrapper is unwrapped).
-        every: see :class:`AttentionProbe`.
+        every, query_stride: see :class:`AttentionProbe`.
     """
     from ..techniques.attention import CausalSelfAttention
 
@@ -236,7 +257,7 @@ def find_attention(model: nn.Module, *, every: int = 1) -> list[AttentionProbe]:
     for name, m in model.named_modules():
         if isinstance(m, (CausalSelfAttention, nn.MultiheadAttention)) or hasattr(m, HEAD_MAX_ATTR) \
                 or (type(m).__name__ == "GPT2Attention" and hasattr(m, "c_attn")) or is_llama_attention(m):
-            probes.append(AttentionProbe(m, name, every=every))
+            probes.append(AttentionProbe(m, name, every=every, query_stride=query_stride))
     return probes
 
 
@@ -249,5 +270,12 @@ def mark_attention(module: nn.Module, n_head: int = 1) -> nn.Module:
 
 
 def describe(probes: list[AttentionProbe]) -> list[dict[str, Any]]:
-    """``{"name", "kind", "n_head"}`` of every probe (for the log's header)."""
-    return [{"name": p.name, "kind": p.kind, "n_head": p.n_head} for p in probes]
+    """``{"name", "kind", "n_head"}`` of every probe (for the log's header), and for the kinds that
+    recompute, ``"query_stride"`` (above 1: their logged maxima are lower bounds) and ``"every"``."""
+    out: list[dict[str, Any]] = []
+    for p in probes:
+        d: dict[str, Any] = {"name": p.name, "kind": p.kind, "n_head": p.n_head}
+        if p.kind in ("mha", "gpt2", "llama"):
+            d.update(query_stride=p.query_stride, every=p.every)
+        out.append(d)
+    return out

@@ -7,7 +7,7 @@ to the module's forward as ``position_embeddings=(cos, sin)``), key/value heads 
 ``k_norm`` (Qwen3), logits ``q.k * scaling``. Recognised by those attributes (not by class name, so
 every model of the family is covered); the logits are recomputed from the module's input in a
 forward hook (:class:`~lossguard.guard.attention_probe.AttentionProbe`): two projections and one
-score matmul per layer.
+score matmul per layer, over a subset of the query positions (:mod:`.logit_recompute`).
 """
 from __future__ import annotations
 
@@ -45,21 +45,25 @@ def _rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return torch.cat((rot * cos + _rotate_half(rot) * sin, rest), dim=-1)
 
 
-def scores(m: Any, args: tuple, kwargs: dict) -> tuple[torch.Tensor, bool]:
-    """``(logits (B, H, T, T), causal)`` of the module's forward with these inputs."""
+def queries_keys(m: Any, args: tuple, kwargs: dict,
+                 rows: slice = slice(None)) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """``(q (B, H, T', d), k (B, Hkv, T, d), causal)`` of the module's forward with these inputs, the
+    queries of the positions ``rows`` only (their rotary angles theirs), the key heads not repeated
+    (:func:`lossguard.guard.logit_recompute.head_max` pairs each with its group)."""
     hidden = (args[0] if args else kwargs["hidden_states"]).detach()
     hd = m.head_dim
-    shape = (*hidden.shape[:-1], -1, hd)
-    q, k = m.q_proj(hidden).view(shape), m.k_proj(hidden).view(shape)
+    hq = hidden[..., rows, :]
+    # through the projections as modules: their hooks (add_qk_norm's) shape q and k
+    q, k = m.q_proj(hq).view(*hq.shape[:-1], -1, hd), m.k_proj(hidden).view(*hidden.shape[:-1], -1, hd)
     if isinstance(getattr(m, "q_norm", None), nn.Module):
         q, k = m.q_norm(q), m.k_norm(k)
     q, k = q.transpose(1, 2), k.transpose(1, 2)
     pe = kwargs.get("position_embeddings", args[1] if len(args) > 1 else None)
     if pe is not None:
         cos, sin = pe
-        q, k = _rotary(q, cos.to(q.dtype), sin.to(q.dtype)), _rotary(k, cos.to(k.dtype), sin.to(k.dtype))
-    k = k.repeat_interleave(m.num_key_value_groups, dim=1)
-    return (q @ k.transpose(-2, -1)) * m.scaling, bool(getattr(m, "is_causal", True))
+        q = _rotary(q, cos[..., rows, :].to(q.dtype), sin[..., rows, :].to(q.dtype))
+        k = _rotary(k, cos.to(k.dtype), sin.to(k.dtype))
+    return q, k, bool(getattr(m, "is_causal", True))
 
 
 def qk_slices(m: Any, head: int) -> list[tuple[torch.Tensor, int, slice]]:

@@ -26,6 +26,7 @@ from torch import nn
 
 from .. import metrics as M
 from .attention_probe import AttentionProbe, find_attention
+from .logit_recompute import QUERY_STRIDE
 from .update_ratio import UpdateRatio
 
 
@@ -60,7 +61,13 @@ class PrecursorMonitor:
         update_ratio: measure ``||dtheta||/||theta||``. Keeps one flat copy of the parameters
             (large tensors: every 8th row only) to subtract from (:class:`~lossguard.guard.update_ratio.UpdateRatio`).
         every: hook-based attention kinds recompute logits every ``every`` forwards (see
-            :class:`~lossguard.guard.attention_probe.AttentionProbe`).
+            :class:`~lossguard.guard.attention_probe.AttentionProbe`). Kept at 1: a held value is
+            logged as if measured, and the treatment would clip again on it.
+        query_stride: hook-based attention kinds (``nn.MultiheadAttention``, HF GPT-2 and Llama)
+            recompute the logits of one query position in ``query_stride`` (4; the offset turns
+            each forward) against every key: a lower bound measured on every step, at ~1/4 of the
+            full recompute (:mod:`~lossguard.guard.logit_recompute`; 1 = exact). The shipped
+            attention records every logit for free and ignores it.
         diagnostic_every: the output-logit statistics and Adam's ratio are measured on every
             ``diagnostic_every``-th step (the first included) and held between. They are read as
             trends (a drift of log Z, a second moment that lags the gradient), not as a per-step
@@ -71,11 +78,12 @@ class PrecursorMonitor:
 
     def __init__(self, model: nn.Module, optimizer=None, *, attention: bool = True,
                  output: nn.Module | Literal[False] | None = None, update_ratio: bool = True, every: int = 1,
-                 diagnostic_every: int = DIAGNOSTIC_EVERY) -> None:
+                 diagnostic_every: int = DIAGNOSTIC_EVERY, query_stride: int = QUERY_STRIDE) -> None:
         base = getattr(model, "module", model)
         self.optimizer = optimizer
         self.params = [p for p in base.parameters() if p.requires_grad]
-        self.probes: list[AttentionProbe] = find_attention(base, every=every) if attention else []
+        self.probes: list[AttentionProbe] = find_attention(base, every=every, query_stride=query_stride) \
+            if attention else []
         self.output: nn.Module | None = _find_output(base) if output is None else (output or None)
         device = self.params[0].device if self.params else torch.device("cpu")
         self._ratio = UpdateRatio(self.params) if update_ratio and self.params else None
