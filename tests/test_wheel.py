@@ -19,7 +19,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 # What a user needs to test their own setup: fault injection, a 2-rank launcher, the GPU self-check.
-KEPT_TESTING = {"__init__.py", "faults.py", "distributed.py", "gpu_check.py"}
+KEPT_TESTING = {"__init__.py", "faults.py", "distributed.py", "gpu_check.py",
+                # the GPU self-check's checks, one file per concern (python -m lossguard.testing.gpu_check)
+                "gpu_common.py", "gpu_optim_checks.py", "gpu_guard_checks.py", "gpu_resume_checks.py"}
 
 pytestmark = pytest.mark.slow  # a setuptools build: ~20-40 s on the shared 2 cores
 
