@@ -51,12 +51,15 @@ class EncoderLM(nn.Module):
                                     for _ in range(layers))
         self.head = nn.Linear(width, 256)
 
-    def forward(self, x, y):
+    def forward(self, x, y=None):
+        """``(logits, loss)`` as the shipped TinyGPT returns them; the logits alone without targets."""
         h = self.emb(x) + self.pos[: x.shape[1]]
         mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1], device=x.device)
         for layer in self.layers:
             h = layer(h, src_mask=mask, is_causal=True)
         logits = self.head(h)
+        if y is None:
+            return logits
         return logits, F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
 
 

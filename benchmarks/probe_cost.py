@@ -43,27 +43,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gpu_overhead import EncoderLM  # noqa: E402  (a sibling script: benchmarks/ is on sys.path)
+
 WAYS = ("plain", "before", "exact", "every4", "stride4")
-
-
-class EncoderLM(nn.Module):
-    """A causal LM over ``nn.TransformerEncoderLayer`` (as in ``gpu_overhead.py``)."""
-
-    def __init__(self, layers: int, width: int, heads: int, seq: int) -> None:
-        super().__init__()
-        self.emb = nn.Embedding(256, width)
-        self.pos = nn.Parameter(torch.zeros(seq, width))
-        self.layers = nn.ModuleList(nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.0,
-                                                               batch_first=True, norm_first=True)
-                                    for _ in range(layers))
-        self.head = nn.Linear(width, 256)
-
-    def forward(self, x):
-        h = self.emb(x) + self.pos[: x.shape[1]]
-        mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1], device=x.device)
-        for layer in self.layers:
-            h = layer(h, src_mask=mask, is_causal=True)
-        return self.head(h)
 
 
 def make_model(kind: str, layers: int, width: int, heads: int, seq: int) -> nn.Module:
