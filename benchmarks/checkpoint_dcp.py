@@ -85,18 +85,11 @@ def _width(width: int, mesh, plain_group, repeat: int, root: str, sync_only: boo
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-    from torch.distributed.fsdp import fully_shard
+    from sharded_bench import sharded_mlp
 
     from lossguard.checkpoint import HostSnapshot, ShardedCheckpointStore, ShardedTrainState
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(4)])
-    for layer in model:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model(torch.randn(8, width)).sum().backward()
-    opt.step()
+    model, opt = sharded_mlp(width, mesh)
     params = sum(p.numel() for p in model.parameters())
     state = ShardedTrainState(model, opt, step=1)
     base = Path(root) / f"w{width}"

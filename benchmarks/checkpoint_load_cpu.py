@@ -16,9 +16,7 @@ less. ``--profile FILE`` also writes rank 0's cProfile of the verified loads (``
 from __future__ import annotations
 
 import argparse
-import gc
 import os
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -27,25 +25,17 @@ from pathlib import Path
 def _worker(rank: int, world: int, width: int, repeat: int, root: str, profile: str | None) -> dict:
     import warnings
 
-    import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
 
     from lossguard.checkpoint import ShardedCheckpointStore, ShardedTrainState
+    from sharded_bench import GcClock, sharded_mlp
 
     warnings.filterwarnings("ignore")
     mesh = init_device_mesh("cpu", (world,))
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(4)])
-    for layer in model:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model(torch.randn(8, width)).sum().backward()
-    opt.step()
+    model, opt = sharded_mlp(width, mesh)
     state = ShardedTrainState(model, opt, step=1)
     store = ShardedCheckpointStore(Path(root) / "store", keep_last=10)
     state.save(store)
@@ -69,15 +59,8 @@ def _worker(rank: int, world: int, width: int, repeat: int, root: str, profile: 
         prof = cProfile.Profile()
     cpu: dict[str, list[float]] = {k: [] for k in ops}
     gc_time: dict[str, list[float]] = {k: [] for k in ops}
-    gc_run = [0.0, 0.0]  # seconds in the garbage collector, start of the running collection
-
-    def on_gc(phase: str, info: dict) -> None:
-        if phase == "start":
-            gc_run[1] = time.process_time()
-        else:
-            gc_run[0] += time.process_time() - gc_run[1]
-
-    gc.callbacks.append(on_gc)
+    clock = GcClock()
+    clock.start()
     wall: dict[str, list[float]] = {k: [] for k in ops}
     names = list(ops)
     for r in range(repeat):
@@ -85,17 +68,17 @@ def _worker(rank: int, world: int, width: int, repeat: int, root: str, profile: 
             dist.barrier()
             if prof is not None and name == "store, CRC verified":
                 prof.enable()
-            g0, c0, t0 = gc_run[0], time.process_time(), time.perf_counter()
+            g0, c0, t0 = clock.seconds, time.process_time(), time.perf_counter()
             ops[name]()
             wall[name].append(time.perf_counter() - t0)
             cpu[name].append(time.process_time() - c0)
-            gc_time[name].append(gc_run[0] - g0)
+            gc_time[name].append(clock.seconds - g0)
             if prof is not None:
                 prof.disable()
     if prof is not None:
         prof.dump_stats(profile)
     dist.barrier()
-    gc.callbacks.remove(on_gc)
+    clock.stop()
     return {"cpu": cpu, "wall": wall, "gc": gc_time, "bytes": sum(f.stat().st_size for f in path.iterdir())}
 
 
@@ -107,28 +90,14 @@ def main() -> None:
     ap.add_argument("--profile", default=None, help="write rank 0's cProfile of the verified loads here")
     args = ap.parse_args()
     from lossguard.testing.distributed import run_distributed
+    from sharded_bench import print_cpu_table
 
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as root:
         res = run_distributed(_worker, world_size=args.world, timeout=1800,
                               args=(args.width, args.repeat, root, args.profile))
     print(f"width {args.width}: checkpoint {res[0]['bytes'] / 2**20:.1f} MiB, {args.world} ranks, "
           f"{args.repeat} repeats, load average {os.getloadavg()[0]:.2f}")
-    print("| load | CPU ms per rank (median) | CPU both ranks vs plain (paired median) | same, GC excluded "
-          "| wall ms (slowest rank) | GC ms per load (mean, both ranks) |")
-    print("|---|---|---:|---:|---:|---:|")
-
-    def paired(name: str, gc_out: bool) -> float:
-        def work(op: str, i: int) -> float:
-            return sum(r["cpu"][op][i] - (r["gc"][op][i] if gc_out else 0.0) for r in res)
-        return statistics.median(work(name, i) / work("plain DCP", i) for i in range(args.repeat))
-
-    for name in res[0]["cpu"]:
-        per_rank = " / ".join(f"{statistics.median(r['cpu'][name]) * 1e3:.1f}" for r in res)
-        slowest = statistics.median(max(r["wall"][name][i] for r in res) for i in range(args.repeat))
-        gc_ms = sum(sum(r["gc"][name]) for r in res) / args.repeat * 1e3
-        print(f"| {name} | {per_rank} | {paired(name, False):.3f}x | {paired(name, True):.3f}x | {slowest * 1e3:.1f} "
-              f"| {gc_ms:.2f} |")
-
+    print_cpu_table(res, args.repeat, "load")
 
 if __name__ == "__main__":
     main()
