@@ -21,28 +21,14 @@ variants in rotating order, garbage collector off while timing. Run::
 from __future__ import annotations
 
 import argparse
-import gc
-import importlib.util
 import json
 import os
-import statistics
 import tempfile
-import time
 import warnings
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
-
-def _base_crc_ranges(src: str) -> Any:
-    """The ``crc_ranges`` module of another checkout's ``src``, loaded beside this one."""
-    spec = importlib.util.spec_from_file_location("lossguard.checkpoint._base_crc_ranges",
-                                                  Path(src) / "lossguard/checkpoint/crc_ranges.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    module.__package__ = "lossguard.checkpoint"
-    spec.loader.exec_module(module)
-    return module
+from sharded_bench import base_module, print_extra_table, time_rotating, trained_mlp
 
 
 class _Recorder:
@@ -88,17 +74,12 @@ def main() -> None:
     ap.add_argument("--base-src", default=None, help="another checkout's src: its TrackingReader too")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
-    import torch
     import zlib_ng.zlib_ng as zn
 
     from lossguard.checkpoint import ShardedCheckpointStore, ShardedTrainState, crc_ranges, dcp_io
     from lossguard.checkpoint.files import Checksum
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Linear(args.width, args.width) for _ in range(4)])
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model(torch.randn(8, args.width)).sum().backward()
-    opt.step()
+    model, opt = trained_mlp(args.width)
     state = ShardedTrainState(model, opt, step=1)
     root = tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR"))
     store = ShardedCheckpointStore(root.name, keep_last=10)
@@ -163,7 +144,7 @@ def main() -> None:
     variants.update({f"raw + CRC, {k} KiB blocks": raw(k << 10) for k in (256, 512, 1024, 2048)})
     variants.update({"TrackingReader, load plan": tracking(True), "TrackingReader, no plan": tracking(False)})
     if args.base_src:
-        base = _base_crc_ranges(args.base_src)
+        base = base_module(args.base_src, "crc_ranges")
 
         def base_run():
             with open(fpath, "rb") as fh:
@@ -172,26 +153,11 @@ def main() -> None:
                 base.verify_reads(name, "crc32", entry["marks"], reader, fh.fileno())
 
         variants["base TrackingReader + verify_reads"] = base_run
-    names = list(variants)
-    for fn in variants.values():
-        fn()
-        fn()
-    cpu: dict[str, list[float]] = {k: [] for k in names}
-    gc.disable()
-    for r in range(args.repeat):
-        for k in names[r % len(names):] + names[:r % len(names)]:
-            c0 = time.process_time()
-            variants[k]()
-            cpu[k].append(time.process_time() - c0)
-    gc.enable()
+    cpu = time_rotating(variants, args.repeat, warm=2)
     counts = {op: sum(1 for o, _ in ops if o == op) for op in ("readinto", "seek", "tell", "read")}
     print(f"{name}: {entry['size'] / 2**20:.1f} MiB, {len(ops)} stream calls {counts}, {len(plan or [])} planned "
           f"items; {args.repeat} repeats, load average {os.getloadavg()[0]:.2f}")
-    print("| replay | CPU ms (median) | extra over the raw file (paired median) |")
-    print("|---|---:|---:|")
-    for k in names:
-        extra = statistics.median(a - b for a, b in zip(cpu[k], cpu[names[0]], strict=True))
-        print(f"| {k} | {statistics.median(cpu[k]) * 1e3:.2f} | {extra * 1e3:+.2f} ms |")
+    print_extra_table(cpu)
     root.cleanup()
 
 

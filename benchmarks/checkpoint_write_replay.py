@@ -21,27 +21,14 @@ timing. Run::
 from __future__ import annotations
 
 import argparse
-import gc
-import importlib.util
 import os
-import statistics
 import tempfile
-import time
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-
-def _base_dcp_io(src: str) -> Any:
-    """The ``dcp_io`` module of another checkout's ``src``, loaded beside this one."""
-    spec = importlib.util.spec_from_file_location("lossguard.checkpoint._base_dcp_io",
-                                                  Path(src) / "lossguard/checkpoint/dcp_io.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    module.__package__ = "lossguard.checkpoint"
-    spec.loader.exec_module(module)
-    return module
+from sharded_bench import base_module, print_extra_table, time_rotating, trained_mlp
 
 
 class _Recorder:
@@ -80,17 +67,12 @@ def main() -> None:
     ap.add_argument("--base-src", default=None, help="another checkout's src: its _HashingStream too")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
-    import torch
     import zlib_ng.zlib_ng as zn
 
     from lossguard.checkpoint import ShardedCheckpointStore, ShardedTrainState, dcp_io
     from lossguard.checkpoint.files import Checksum
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Linear(args.width, args.width) for _ in range(4)])
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model(torch.randn(8, args.width)).sum().backward()
-    opt.step()
+    model, opt = trained_mlp(args.width)
     state = ShardedTrainState(model, opt, step=1)
     root = tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR"))
     store = ShardedCheckpointStore(Path(root.name) / "store", keep_last=10)
@@ -145,29 +127,14 @@ def main() -> None:
     variants.update({f"raw + CRC, {k} KiB blocks": raw(k << 10) for k in (256, 512, 1024)})
     variants["_HashingStream"] = hashing(dcp_io)
     if args.base_src:
-        variants["base _HashingStream"] = hashing(_base_dcp_io(args.base_src))
-    names = list(variants)
-    for fn in variants.values():
-        fn()
-        os.unlink(out)
-    cpu: dict[str, list[float]] = {k: [] for k in names}
-    gc.disable()
-    for r in range(args.repeat):
-        for k in names[r % len(names):] + names[:r % len(names)]:
-            c0 = time.process_time()
-            variants[k]()
-            cpu[k].append(time.process_time() - c0)
-            os.unlink(out)  # outside the timed span: freeing the page cache is the kernel's, not the stream's
-    gc.enable()
+        variants["base _HashingStream"] = hashing(base_module(args.base_src, "dcp_io"))
+    # unlinking is outside the timed span: freeing the page cache is the kernel's, not the stream's
+    cpu = time_rotating(variants, args.repeat, warm=1, after=lambda: os.unlink(out))
     sizes = [len(d) for op, d in ops if op == "write"]
     print(f"{name}: {sum(sizes) / 2**20:.1f} MiB, {len(ops)} stream calls ({len(sizes)} writes, "
           f"{sum(s > 1 << 16 for s in sizes)} of them > 64 KiB); {args.repeat} repeats, "
           f"load average {os.getloadavg()[0]:.2f}")
-    print("| replay | CPU ms (median) | extra over the raw file (paired median) |")
-    print("|---|---:|---:|")
-    for k in names:
-        extra = statistics.median(a - b for a, b in zip(cpu[k], cpu[names[0]], strict=True))
-        print(f"| {k} | {statistics.median(cpu[k]) * 1e3:.2f} | {extra * 1e3:+.2f} ms |")
+    print_extra_table(cpu)
     root.cleanup()
 
 

@@ -66,3 +66,64 @@ def print_cpu_table(res: list[dict], repeat: int, what: str) -> None:
         gc_ms = sum(sum(r["gc"][name]) for r in res) / repeat * 1e3
         print(f"| {name} | {per_rank} | {paired(name, False):.3f}x | {paired(name, True):.3f}x | {slowest * 1e3:.1f} "
               f"| {gc_ms:.2f} |")
+
+
+def trained_mlp(width: int):
+    """``(model, optimizer)``: :func:`sharded_mlp`'s model in one process, unsharded, after one step."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(4)])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randn(8, width)).sum().backward()
+    opt.step()
+    return model, opt
+
+
+def base_module(src: str, name: str):
+    """The module ``lossguard.checkpoint.<name>`` of another checkout's ``src``, loaded beside this
+    checkout's own (``--base-src``: the code before a change, timed in the same process)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(f"lossguard.checkpoint._base_{name}",
+                                                  Path(src) / f"lossguard/checkpoint/{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    module.__package__ = "lossguard.checkpoint"
+    spec.loader.exec_module(module)
+    return module
+
+
+def time_rotating(variants: dict, repeat: int, *, warm: int, after=None) -> dict[str, list[float]]:
+    """CPU seconds of each variant per repeat, the variants in rotating order, the garbage collector
+    off while timing; ``after`` (untimed) runs after every call, warm-up calls included."""
+    names = list(variants)
+    for fn in variants.values():
+        for _ in range(warm):
+            fn()
+            if after is not None:
+                after()
+    cpu: dict[str, list[float]] = {k: [] for k in names}
+    gc.disable()
+    try:
+        for r in range(repeat):
+            for k in names[r % len(names):] + names[:r % len(names)]:
+                c0 = time.process_time()
+                variants[k]()
+                cpu[k].append(time.process_time() - c0)
+                if after is not None:
+                    after()
+    finally:
+        gc.enable()
+    return cpu
+
+
+def print_extra_table(cpu: dict[str, list[float]]) -> None:
+    """Each variant's median CPU time and its paired median extra over the first variant's."""
+    names = list(cpu)
+    print("| replay | CPU ms (median) | extra over the raw file (paired median) |")
+    print("|---|---:|---:|")
+    for k in names:
+        extra = statistics.median(a - b for a, b in zip(cpu[k], cpu[names[0]], strict=True))
+        print(f"| {k} | {statistics.median(cpu[k]) * 1e3:.2f} | {extra * 1e3:+.2f} ms |")
