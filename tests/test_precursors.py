@@ -243,24 +243,33 @@ def test_update_size_test_sees_an_lr_jump_and_cuts_it_back(tmp_path):
     assert not [r for r in recs if r.get("event") == "lr_cut"]
 
 
-def test_diagnostics_measured_every_kth_step_and_held_between():
-    """Output logits and Adam's ratio on steps 0, 2, 4 (diagnostic_every=2), held on 1, 3; the
-    update ratio changes every step."""
+def _monitored_run(*, diagnostic_every: int, n: int):
+    """A 1-layer TinyGPT with its AdamW under a :class:`PrecursorMonitor`, and a generator of ``n``
+    monitored steps on seeded byte batches (each yields its logits, after the optimizer step)."""
     from lossguard.demo.model import GPTConfig, TinyGPT
     torch.manual_seed(0)
     model = TinyGPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    mon = PrecursorMonitor(model, opt, diagnostic_every=2)
-    seen = []
-    for i in range(5):
-        x = torch.randint(0, 256, (4, 8), generator=torch.Generator().manual_seed(i))
-        logits, loss = model(x, x)
-        loss.backward()
-        mon.before_step()
-        opt.step()
-        mon.after_step()
-        opt.zero_grad()
-        seen.append((mon.read(), float(logits.detach().abs().max())))
+    mon = PrecursorMonitor(model, opt, diagnostic_every=diagnostic_every)
+
+    def steps():
+        for i in range(n):
+            x = torch.randint(0, 256, (4, 8), generator=torch.Generator().manual_seed(i))
+            logits, loss = model(x, x)
+            loss.backward()
+            mon.before_step()
+            opt.step()
+            mon.after_step()
+            opt.zero_grad()
+            yield logits
+    return mon, steps()
+
+
+def test_diagnostics_measured_every_kth_step_and_held_between():
+    """Output logits and Adam's ratio on steps 0, 2, 4 (diagnostic_every=2), held on 1, 3; the
+    update ratio changes every step."""
+    mon, steps = _monitored_run(diagnostic_every=2, n=5)
+    seen = [(mon.read(), float(logits.detach().abs().max())) for logits in steps]
     for i, (stats, out_max) in enumerate(seen):
         if i % 2 == 0:
             assert stats[M.OUTPUT_LOGIT_MAX] == pytest.approx(out_max, rel=1e-5)
@@ -277,20 +286,9 @@ def test_diagnostics_measured_every_kth_step_and_held_between():
 def test_packed_is_a_fresh_tensor_that_later_steps_do_not_overwrite():
     """The scalars live in one buffer written in place every step; packed() must hand out a copy,
     because a deferred read (framework mode, CUDA) may still hold the last step's tensor."""
-    from lossguard.demo.model import GPTConfig, TinyGPT
-    torch.manual_seed(0)
-    model = TinyGPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    mon = PrecursorMonitor(model, opt, diagnostic_every=1)
+    mon, steps = _monitored_run(diagnostic_every=1, n=3)
     held = []
-    for i in range(3):
-        x = torch.randint(0, 256, (4, 8), generator=torch.Generator().manual_seed(i))
-        _, loss = model(x, x)
-        loss.backward()
-        mon.before_step()
-        opt.step()
-        mon.after_step()
-        opt.zero_grad()
+    for _ in steps:
         p = mon.packed()
         held.append((p, p.tolist()))
     assert all(str(p.tolist()) == str(v) for p, v in held)  # as read then, after two more steps (NaN-safe)
