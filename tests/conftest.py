@@ -62,3 +62,20 @@ def short_demo(tmp_path_factory):
                            str(SHORT_DEMO_STEPS), "--no-clean", "--json"], capture_output=True, text=True,
                           timeout=600, env=env)
     return out, proc
+
+
+@pytest.fixture
+def preads(monkeypatch):
+    """Lengths of every re-read (pread) the verified load's CRC check makes
+    (:mod:`lossguard.checkpoint.crc_ranges`), in order."""
+    from lossguard.checkpoint import crc_ranges
+
+    lengths: list[int] = []
+    real = crc_ranges._pread_into
+
+    def counting(extend, value, fd, offset, length):
+        lengths.append(length)
+        return real(extend, value, fd, offset, length)
+
+    monkeypatch.setattr(crc_ranges, "_pread_into", counting)
+    return lengths

@@ -55,20 +55,6 @@ def _load(path, marks, items, cls=Checksum, planned=True, order=None):
         reader.verify(cls.NAME)
 
 
-@pytest.fixture
-def preads(monkeypatch):
-    """Lengths of every re-read (pread) the check makes."""
-    lengths: list[int] = []
-    real = crc_ranges._pread_into
-
-    def counting(extend, value, fd, offset, length):
-        lengths.append(length)
-        return real(extend, value, fd, offset, length)
-
-    monkeypatch.setattr(crc_ranges, "_pread_into", counting)
-    return lengths
-
-
 @pytest.mark.parametrize("cls", [Checksum, Crc32c])
 def test_reads_in_any_order_verify_and_large_bodies_are_not_read_twice(tmp_path, cls, preads):
     if cls is Crc32c:

@@ -13,7 +13,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from lossguard.checkpoint import ShardedCheckpointStore, ShardedTrainState  # noqa: E402
-from lossguard.checkpoint import crc_ranges  # noqa: E402
 from lossguard.checkpoint import files  # noqa: E402
 from lossguard.checkpoint.files import Checksum, Crc32c  # noqa: E402
 from lossguard.errors import CheckpointError  # noqa: E402
@@ -70,16 +69,9 @@ def test_damage_anywhere_in_a_shard_is_caught_and_named(tmp_path, where):
     assert state.restore(store, 2) == 2
 
 
-def test_a_load_reads_almost_every_byte_once(tmp_path, monkeypatch):
+def test_a_load_reads_almost_every_byte_once(tmp_path, preads):
     state, store = _saved(tmp_path, width=512)
-    reread: list[int] = []
-    real = crc_ranges._pread_into
-
-    def counting(extend, value, fd, offset, length):
-        reread.append(length)
-        return real(extend, value, fd, offset, length)
-
-    monkeypatch.setattr(crc_ranges, "_pread_into", counting)
+    reread = preads
     assert state.restore(store, 2) == 2
     shards = sum(p.stat().st_size for p in store.path_of(2).glob("*.distcp"))
     # zip headers, padding and the small items (2 KiB biases) only; no 1 MiB weight is read twice
